@@ -1,0 +1,77 @@
+"""The `convqa` command: one subcommand module per job, imported only when used.
+
+Errors caused by the user's input (`ConvQAError`) print as one line on stderr, exit status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from convqa import __version__
+from convqa.errors import ConvQAError
+
+# name -> (module with add_parser, one-line help)
+BUILT = {
+    "data": ("convqa.cli.data", "build benchmarks from the official data files"),
+    "answer": ("convqa.cli.answer", "answer a question in a conversation, with evidence"),
+}
+# Planned subcommands: listed in --help, and they say plainly that they do not exist yet.
+PLANNED = {
+    "index": ("build a BM25, dense (FAISS) or phrase index over a passage collection",
+              "the retrieval issue (BM25, DPR-IHN, FAISS) and the phrase-index issue"),
+    "retrieve": ("retrieve passages for conversational queries with any retriever",
+                 "the retrieval issue"),
+    "train": ("train DPR-IHN, ConvDR, the readers or the phrase model",
+              "the retrieval, reader, ConvDR and phrase-index issues"),
+    "eval": ("produce the QReCC / TopiOCQA retrieval and end-to-end tables",
+             "the evaluation issue"),
+    "demo": ("run the Gradio chat demo on 127.0.0.1", "the demo issue"),
+}
+
+
+def _not_built(name: str, where: str):
+    def run(args: argparse.Namespace) -> int:
+        raise ConvQAError(f"`convqa {name}` is not built yet (planned in {where})")
+
+    return run
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="convqa", description="Open-domain conversational question answering.")
+    parser.add_argument("--version", action="version", version=f"convqa {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in ("data", "index", "retrieve", "train", "answer", "eval", "demo"):
+        if name in BUILT:
+            module, _ = BUILT[name]
+            importlib.import_module(module).add_parser(subparsers)
+        else:
+            summary, where = PLANNED[name]
+            sub = subparsers.add_parser(name, help=f"{summary} [not built yet]",
+                                        description=f"{summary}. Not built yet: planned in {where}.")
+            sub.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+            sub.set_defaults(func=_not_built(name, where))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 0
+    try:
+        return int(args.func(args) or 0)
+    except ConvQAError as exc:
+        print(f"convqa {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"convqa {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

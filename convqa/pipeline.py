@@ -1,0 +1,93 @@
+"""Retriever (+ reader) answering in a conversation: the API behind `convqa answer`.
+
+    >>> pipe = Pipeline.default()                                  # doctest: +SKIP
+    >>> result = pipe.answer("Who directed Casablanca?", history=[])  # doctest: +SKIP
+    >>> result.passages[0].title                                    # doctest: +SKIP
+
+Until a reader is configured the pipeline is retrieval-only: `result.answer` is None and the
+evidence is the ranked passages.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from .config import load_yaml
+from .errors import ConfigError, ConvQAError
+from .registry import HISTORY_STRATEGIES, READERS, RETRIEVERS
+from .types import Answer, Hit, Passage, Turn
+
+
+@dataclass
+class PipelineResult:
+    question: str
+    query_text: str
+    hits: list[Hit]
+    passages: list[Passage]
+    answer: Answer | None = None
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+
+class Pipeline:
+    def __init__(self, retriever, history, passages, reader=None, top_k: int = 5,
+                 config: dict | None = None):
+        self.retriever = retriever
+        self.history = history
+        self.passages = passages
+        self.reader = reader
+        self.top_k = top_k
+        self.config = config or {}
+
+    @classmethod
+    def default(cls, cache_dir: str | os.PathLike | None = None, progress: bool = True) -> "Pipeline":
+        from .embedded import default_config, ensure_embedded
+
+        ensure_embedded(cache_dir, progress=progress)
+        return cls.from_config(default_config(cache_dir))
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any] | str | os.PathLike) -> "Pipeline":
+        from .corpus import PassageStore
+
+        if not isinstance(config, dict):
+            config = load_yaml(config)
+        for key in ("passages", "retriever"):
+            if not config.get(key):
+                raise ConfigError(f"pipeline config: missing '{key}'")
+        unknown = set(config) - {"passages", "retriever", "history", "reader", "top_k"}
+        if unknown:
+            raise ConfigError(f"pipeline config: unknown key '{sorted(unknown)[0]}'")
+        retriever = RETRIEVERS.build(config["retriever"])
+        history = HISTORY_STRATEGIES.build(config.get("history") or "current_first")
+        reader = READERS.build(config["reader"]) if config.get("reader") else None
+        top_k = int(config.get("top_k", 5))
+        if top_k < 1:
+            raise ConfigError("pipeline config: 'top_k' must be at least 1")
+        store = PassageStore.open(Path(config["passages"]))
+        return cls(retriever, history, store, reader, top_k, dict(config))
+
+    def answer(self, question: str, history: Sequence[Turn] = (), top_k: int | None = None
+               ) -> PipelineResult:
+        question = (question or "").strip()
+        if not question:
+            raise ConvQAError("the question is empty")
+        k = top_k or self.top_k
+        timings: dict[str, float] = {}
+        start = time.perf_counter()
+        query_text = self.history.format(question, list(history))
+        timings["history"] = (time.perf_counter() - start) * 1000
+        start = time.perf_counter()
+        hits = self.retriever.retrieve(query_text, k)
+        timings["retrieve"] = (time.perf_counter() - start) * 1000
+        start = time.perf_counter()
+        passages = [self.passages.get(hit.passage_id) for hit in hits]
+        timings["fetch"] = (time.perf_counter() - start) * 1000
+        answer = None
+        if self.reader is not None:
+            start = time.perf_counter()
+            answer = self.reader.read(question, list(history), passages)
+            timings["read"] = (time.perf_counter() - start) * 1000
+        return PipelineResult(question, query_text, hits, passages, answer, timings)

@@ -1,0 +1,54 @@
+import gzip
+
+import pytest
+
+from convqa.errors import DataError
+from convqa.io import atomic_write, iter_jsonl, load_json, require, write_jsonl
+
+
+def test_jsonl_round_trip_and_gzip(tmp_path):
+    rows = [{"a": 1}, {"b": "é"}]
+    write_jsonl(tmp_path / "x.jsonl", rows)
+    assert [obj for _, obj in iter_jsonl(tmp_path / "x.jsonl")] == rows
+    with gzip.open(tmp_path / "x.jsonl.gz", "wt", encoding="utf-8") as f:
+        f.write('{"a": 1}\n\n{"b": 2}\n')
+    assert list(iter_jsonl(tmp_path / "x.jsonl.gz")) == [(1, {"a": 1}), (3, {"b": 2})]
+
+
+def test_malformed_json_line_names_file_and_line(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"a": 1}\n{"a": \n', encoding="utf-8")
+    with pytest.raises(DataError) as err:
+        list(iter_jsonl(path))
+    assert str(err.value).startswith(f"{path}:2: malformed JSON")
+
+
+def test_non_utf8_names_line(tmp_path):
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes(b'{"a": 1}\n{"a": "caf\xe9"}\n')
+    with pytest.raises(DataError, match=r"latin1.jsonl:2: not valid UTF-8"):
+        list(iter_jsonl(path))
+    whole = tmp_path / "latin1.json"
+    whole.write_bytes(b'[\n"ok",\n"caf\xe9"\n]')
+    with pytest.raises(DataError, match=r"latin1.json:3: not valid UTF-8"):
+        load_json(whole)
+
+
+def test_missing_file_and_field(tmp_path):
+    with pytest.raises(DataError, match="nope.json: file not found"):
+        load_json(tmp_path / "nope.json")
+    with pytest.raises(DataError, match=r"f.json:4: field 'Question': missing"):
+        require({"Answer": "x"}, "Question", "f.json", 4)
+    with pytest.raises(DataError, match=r"field 'Turn_no': expected int, got str"):
+        require({"Turn_no": "3"}, "Turn_no", "f.json", 1, int)
+
+
+def test_atomic_write_leaves_old_file_on_failure(tmp_path):
+    path = tmp_path / "out.txt"
+    path.write_text("old", encoding="utf-8")
+    with pytest.raises(RuntimeError):
+        with atomic_write(path) as f:
+            f.write("half")
+            raise RuntimeError("killed")
+    assert path.read_text(encoding="utf-8") == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.txt"]
