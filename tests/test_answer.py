@@ -1,0 +1,57 @@
+"""`convqa answer` end to end on the embedded vital-article corpus (real Wikipedia text)."""
+import json
+
+import pytest
+
+from convqa.cli.main import main
+from convqa.errors import ConvQAError
+from convqa.pipeline import Pipeline
+from convqa.types import Turn
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("convqa-cache")
+
+
+@pytest.fixture(scope="module")
+def pipeline(cache):
+    return Pipeline.default(cache_dir=cache, progress=False)
+
+
+def test_film_question_finds_its_article(pipeline):
+    result = pipeline.answer("Who directed 2001: A Space Odyssey?")
+    assert result.passages[0].title == "2001: A Space Odyssey"
+    assert "Stanley Kubrick" in result.passages[0].text
+    assert [h.rank for h in result.hits] == [1, 2, 3, 4, 5]
+    assert set(result.timings_ms) == {"history", "retrieve", "fetch"}
+
+
+def test_follow_up_uses_the_history(pipeline):
+    alone = pipeline.answer("When was it released?")
+    assert alone.passages[0].title != "2001: A Space Odyssey"
+    history = [Turn("Who directed 2001: A Space Odyssey?", "Stanley Kubrick")]
+    follow = pipeline.answer("When was it released?", history)
+    assert follow.query_text.startswith("When was it released? [SEP] Stanley Kubrick")
+    assert follow.passages[0].title == "2001: A Space Odyssey"
+
+
+def test_empty_question_raises(pipeline):
+    with pytest.raises(ConvQAError, match="the question is empty"):
+        pipeline.answer("  ")
+
+
+def test_cli_json_output_and_interactive(cache, capsys, monkeypatch, tmp_path):
+    assert main(["answer", "who painted the Mona Lisa?", "--json", "--top-k", "2",
+                 "--cache-dir", str(cache)]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["hits"][0]["title"] == "Mona Lisa"
+    assert len(result["hits"]) == 2
+
+    lines = iter(["who painted the Mona Lisa?", "where is it displayed?", ":new", ":quit"])
+    monkeypatch.setattr("builtins.input", lambda prompt="": next(lines))
+    assert main(["answer", "--top-k", "1", "--cache-dir", str(cache)]) == 0
+    out = capsys.readouterr().out
+    # the follow-up query carries the earlier question
+    assert "query: where is it displayed? [SEP] who painted the Mona Lisa?" in out
+    assert "(new conversation)" in out
