@@ -27,6 +27,8 @@ from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 from convqa.errors import ConfigError, DataError
 from convqa.io import iter_jsonl, load_json, require
 from convqa.types import Conversation, Passage, QueryId
+from convqa.metrics.answer import normalize_answer
+from convqa.metrics.breakdown import NO_SWITCH, topic_switch_types
 
 QUESTION_TYPES = ("first", "no-switch", "switch")
 SPLITS = ("train", "dev")
@@ -35,12 +37,6 @@ CONVERSATIONS_FILE = "conversations.jsonl"
 META_FILE = "meta.json"
 # Normalized answers that never make a turn answer-evaluable: a span match would be meaningless.
 EXCLUDED_ANSWERS = frozenset({"", "yes", "no", "unanswerable"})
-
-
-def _normalize(text: str) -> str:
-    from convqa.metrics.answer import normalize_answer
-
-    return normalize_answer(text)
 
 
 def topic_key(topic: str) -> str:
@@ -63,27 +59,19 @@ def article_id_of(pid: str) -> str:
 
 
 def question_types(topics: Sequence[str]) -> list[str]:
-    """Question type of each turn, given the `Topic` of turns 1..n of one conversation in order."""
-    types: list[str] = []
-    last_known: str | None = None
-    for index, topic in enumerate(topics):
-        key = topic_key(topic or "")
-        if index == 0:
-            types.append("first")
-        elif not key or last_known is None or key == last_known:
-            types.append("no-switch")
-        else:
-            types.append("switch")
-        if key:
-            last_known = key
-    return types
+    """Question type of each turn, given the `Topic` of turns 1..n of one conversation in order.
+
+    The rule is `convqa.metrics.topic_switch_types`, with turns that have no comparable topic
+    (an empty topic, or no non-empty topic before it) counted as no-switch."""
+    types = topic_switch_types("c", topics, skip_empty=True, unknown=NO_SWITCH)
+    return [types[f"c_{number}"] for number in range(1, len(topics) + 1)]
 
 
 def evaluable_answers(answers: Iterable[str]) -> list[str]:
     """The normalized answers that can be matched in passages (yes/no/unanswerable dropped)."""
     result: list[str] = []
     for answer in answers:
-        normalized = _normalize(answer)
+        normalized = normalize_answer(answer)
         if normalized not in EXCLUDED_ANSWERS and normalized not in result:
             result.append(normalized)
     return result
@@ -107,7 +95,7 @@ class TopicArticle:
     def from_passages(cls, article_id: str, title: str,
                       passages: Sequence[Passage]) -> "TopicArticle":
         return cls(article_id, title, [p.id for p in passages],
-                   [_normalize(p.text) for p in passages])
+                   [normalize_answer(p.text) for p in passages])
 
     def answer_passages(self, normalized_answers: Sequence[str]) -> list[str]:
         return [pid for pid, text in zip(self.passage_ids, self.normalized_texts)
