@@ -220,6 +220,11 @@ def build_benchmark(topiocqa_path: str | os.PathLike, source: CorpusSource,
                 and old.get("params") == params and _outputs_intact(out_dir, old)):
             return BuildResult(source.name, out_dir, True, old)
 
+    # read the conversations first: a bad file fails before any long corpus work
+    conversations: list[Conversation] = load_topiocqa(topiocqa_path)
+    if not conversations:
+        raise DataError("no conversations", topiocqa_path)
+
     if meta_path.exists():
         meta_path.unlink()  # an interrupted rebuild must not leave the old meta next to new files
     store_path = out_dir / STORE_DIR
@@ -234,9 +239,6 @@ def build_benchmark(topiocqa_path: str | os.PathLike, source: CorpusSource,
         corpus_counts = _build_store(source, store_path, max_words, progress)
         write_json(stamp_path, {**corpus_key, "counts": corpus_counts})
 
-    conversations: list[Conversation] = load_topiocqa(topiocqa_path)
-    if not conversations:
-        raise DataError("no conversations", topiocqa_path)
     topics = {topic_key(str(t.meta.get("topic") or "")) for c in conversations for t in c.turns}
     topics.discard("")
     with PassageStore.open(store_path) as store:
