@@ -96,6 +96,7 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", encoding: str | None 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a plain open() would honour the umask
     binary = "b" in mode
     try:
         with os.fdopen(fd, mode, encoding=None if binary else encoding) as handle:
@@ -107,6 +108,12 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", encoding: str | None 
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current
 
 
 def write_jsonl(path: str | os.PathLike, rows: Iterable[Any]) -> int:

@@ -164,6 +164,7 @@ def _coerce(value: Any, hint: Any, where: str) -> Any:
     return value
 
 
-RETRIEVERS: Registry = Registry("retriever", ("retrievers.bm25",))
+RETRIEVERS: Registry = Registry(
+    "retriever", ("retrievers.bm25", "retrievers.dense.retriever", "retrievers.fusion"))
 READERS: Registry = Registry("reader", ())
 HISTORY_STRATEGIES: Registry = Registry("history strategy", ("convqa.history",))

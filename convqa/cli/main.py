@@ -15,15 +15,13 @@ from convqa.errors import ConvQAError
 BUILT = {
     "data": ("convqa.cli.data", "build benchmarks from the official data files"),
     "answer": ("convqa.cli.answer", "answer a question in a conversation, with evidence"),
+    "index": ("convqa.cli.index", "build a BM25 or dense (FAISS) index over a passage collection"),
+    "retrieve": ("convqa.cli.retrieve",
+                 "retrieve passages for conversational queries with any retriever"),
+    "train": ("convqa.cli.train", "train DPR-IHN, ConvDR, the readers or the phrase model"),
 }
 # Planned subcommands: listed in --help, and they say plainly that they do not exist yet.
 PLANNED = {
-    "index": ("build a BM25, dense (FAISS) or phrase index over a passage collection",
-              "the retrieval issue (BM25, DPR-IHN, FAISS) and the phrase-index issue"),
-    "retrieve": ("retrieve passages for conversational queries with any retriever",
-                 "the retrieval issue"),
-    "train": ("train DPR-IHN, ConvDR, the readers or the phrase model",
-              "the retrieval, reader, ConvDR and phrase-index issues"),
     "eval": ("produce the QReCC / TopiOCQA retrieval and end-to-end tables",
              "the evaluation issue"),
     "demo": ("run the Gradio chat demo on 127.0.0.1", "the demo issue"),

@@ -1,0 +1,130 @@
+"""`convqa index`: build a BM25 or dense (FAISS) index over a passage collection.
+
+    convqa index --bm25 --passages STORE_OR_FILE --out DIR [--preset default|topiocqa|qrecc]
+                 [--k1 X] [--b Y] [--store DIR] [--overwrite]
+    convqa index --dense --passages STORE_OR_FILE --out DIR [--model PATH_OR_ID]
+                 [--factory Flat] [--batch-size 64] [--no-fast]
+
+`--passages` is a passage store folder (e.g. a benchmark's passages/) or a JSONL/TSV(.gz)
+collection (see convqa.corpus.readers); a file is first written as a passage store, by default
+next to the index (`DIR/../passages`), and the index records the store's checksum so a retriever
+is never paired with another corpus.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from convqa.errors import ConvQAError
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "index", help="build a BM25 or dense (FAISS) index over a passage collection",
+        description="Build a BM25 (bm25s) or dense (dual encoder + FAISS) index over a passage "
+                    "store or a JSONL/TSV passage file.")
+    kind = p.add_mutually_exclusive_group(required=True)
+    kind.add_argument("--bm25", action="store_true", help="a BM25 index (bm25s, no Java)")
+    kind.add_argument("--dense", action="store_true", help="a dense FAISS index")
+    p.add_argument("--passages", required=True, metavar="PATH",
+                   help="passage store folder, or a .jsonl/.tsv(.gz) passage file")
+    p.add_argument("--format", choices=("auto", "jsonl", "tsv"), default="auto",
+                   help="format of a passage file (default: from its name)")
+    p.add_argument("--store", metavar="DIR", help="where to write the passage store when "
+                   "--passages is a file (default: OUT/../passages)")
+    p.add_argument("--out", required=True, metavar="DIR", help="index folder to write")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing index (and store, when building one)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    bm25 = p.add_argument_group("BM25 options")
+    bm25.add_argument("--preset", default="default",
+                      help="k1/b of a paper: default or topiocqa (0.9/0.4), qrecc (0.82/0.68)")
+    bm25.add_argument("--k1", type=float, help="override the preset's k1")
+    bm25.add_argument("--b", type=float, help="override the preset's b")
+    dense = p.add_argument_group("dense options")
+    dense.add_argument("--model", default=None, metavar="PATH_OR_ID",
+                       help="dual encoder folder or checkpoint (default: all-MiniLM-L6-v2)")
+    dense.add_argument("--factory", default="Flat",
+                       help="FAISS index factory string: Flat, HNSW32, IVF4096,PQ48 ...")
+    dense.add_argument("--batch-size", type=int, default=64, help="passages per encoder batch")
+    dense.add_argument("--no-fast", action="store_true",
+                       help="encode in fp32 instead of the fast path (bf16, length-sorted)")
+    p.set_defaults(func=run)
+
+
+def open_or_build_store(args: argparse.Namespace):
+    """The passage store named by --passages, building it first when that is a file."""
+    from convqa.corpus import PassageStore, read_passages
+
+    source = Path(args.passages)
+    if source.is_dir():
+        return PassageStore.open(source)
+    store_path = Path(args.store) if args.store else Path(args.out).parent / "passages"
+    if store_path.exists() and not args.overwrite:
+        raise ConvQAError(f"{store_path}: already exists; pass it as --passages, choose another "
+                          "--store, or add --overwrite")
+    passages = read_passages(source, args.format)
+    store = PassageStore.build(passages, store_path, progress=not args.quiet,
+                               overwrite=args.overwrite, source=str(source))
+    print(f"passage store: {len(store)} passages from {source} -> {store_path}")
+    return store
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.dense:
+        return run_dense(args)
+    out = Path(args.out)
+    if out.exists() and not args.overwrite:
+        raise ConvQAError(f"{out}: already exists; add --overwrite to replace it")
+    from retrievers.bm25 import PRESETS, BM25Config, BM25Retriever
+
+    if args.preset not in PRESETS:
+        raise ConvQAError(f"unknown preset '{args.preset}' (known: {', '.join(PRESETS)})")
+    config = BM25Config(preset=args.preset, k1=args.k1, b=args.b)
+    k1, b = config.params()
+    store = open_or_build_store(args)
+    started = time.perf_counter()
+    retriever = BM25Retriever.build_from_store(store, config, show_progress=not args.quiet)
+    retriever.save(out)
+    seconds = time.perf_counter() - started
+    print(f"BM25 index (k1={k1}, b={b}) of {len(store)} passages written to {out} "
+          f"in {seconds:.1f} s")
+    print(f"use it with: --retriever '{{name: bm25, index: {out}}}' --passages {store.path}")
+    return 0
+
+
+def run_dense(args: argparse.Namespace) -> int:
+    """Encode the store with a dual encoder and write a FAISS index (retrievers.dense).
+
+    Unlike BM25, an existing output folder is resumed, not refused: encoding is sharded and a
+    killed run continues where it stopped. --overwrite starts over."""
+    import importlib.util
+    import shutil
+
+    if importlib.util.find_spec("retrievers.dense.build") is None:
+        raise ConvQAError("`convqa index --dense` is not built yet (the dense index module "
+                          "retrievers/dense/build.py is missing)")
+    from convqa.models import DEFAULT_MODEL
+    from retrievers.dense.build import VECTORS_DIR, build_dense_index
+    from retrievers.dense.index import META_FILE
+
+    if args.batch_size < 1:
+        raise ConvQAError("--batch-size must be at least 1")
+    if args.k1 is not None or args.b is not None or args.preset != "default":
+        raise ConvQAError("--preset, --k1 and --b are BM25 options; they do not go with --dense")
+    out = Path(args.out)
+    if out.exists() and args.overwrite:
+        if not ((out / META_FILE).exists() or (out / VECTORS_DIR).is_dir()):
+            raise ConvQAError(f"{out}: exists and is not a dense index; not replacing it")
+        shutil.rmtree(out)
+    store = open_or_build_store(args)
+    started = time.perf_counter()
+    index = build_dense_index(args.model or DEFAULT_MODEL, store, out, factory=args.factory,
+                              batch_size=args.batch_size, fast=not args.no_fast,
+                              progress=not args.quiet)
+    seconds = time.perf_counter() - started
+    print(f"dense index ({args.factory}) of {index.count} passages written to {out} "
+          f"in {seconds:.1f} s")
+    print(f"use it with: --retriever '{{name: dense, index: {out}}}'")
+    return 0

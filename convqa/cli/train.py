@@ -1,0 +1,211 @@
+"""`convqa train`: train retrievers.
+
+    convqa train dpr --benchmark DIR --out DIR [--iterations 3] [--epochs 1] [--batch-size 16]
+                     [--lr 2e-5] [--hard-negatives 1] [--mine-top-k 100]
+                     [--history oldest_first] [--positives answer|article]
+                     [--mining-corpus STORE] [--bf16] [--max-steps N] [--seed 0] ...
+    convqa train mining-corpus --benchmark DIR --out STORE [--sample 20000] [--seed 0]
+
+`dpr` runs DPR-IHN (retrievers/training/ihn.py): warm-up with in-batch negatives, then for each
+further iteration encode -> mine -> retrain from the initial checkpoint; rerunning the same
+command resumes after the last finished stage. Multi-process: `accelerate launch -m
+convqa.cli.main train dpr ...` (the same flags). docs/training.md has the details.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from convqa.errors import ConvQAError
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
+    return value
+
+
+def add_parser(subparsers) -> None:
+    train = subparsers.add_parser("train", help="train DPR-IHN, ConvDR, the readers or the "
+                                  "phrase model", description="Train models.")
+    jobs = train.add_subparsers(dest="train_command", metavar="MODEL")
+    jobs.required = True
+    _add_dpr(jobs)
+    _add_mining_corpus(jobs)
+
+
+def _add_dpr(jobs) -> None:
+    p = jobs.add_parser(
+        "dpr", help="DPR with iterative hard negatives (DPR-IHN) on a TopiOCQA x Wikipedia "
+        "benchmark", description="Train a dual encoder: iteration 1 with in-batch negatives "
+        "(DPR-IBN), then each further iteration retrained from the initial checkpoint with hard "
+        "negatives mined by the previous iteration's model. Rerun the same command to resume.")
+    p.add_argument("--benchmark", required=True, metavar="DIR",
+                   help="benchmark folder (convqa data topiocqa-wiki): turns.jsonl, passages/")
+    p.add_argument("--out", required=True, metavar="DIR", help="output folder (iter{n}/model)")
+    p.add_argument("--iterations", type=_positive_int, default=3,
+                   help="1 = DPR-IBN only; 3 = IBN + two hard-negative rounds (default 3)")
+    p.add_argument("--init-model", default="all-MiniLM-L6-v2", metavar="ID_OR_PATH",
+                   help="initial checkpoint of every iteration (default all-MiniLM-L6-v2)")
+    p.add_argument("--history", default="oldest_first", metavar="STRATEGY",
+                   help="query formatting: oldest_first (default), current_first, "
+                        "history_only (the DPR-shortcut model), ...")
+    p.add_argument("--history-max-tokens", type=_positive_int, metavar="N",
+                   help="token budget of the query (default: the strategy's, 128)")
+    p.add_argument("--positives", choices=("answer", "article"), default="answer",
+                   help="positives: the turn's answer passages (default) or every passage of "
+                        "its gold article")
+    p.add_argument("--positive-choice", choices=("random", "first"), default="random",
+                   help="which positive an example uses each epoch (default random)")
+    p.add_argument("--epochs", type=_positive_int, default=1)
+    p.add_argument("--batch-size", type=_positive_int, default=16,
+                   help="examples per process per step (default 16)")
+    p.add_argument("--grad-accum", type=_positive_int, default=1, metavar="N",
+                   help="micro-batches per optimizer step (default 1)")
+    p.add_argument("--lr", type=_positive_float, default=2e-5, help="peak learning rate")
+    p.add_argument("--warmup-ratio", type=float, default=0.1)
+    p.add_argument("--weight-decay", type=float, default=0.0)
+    p.add_argument("--max-steps", type=_positive_int, metavar="N",
+                   help="cap on optimizer steps per iteration")
+    p.add_argument("--hard-negatives", type=_count, default=1, metavar="N",
+                   help="hard negatives per example from iteration 2 on (default 1)")
+    p.add_argument("--mine-top-k", type=_positive_int, default=100, metavar="K",
+                   help="negatives are sampled from the top-K minus positives (default 100)")
+    p.add_argument("--keep-positives-in-negatives", action="store_true",
+                   help="do not remove positives from the mined negatives (ablation)")
+    p.add_argument("--no-exclude-gold-article", action="store_true",
+                   help="remove only the positives, not every passage of the gold article")
+    p.add_argument("--mining-corpus", metavar="STORE",
+                   help="passage store to mine from (default: the benchmark's passages; see "
+                        "`convqa train mining-corpus`)")
+    p.add_argument("--scale", type=_positive_float, metavar="S",
+                   help="similarity scale 1/temperature (default 20 for normalised "
+                        "embeddings, 1 otherwise)")
+    p.add_argument("--passage-max-length", type=_positive_int, default=192, metavar="N")
+    p.add_argument("--lora", type=_count, default=0, metavar="R",
+                   help="train LoRA adapters of rank R instead of all weights")
+    p.add_argument("--bf16", action="store_true", help="bf16 autocast in training")
+    p.add_argument("--checkpoint-every", type=_count, default=200, metavar="STEPS")
+    p.add_argument("--seed", type=_count, default=0)
+    p.add_argument("--cpu", action="store_true", help="train on the CPU even if a GPU exists")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(func=run_dpr)
+
+
+def _add_mining_corpus(jobs) -> None:
+    p = jobs.add_parser(
+        "mining-corpus", help="a smaller passage store to mine hard negatives from",
+        description="Write a passage store holding the passages of the gold articles of the "
+        "benchmark's train turns (all, or the first N of each plus the answer passages) plus "
+        "SAMPLE random other passages, for mining on a budget.")
+    p.add_argument("--benchmark", required=True, metavar="DIR")
+    p.add_argument("--out", required=True, metavar="STORE")
+    p.add_argument("--sample", type=_count, default=20000,
+                   help="random passages added besides the gold articles (default 20000)")
+    p.add_argument("--per-article", type=_positive_int, metavar="N",
+                   help="keep only the first N passages of each gold article (plus the answer "
+                        "passages); default: every passage")
+    p.add_argument("--seed", type=_count, default=0)
+    p.add_argument("--force", action="store_true", help="replace an existing store")
+    p.set_defaults(func=run_mining_corpus)
+
+
+def _config(args: argparse.Namespace):
+    from retrievers.training.ihn import IHNConfig
+    from retrievers.training.mining import MiningConfig
+    from retrievers.training.trainer import TrainConfig
+
+    if not 0.0 <= args.warmup_ratio < 1.0:
+        raise ConvQAError(f"--warmup-ratio must be in [0, 1), got {args.warmup_ratio}")
+    history: object = args.history
+    if args.history_max_tokens:
+        history = {"name": args.history, "max_tokens": args.history_max_tokens}
+    train = TrainConfig(
+        epochs=args.epochs, batch_size=args.batch_size, grad_accum=args.grad_accum, lr=args.lr,
+        weight_decay=args.weight_decay, warmup_ratio=args.warmup_ratio,
+        max_steps=args.max_steps, hard_negatives=args.hard_negatives, scale=args.scale,
+        positive_choice=args.positive_choice, bf16=args.bf16, seed=args.seed,
+        checkpoint_every=args.checkpoint_every, progress=not args.quiet)
+    mining = MiningConfig(top_k=args.mine_top_k,
+                          keep_positives_in_negatives=args.keep_positives_in_negatives,
+                          exclude_gold_article=not args.no_exclude_gold_article,
+                          progress=not args.quiet)
+    return IHNConfig(benchmark=args.benchmark, iterations=args.iterations,
+                     init_model=args.init_model, history=history, positives=args.positives,
+                     mining_corpus=args.mining_corpus,
+                     passage_max_length=args.passage_max_length, lora_r=args.lora,
+                     train=train, mining=mining)
+
+
+def run_dpr(args: argparse.Namespace) -> int:
+    from retrievers.training.ihn import run_ihn
+    from retrievers.training.trainer import make_accelerator
+
+    config = _config(args)
+    if args.quiet:  # transformers' own bars (loading and writing weights)
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    if args.mining_corpus and not Path(args.mining_corpus).is_dir():
+        raise ConvQAError(f"{args.mining_corpus}: mining corpus not found (build one with "
+                          "`convqa train mining-corpus`)")
+    accelerator = make_accelerator(cpu=args.cpu)
+    main = accelerator.is_main_process
+    began = time.perf_counter()
+
+    def report(stage: str, event: str) -> None:
+        if main and event in ("run", "skip"):
+            print(f"[{time.perf_counter() - began:7.1f}s] {stage}: "
+                  f"{'running' if event == 'run' else 'already finished, skipped'}", flush=True)
+
+    manifest = run_ihn(config, args.out, accelerator, on_stage=report)
+    if main:
+        print(summary(manifest, args.out, time.perf_counter() - began))
+    return 0
+
+
+def summary(manifest: dict, out: str, seconds: float) -> str:
+    lines = [f"DPR-IHN in {out} ({seconds:.1f}s this run):"]
+    for name, info in manifest["stages"].items():
+        details = ", ".join(f"{k} {v}" for k, v in info.items()
+                            if k not in ("finished", "model_fingerprint"))
+        lines.append(f"  {name}: {details}")
+    models = sorted(p for p in Path(out).glob("iter*/model") if p.is_dir())
+    lines += [f"  model: {p}" for p in models]
+    return "\n".join(lines)
+
+
+def run_mining_corpus(args: argparse.Namespace) -> int:
+    from retrievers.training.mining import build_mining_store
+
+    if not (Path(args.benchmark) / "passages").is_dir():
+        raise ConvQAError(f"{args.benchmark}: not a benchmark folder (no passages/)")
+    store = build_mining_store(args.benchmark, args.out, sample=args.sample, seed=args.seed,
+                               per_article=args.per_article, overwrite=args.force)
+    print(f"{store.path}: {len(store)} passages ({store.meta.get('source')})")
+    return 0

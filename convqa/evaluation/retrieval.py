@@ -1,0 +1,210 @@
+"""Retrieval evaluation on the TopiOCQA x Wikipedia benchmark: retrieve, cache, score, report.
+
+    result = evaluate_retrieval("/tmp/bench/vital", {"name": "bm25", "index": "idx"},
+                                history="question_only", split="dev")
+    print(markdown_table(result))
+
+What is measured (DPR-IHN's Tables 2 and 4 on our data):
+- every retrieval-evaluable turn of the split is a query; its text is the history strategy's
+  rendering of the conversation up to that turn; the top `k` (100) passages are retrieved;
+- article level (`qrels(level="article")`): a hit is any passage of the turn's topic article;
+  answer level (`qrels(level="answer")`, the answer-evaluable turns only): a hit is a passage
+  that contains the answer;
+- Hits@1/5/20/100 (any relevant passage in the top k; DPR's "top-k accuracy") and MRR (1/rank of
+  the first relevant passage within the retrieved top `k`, 0 if none), averaged over the
+  turns, for all turns and per question type (first / no-switch / switch).
+A turn whose query is empty (a_{t-1} at turn 1, X_t without q_t at turn 1) gets no hits and
+counts as a miss, as in the paper's shortcut analysis.
+
+Runs are cached under `cache_dir` (default `$CONVQA_CACHE/runs`, i.e. ~/.cache/convqa/runs)
+keyed by a hash of everything they depend on: the benchmark files, the split, the retriever
+(its index fingerprint), the history strategy with all its options, and k. A rerun with the
+same configuration reads the run file instead of retrieving again.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from convqa.benchmark import LabelledTurn, load_labelled_turns, qrels
+from convqa.errors import ConfigError, ConvQAError, DataError
+from convqa.history import build_history_strategy
+from convqa.io import load_json, write_json
+from convqa.metrics import evaluate_run, group_means
+from convqa.types import Hit
+
+from .runs import read_run, write_run
+from .specs import build_retriever, retriever_fingerprint
+
+KS = (1, 5, 20, 100)
+LEVELS = ("article", "answer")
+GROUPS = ("all", "first", "no-switch", "switch")
+SPLITS = ("train", "dev", "all")
+CACHE_VERSION = 1
+
+
+def default_cache_dir() -> Path:
+    from convqa.embedded import cache_dir
+
+    return cache_dir() / "runs"
+
+
+def select_turns(turns: Iterable[LabelledTurn], split: str) -> list[LabelledTurn]:
+    """The retrieval-evaluable turns of `split` ("train", "dev" or "all"), in file order."""
+    if split not in SPLITS:
+        raise ConfigError(f"unknown split {split!r} (expected {', '.join(SPLITS)})")
+    return [t for t in turns if t.retrieval_evaluable and (split == "all" or t.split == split)]
+
+
+def query_texts(turns: Sequence[LabelledTurn], conversations, history) -> dict[str, str]:
+    """{qid: query text}: the history strategy applied to each turn's conversation so far."""
+    out = {}
+    for turn in turns:
+        out[turn.qid] = history.format_turn(conversations[turn.conversation_id], turn.turn)
+    return out
+
+
+def retrieve_all(retriever, queries: dict[str, str], k: int, batch_size: int = 64,
+                 progress: bool = True, desc: str = "retrieve") -> dict[str, list[Hit]]:
+    """{qid: top-k hits}, in batches; empty queries get no hits without asking the retriever."""
+    from tqdm.auto import tqdm
+
+    if batch_size < 1:
+        raise ConfigError(f"batch size must be at least 1, got {batch_size}")
+    run: dict[str, list[Hit]] = {qid: [] for qid in queries}
+    todo = [(qid, text) for qid, text in queries.items() if text.strip()]
+    with tqdm(total=len(todo), desc=desc, unit=" q", disable=not progress) as bar:
+        for start in range(0, len(todo), batch_size):
+            batch = todo[start:start + batch_size]
+            results = retriever.retrieve_batch([text for _, text in batch], k)
+            if len(results) != len(batch):
+                raise ConvQAError(f"retriever returned {len(results)} rankings for "
+                                  f"{len(batch)} queries")
+            for (qid, _), hits in zip(batch, results):
+                run[qid] = list(hits)
+            bar.update(len(batch))
+    return run
+
+
+def score_run(run: dict[str, Sequence[Hit]], turns: Sequence[LabelledTurn],
+              ks: Sequence[int] = KS) -> dict[str, Any]:
+    """Hits@k and MRR per level and question type: {level: {"num_queries", "groups"}}."""
+    types = {t.qid: t.question_type for t in turns}
+    wanted = [f"hits@{k}" for k in ks] + ["mrr"]
+    out: dict[str, Any] = {}
+    for level in LEVELS:
+        relevance = qrels(turns, level=level)
+        report = evaluate_run(run, relevance, ks=ks, ndcg_ks=(), queries=list(relevance))
+        per_query = {qid: {name: values[name] for name in wanted}
+                     for qid, values in report.per_query.items()}
+        groups = group_means(per_query, types) if per_query else {"all": {"count": 0}}
+        ordered = {g: groups[g] for g in GROUPS if g in groups}
+        out[level] = {"num_queries": report.num_queries, "num_missing": report.num_missing,
+                      "groups": ordered}
+    return out
+
+
+def benchmark_digest(folder: Path) -> str:
+    """sha256 of the benchmark's turns.jsonl and conversations.jsonl."""
+    digest = hashlib.sha256()
+    for name in ("turns.jsonl", "conversations.jsonl"):
+        with open(folder / name, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def run_key(config: dict[str, Any]) -> str:
+    data = json.dumps(config, sort_keys=True, default=str)
+    return hashlib.sha256(data.encode()).hexdigest()[:24]
+
+
+def evaluate_retrieval(benchmark: str | os.PathLike, retriever: Any, history: Any = "oldest_first",
+                       split: str = "dev", k: int = 100, ks: Sequence[int] = KS,
+                       cache_dir: str | os.PathLike | None = None, batch_size: int = 64,
+                       progress: bool = True, label: str | None = None,
+                       use_cache: bool = True) -> dict[str, Any]:
+    """Retrieve for the retrieval-evaluable turns of `split` and score (see module doc).
+
+    `retriever` is a spec (name, dict) or an already built retriever (then cached by its
+    `fingerprint()` if it has one, else not cached). Returns a JSON-ready dict."""
+    folder = Path(benchmark)
+    if not (folder / "turns.jsonl").is_file():
+        raise DataError("not a benchmark folder (no turns.jsonl; build one with `convqa data "
+                        "topiocqa-wiki`)", folder)
+    if k < max(ks):
+        raise ConfigError(f"k={k} is smaller than the largest cutoff {max(ks)}")
+    data = load_labelled_turns(folder)
+    turns = select_turns(data.turns, split)
+    if not turns:
+        raise DataError(f"no retrieval-evaluable turns in split {split!r}", folder / "turns.jsonl")
+    strategy = build_history_strategy(history)
+    spec = retriever if isinstance(retriever, (str, dict)) else None
+    model = build_retriever(retriever) if spec is not None else retriever
+    cacheable = use_cache and (spec is not None or callable(getattr(model, "fingerprint", None)))
+    config = {
+        "version": CACHE_VERSION, "benchmark": benchmark_digest(folder), "split": split, "k": k,
+        "retriever": spec if spec is not None else type(model).__name__,
+        "retriever_fingerprint": retriever_fingerprint(model, spec) if cacheable else None,
+        "history": strategy.to_dict(),
+    }
+    key = run_key(config)
+    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    run_path, meta_path = cache / f"{key}.jsonl", cache / f"{key}.json"
+    cached = cacheable and run_path.is_file() and meta_path.is_file()
+    if cached:
+        meta = load_json(meta_path)
+        run = read_run(run_path).hits
+        missing = [t.qid for t in turns if t.qid not in run]
+        if missing:
+            raise DataError(f"cached run lacks query {missing[0]!r} (delete it to rerun)", run_path)
+        timing = meta.get("timing", {})
+    else:
+        started = time.perf_counter()
+        queries = query_texts(turns, data.conversations, strategy)
+        formatted = time.perf_counter()
+        run = retrieve_all(model, queries, k, batch_size, progress,
+                           desc=f"retrieve {label or config['retriever']}")
+        done = time.perf_counter()
+        timing = {"queries": len(queries), "history_seconds": round(formatted - started, 3),
+                  "retrieval_seconds": round(done - formatted, 3),
+                  "queries_per_second": round(len(queries) / max(done - formatted, 1e-9), 2)}
+        if cacheable:
+            write_run(run_path, run, queries)
+            write_json(meta_path, {"config": config, "timing": timing})
+    result = {
+        "label": label, "benchmark": str(folder), "corpus": data.meta.get("corpus"),
+        "split": split, "retriever": config["retriever"], "history": config["history"],
+        "k": k, "ks": list(ks), "run_key": key if cacheable else None,
+        "run_file": str(run_path) if cacheable else None, "cached": cached, "timing": timing,
+        "levels": score_run(run, turns, ks),
+    }
+    return result
+
+
+def format_row(groups: dict[str, Any], group: str, ks: Sequence[int] = KS) -> list[str]:
+    """Hits@k as percentages with one decimal, MRR with three decimals, and the count."""
+    values = groups.get(group, {})
+    count = int(values.get("count", 0))
+    if not count:
+        return ["0"] + ["-"] * (len(ks) + 1)
+    return ([str(count)] + [f"{100 * values[f'hits@{k}']:.1f}" for k in ks]
+            + [f"{values['mrr']:.3f}"])
+
+
+def markdown_table(result: dict[str, Any]) -> str:
+    """One result as a Markdown table: rows level x question type."""
+    ks = result.get("ks", KS)
+    header = ["level", "turns", "n"] + [f"Hits@{k}" for k in ks] + ["MRR"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for level in LEVELS:
+        groups = result["levels"][level]["groups"]
+        for group in GROUPS:
+            if group in groups:
+                lines.append("| " + " | ".join([level, group] + format_row(groups, group, ks))
+                             + " |")
+    return "\n".join(lines)

@@ -1,0 +1,362 @@
+"""Encoding a passage corpus into vector shards: resumable, parallel under `accelerate`.
+
+The corpus is cut into fixed row ranges (shards of `shard_size` passages, in store order).
+Each shard is encoded by one process (shard i by process i % N), then written atomically
+(temporary file, fsync, rename) as `shard-<start>-<end>.npy`, so a killed run loses at most the
+shard each process was working on, and a rerun (with any number of processes) skips every shard
+already present after checking its shape and dtype. `manifest.json` is written before encoding
+starts (what encoder, which corpus, which precision) and marked complete at the end; a rerun
+against another encoder or corpus is refused rather than mixing vectors.
+
+Vectors are stored as float16 by default (half the disk of float32; for unit-length vectors the
+rounding changes cosines by ~1e-6) or float32; the manifest records which.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import torch
+
+from convqa.corpus import PassageStore
+from convqa.errors import ConfigError, ConvQAError, DataError
+from convqa.io import load_json, write_json
+from convqa.types import Passage
+
+from .precision import BF16, FP32, autocast, fast_path_agrees
+
+MANIFEST = "manifest.json"
+FORMAT = "convqa-dense-vectors"
+VERSION = 1
+DTYPES = ("float16", "float32")
+_HEADER_FIELDS = ("fingerprint", "dim", "count", "corpus_checksum", "shard_size", "dtype")
+_FP16_MAX = 65504.0
+
+log = logging.getLogger(__name__)
+
+
+def shard_name(start: int, end: int) -> str:
+    return f"shard-{start:010d}-{end:010d}.npy"
+
+
+def passages_checksum(passages: Sequence[Passage]) -> str:
+    """The checksum a `PassageStore` built from `passages` would record (same bytes hashed)."""
+    digest = hashlib.sha256()
+    for passage in passages:
+        digest.update((json.dumps(passage.to_dict(), ensure_ascii=False) + "\n").encode("utf-8"))
+    return f"sha256:{digest.hexdigest()}"
+
+
+class _Corpus:
+    """Uniform row access to a PassageStore or an in-memory sequence of passages."""
+
+    def __init__(self, source: PassageStore | Sequence[Passage]):
+        if isinstance(source, PassageStore):
+            self.store: PassageStore | None = source
+            self.passages: Sequence[Passage] = ()
+            self.checksum = source.checksum
+        elif isinstance(source, Sequence) and not isinstance(source, (str, bytes)):
+            bad = next((i for i, p in enumerate(source) if not isinstance(p, Passage)), None)
+            if bad is not None:
+                raise ConfigError(f"passage {bad + 1}: expected a Passage, got "
+                                  f"{type(source[bad]).__name__}")
+            self.store, self.passages = None, source
+            self.checksum = passages_checksum(source)
+        else:
+            raise ConfigError("expected a PassageStore or a list of Passage, got "
+                              f"{type(source).__name__}")
+
+    def __len__(self) -> int:
+        return len(self.store) if self.store is not None else len(self.passages)
+
+    def rows(self, start: int, end: int) -> list[Passage]:
+        if self.store is not None:
+            return [self.store.at(i) for i in range(start, end)]
+        return list(self.passages[start:end])
+
+
+def _pad(features: list[dict[str, list[int]]], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-pad token lists into tensors (CLS pooling needs [CLS] at position 0)."""
+    length = max(len(f["input_ids"]) for f in features)
+    batch = {"input_ids": torch.full((len(features), length), pad_id, dtype=torch.long),
+             "attention_mask": torch.zeros((len(features), length), dtype=torch.long)}
+    if "token_type_ids" in features[0]:
+        batch["token_type_ids"] = torch.zeros((len(features), length), dtype=torch.long)
+    for row, feature in enumerate(features):
+        n = len(feature["input_ids"])
+        batch["input_ids"][row, :n] = torch.tensor(feature["input_ids"])
+        batch["attention_mask"][row, :n] = 1
+        if "token_type_ids" in batch:
+            batch["token_type_ids"][row, :n] = torch.tensor(feature["token_type_ids"])
+    return batch
+
+
+def encode_passages(model, passages: Sequence[Passage], batch_size: int = 64,
+                    precision: str = FP32, sort: bool = True, bar=None) -> np.ndarray:
+    """float32 `[len(passages), dim]` vectors in input order (no gradients).
+
+    `sort` batches passages of similar token length together (longest first), which removes
+    most padding; `bar` is an optional tqdm bar advanced per batch."""
+    if batch_size < 1:
+        raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
+    if not passages:
+        return np.zeros((0, model.dim), dtype=np.float32)
+    tokens = model.tokenize_passages(passages, padding=False)
+    keys = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in tokens]
+    features = [{k: tokens[k][i] for k in keys} for i in range(len(passages))]
+    order = list(range(len(passages)))
+    if sort:
+        order.sort(key=lambda i: -len(features[i]["input_ids"]))
+    pad_id = model.passage_tokenizer.pad_token_id
+    if pad_id is None:
+        raise ConfigError("the passage tokenizer has no padding token")
+    out = np.empty((len(passages), model.dim), dtype=np.float32)
+    with torch.inference_mode(), autocast(precision, model.device):
+        for begin in range(0, len(order), batch_size):
+            rows = order[begin:begin + batch_size]
+            vectors = model.encode_passage(_pad([features[i] for i in rows], pad_id))
+            out[rows] = vectors.float().cpu().numpy()
+            if bar is not None:
+                bar.update(len(rows))
+    return out
+
+
+@dataclass
+class VectorShards:
+    """A finished (or partial) folder of encoded vectors, read shard by shard."""
+
+    folder: Path
+    manifest: dict[str, Any]
+
+    @classmethod
+    def open(cls, folder: str | os.PathLike, require_complete: bool = True) -> "VectorShards":
+        folder = Path(folder)
+        path = folder / MANIFEST
+        if not path.exists():
+            raise DataError("not an encoded-vectors folder (no manifest.json)", folder)
+        manifest = load_json(path)
+        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+            raise DataError(f"not an encoded-vectors manifest (format is not {FORMAT!r})", path)
+        if manifest.get("version") != VERSION:
+            raise DataError(f"unsupported version {manifest.get('version')!r}", path, None,
+                            "version")
+        if require_complete and not manifest.get("complete"):
+            raise ConvQAError(f"{folder}: encoding is not finished; rerun it to resume")
+        return cls(folder, manifest)
+
+    count = property(lambda self: int(self.manifest["count"]))
+    dim = property(lambda self: int(self.manifest["dim"]))
+    dtype = property(lambda self: str(self.manifest["dtype"]))
+    fingerprint = property(lambda self: str(self.manifest["fingerprint"]))
+    corpus_checksum = property(lambda self: str(self.manifest["corpus_checksum"]))
+
+    def ranges(self) -> list[tuple[int, int]]:
+        size = int(self.manifest["shard_size"])
+        return [(s, min(s + size, self.count)) for s in range(0, self.count, size)]
+
+    def shard(self, start: int, end: int) -> np.ndarray:
+        """One shard memory-mapped, checked against the manifest; DataError when damaged."""
+        path = self.folder / shard_name(start, end)
+        if not path.exists():
+            raise DataError(f"shard missing (rows {start}-{end})", path)
+        try:
+            array = np.load(path, mmap_mode="r", allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise DataError(f"damaged shard: {exc}", path) from None
+        if array.shape != (end - start, self.dim) or array.dtype != np.dtype(self.dtype):
+            raise DataError(f"damaged shard: {array.shape} {array.dtype}, expected "
+                            f"{(end - start, self.dim)} {self.dtype}", path)
+        return array
+
+    def iter_arrays(self) -> Iterator[tuple[int, np.ndarray]]:
+        """(first row, float32 array) per shard, in row order: never the whole corpus at once."""
+        for start, end in self.ranges():
+            yield start, np.asarray(self.shard(start, end), dtype=np.float32)
+
+    def load(self) -> np.ndarray:
+        """All vectors as one float32 `[count, dim]` array."""
+        out = np.empty((self.count, self.dim), dtype=np.float32)
+        for start, array in self.iter_arrays():
+            out[start:start + len(array)] = array
+        return out
+
+    def rows(self, indices: Sequence[int]) -> np.ndarray:
+        """float32 vectors of the given rows (e.g. a training sample), in the order given."""
+        indices = np.asarray(indices, dtype=np.int64)
+        out = np.empty((len(indices), self.dim), dtype=np.float32)
+        for start, end in self.ranges():
+            selected = np.nonzero((indices >= start) & (indices < end))[0]
+            if len(selected):
+                out[selected] = self.shard(start, end)[indices[selected] - start]
+        return out
+
+
+def _write_shard(folder: Path, start: int, end: int, array: np.ndarray) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{shard_name(start, end)}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            np.save(handle, array, allow_pickle=False)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, folder / shard_name(start, end))
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def _launched_accelerator():
+    """An Accelerator when this process was started by `accelerate launch`/torchrun."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return None
+    from accelerate import Accelerator
+
+    return Accelerator()
+
+
+def _same_device(a: torch.device, b: torch.device | str) -> bool:
+    """cpu and cpu:0 are the same place (moving would copy every weight for nothing)."""
+    a, b = torch.device(a), torch.device(b)
+    return a.type == b.type and (a.type == "cpu" or (a.index or 0) == (b.index or 0))
+
+
+def _header(model, corpus: _Corpus, shard_size: int, dtype: str) -> dict[str, Any]:
+    return {"format": FORMAT, "version": VERSION,
+            "encoder": model.source or model.config.model, "fingerprint": model.fingerprint(),
+            "dim": model.dim, "count": len(corpus), "corpus_checksum": corpus.checksum,
+            "shard_size": shard_size, "dtype": dtype, "pooling": model.config.pooling,
+            "normalize": model.config.normalize}
+
+
+def _check_resumable(old: dict[str, Any], new: dict[str, Any], folder: Path) -> None:
+    for field in _HEADER_FIELDS:
+        if old.get(field) != new[field]:
+            raise ConvQAError(
+                f"{folder} holds vectors with another {field} ({old.get(field)!r}, now "
+                f"{new[field]!r}); encoder fingerprints: folder {old.get('fingerprint')}, "
+                f"model {new['fingerprint']}. Use another folder or delete this one")
+
+
+def _choose_precision(model, corpus: _Corpus, fast: bool, batch_size: int,
+                      check_size: int) -> tuple[str, float | None]:
+    if not fast:
+        return FP32, None
+    positions = np.unique(np.linspace(0, len(corpus) - 1, min(check_size, len(corpus))).astype(int))
+    sample = [corpus.rows(int(i), int(i) + 1)[0] for i in positions]
+    ok, worst = fast_path_agrees(
+        lambda: torch.from_numpy(encode_passages(model, sample, batch_size, FP32)),
+        model.device, "passages")
+    return (BF16 if ok else FP32), worst
+
+
+def encode_corpus(model, store_or_passages: PassageStore | Sequence[Passage],
+                  out_dir: str | os.PathLike, batch_size: int = 64, fast: bool = True,
+                  accelerator=None, *, shard_size: int = 1024, dtype: str = "float16",
+                  progress: bool = True, check_size: int = 32) -> VectorShards:
+    """Encode every passage with `model.encode_passage` into shards under `out_dir`; resume.
+
+    `fast`: bf16 autocast + length-sorted batches, used only when a sample of `check_size`
+    passages keeps cosine >= 0.999 to fp32 (else fp32, logged); the choice is recorded in the
+    manifest and kept on resume. Under `accelerate launch` (or with `accelerator` given) each
+    process encodes its share of the shards on `accelerator.device`. The model is put in eval
+    mode while encoding and restored after. Returns the finished `VectorShards`.
+    """
+    if dtype not in DTYPES:
+        raise ConfigError(f"vector dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    if isinstance(shard_size, bool) or not isinstance(shard_size, int) or shard_size < 1:
+        raise ConfigError(f"shard_size must be a positive int, got {shard_size!r}")
+    corpus = _Corpus(store_or_passages)
+    if len(corpus) == 0:
+        raise ConvQAError("cannot encode an empty corpus")
+    accelerator = accelerator if accelerator is not None else _launched_accelerator()
+    rank, world = (accelerator.process_index, accelerator.num_processes) if accelerator else (0, 1)
+    barrier = accelerator.wait_for_everyone if accelerator else (lambda: None)
+    if accelerator is not None and not _same_device(model.device, accelerator.device):
+        model.to(accelerator.device)
+    folder = Path(out_dir)
+    was_training = model.training
+    model.eval()
+    try:
+        if rank == 0:
+            _start(model, corpus, folder, fast, batch_size, shard_size, dtype, check_size)
+        barrier()
+        shards = VectorShards.open(folder, require_complete=False)
+        precision = shards.manifest["precision"]
+        todo = [(s, e) for n, (s, e) in enumerate(shards.ranges()) if n % world == rank
+                and not _valid(shards, s, e)]
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=sum(e - s for s, e in todo), unit=" psg", smoothing=0.05,
+                   desc=f"encoding {len(corpus)} passages ({precision}, {world} process"
+                        f"{'es' if world > 1 else ''})", disable=not (progress and rank == 0))
+        with bar:
+            for start, end in todo:
+                vectors = encode_passages(model, corpus.rows(start, end), batch_size,
+                                          precision, sort=True, bar=bar)
+                _write_shard(folder, start, end, _cast(vectors, dtype, start))
+        barrier()
+        if rank == 0:
+            _finish(shards)
+        barrier()
+    finally:
+        model.train(was_training)
+    return VectorShards.open(folder)
+
+
+def _start(model, corpus: _Corpus, folder: Path, fast: bool, batch_size: int,
+           shard_size: int, dtype: str, check_size: int) -> None:
+    """Main process: check or write the manifest header, clear leftovers of killed writes."""
+    header = _header(model, corpus, shard_size, dtype)
+    if (folder / MANIFEST).exists():
+        old = VectorShards.open(folder, require_complete=False).manifest
+        _check_resumable(old, header, folder)
+        if not fast and old.get("precision") != FP32:
+            raise ConvQAError(f"{folder} was encoded with {old.get('precision')}; fast=False "
+                              "needs another folder")
+        for leftover in folder.glob(".shard-*.tmp"):
+            leftover.unlink(missing_ok=True)
+        return
+    if folder.exists() and any(folder.iterdir()):
+        raise ConvQAError(f"{folder}: exists and is not an encoded-vectors folder")
+    folder.mkdir(parents=True, exist_ok=True)
+    precision, worst = _choose_precision(model, corpus, fast, batch_size, check_size)
+    write_json(folder / MANIFEST, {**header, "precision": precision,
+                                   "fast_path_min_cosine": worst, "complete": False})
+
+
+def _valid(shards: VectorShards, start: int, end: int) -> bool:
+    if not (shards.folder / shard_name(start, end)).exists():
+        return False
+    try:
+        shards.shard(start, end)
+    except DataError as exc:
+        log.warning("re-encoding %s", exc)
+        return False
+    return True
+
+
+def _cast(vectors: np.ndarray, dtype: str, start: int) -> np.ndarray:
+    if not np.isfinite(vectors).all():
+        raise ConvQAError(f"the encoder produced non-finite vectors (rows from {start})")
+    if dtype == "float16" and np.abs(vectors).max() > _FP16_MAX:
+        raise ConvQAError(f"vectors exceed the float16 range (rows from {start}); "
+                          "encode with dtype='float32'")
+    return vectors.astype(dtype, copy=False)
+
+
+def _finish(shards: VectorShards) -> None:
+    for start, end in shards.ranges():
+        shards.shard(start, end)  # raises if any process left its part undone
+    expected = {shard_name(start, end) for start, end in shards.ranges()}
+    stray = sorted(p.name for p in shards.folder.glob("shard-*.npy") if p.name not in expected)
+    if stray:
+        raise DataError(f"unexpected shard files {stray[:3]} (another shard size?)", shards.folder)
+    write_json(shards.folder / MANIFEST, {**shards.manifest, "complete": True})

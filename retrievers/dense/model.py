@@ -1,0 +1,458 @@
+"""The dual encoder: a query tower and a passage tower (shared or separate) over any BERT-like
+Hugging Face checkpoint, mean or CLS pooling, optional L2 normalisation.
+
+Saved folders (`save_pretrained`) hold `convqa_dual_encoder.json` and either full weights
+(the query/shared tower as a plain HF checkpoint at the root, so Hugging Face tools read it,
+and `passage_encoder/` when the towers are separate) or, for a model with LoRA adapters, only
+the peft adapters (`adapter_config.json` + `adapter_model.safetensors`, same layout) over the
+base checkpoint named in the config: trained retrievers ship as a few MB instead of 90.
+
+`fingerprint()` identifies what the vectors depend on, so an index built by one encoder is
+never searched with another's queries.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from convqa.errors import ConfigError, ConvQAError, DataError
+from convqa.io import load_json, write_json
+from convqa.models import DEFAULT_MODEL, resolve_model
+from convqa.types import Passage
+
+META_FILE = "convqa_dual_encoder.json"
+FORMAT = "convqa-dual-encoder"
+VERSION = 1
+PASSAGE_DIR = "passage_encoder"
+ADAPTER_CONFIG = "adapter_config.json"
+POOLINGS = ("mean", "cls")
+# The inputs a BERT-like encoder takes; tokenizers may return more (e.g. offsets).
+_MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+@dataclass
+class DualEncoderConfig:
+    model: str = DEFAULT_MODEL           # hub id or local path (query tower, and passage tower if shared)
+    passage_model: str | None = None     # None = one shared encoder for both sides
+    pooling: str = "mean"                # "mean" | "cls"
+    normalize: bool = True               # L2-normalise embeddings (MiniLM was trained for cosine)
+    query_max_length: int = 130          # tokens incl. specials (history budget 128 + [CLS][SEP])
+    passage_max_length: int = 192
+
+    def __post_init__(self) -> None:
+        if self.pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {self.pooling!r}")
+        for name in ("query_max_length", "passage_max_length"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 4:
+                raise ValueError(f"{name} must be an int >= 4, got {value!r}")
+        if not isinstance(self.model, str) or not self.model:
+            raise ValueError("model must be a non-empty hub id or path")
+
+    @classmethod
+    def from_dict(cls, data: dict, where: str) -> "DualEncoderConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise DataError(f"unknown dual-encoder option '{unknown[0]}'", where, None, "config")
+        try:
+            return cls(**data)
+        except (TypeError, ValueError) as exc:
+            raise DataError(str(exc), where, None, "config") from None
+
+
+def _load_encoder(name_or_path: str) -> torch.nn.Module:
+    """A pretrained encoder in fp32 from safetensors only, never running remote code.
+
+    Neither pooling uses the checkpoint's pooler layer, so it is dropped after loading (unused
+    parameters break distributed training); it is loaded only when the checkpoint has one, so
+    the library's load report stays quiet unless something real is missing."""
+    from transformers import AutoModel
+
+    source = resolve_model(name_or_path)
+    kwargs = dict(dtype=torch.float32, use_safetensors=True, trust_remote_code=False)
+    try:
+        try:
+            encoder = AutoModel.from_pretrained(
+                source, add_pooling_layer=_has_pooler_weights(source), **kwargs)
+        except TypeError:  # not a model with an optional pooler
+            encoder = AutoModel.from_pretrained(source, **kwargs)
+    except (OSError, ValueError) as exc:
+        raise ConvQAError(f"cannot load encoder {name_or_path!r} (safetensors weights needed): "
+                          f"{str(exc).splitlines()[0]}") from None
+    if getattr(encoder, "pooler", None) is not None:
+        encoder.pooler = None
+    return encoder
+
+
+def _has_pooler_weights(source: str) -> bool:
+    """Whether a local checkpoint stores pooler weights (a hub id: assume not)."""
+    folder = Path(source)
+    files = sorted(folder.glob("*.safetensors")) if folder.is_dir() else []
+    if not files:
+        return False
+    from safetensors import safe_open
+
+    for file in files:
+        with safe_open(str(file), framework="pt") as handle:
+            if any(key.startswith("pooler.") or ".pooler." in key for key in handle.keys()):
+                return True
+    return False
+
+
+def _load_tokenizer(name_or_path: str):
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(resolve_model(name_or_path), trust_remote_code=False)
+    except (OSError, ValueError) as exc:
+        raise ConvQAError(f"cannot load the tokenizer of {name_or_path!r}: "
+                          f"{str(exc).splitlines()[0]}") from None
+
+
+def _is_peft(module: torch.nn.Module) -> bool:
+    return hasattr(module, "peft_config")
+
+
+def _effective_state(tower: torch.nn.Module) -> dict[str, Tensor]:
+    """The weights a tower computes with: for a peft model, base weights plus the (unmerged)
+    LoRA deltas under the plain model's names, so a merged copy fingerprints the same."""
+    if not _is_peft(tower):
+        return dict(tower.state_dict())
+    deltas = {}
+    for name, module in tower.named_modules():
+        if hasattr(module, "get_delta_weight") and hasattr(module, "merged"):
+            if not module.merged:
+                for adapter in module.active_adapters:
+                    if adapter in getattr(module, "lora_A", {}):
+                        delta = module.get_delta_weight(adapter)
+                        key = f"{name}.base_layer.weight"
+                        deltas[key] = deltas[key] + delta if key in deltas else delta
+    state = {}
+    for name, tensor in tower.state_dict().items():
+        if ".lora_" in name:
+            continue
+        if name in deltas:
+            tensor = tensor + deltas[name]  # the same float op peft's merge performs
+        clean = name.removeprefix("base_model.model.").replace(".base_layer.", ".")
+        state[clean] = tensor
+    return state
+
+
+def _hash_tower(digest, tower: torch.nn.Module, tokenizer) -> None:
+    for name, tensor in sorted(_effective_state(tower).items()):
+        if name.endswith("position_ids") or name.endswith("token_type_ids"):
+            continue  # fixed index buffers, present or not depending on the library version
+        value = tensor.detach().to("cpu", torch.float32).contiguous()
+        digest.update(f"{name}:{tuple(value.shape)};".encode())
+        digest.update(value.numpy().tobytes())
+    vocab = sorted(tokenizer.get_vocab().items())
+    digest.update(json.dumps([vocab, tokenizer.sep_token, tokenizer.cls_token]).encode())
+
+
+class DualEncoder(torch.nn.Module):
+    """Query and passage encoders; `encode_*` return `[batch, dim]` embeddings with gradients.
+
+    Build from pretrained checkpoints with `build(config)`, load a saved folder (or a plain
+    checkpoint, or a peft LoRA adapter folder) with `from_pretrained(path)`.
+    """
+
+    def __init__(self, config: DualEncoderConfig, query_encoder: torch.nn.Module, tokenizer,
+                 passage_encoder: torch.nn.Module | None = None, passage_tokenizer=None):
+        super().__init__()
+        self.config = config
+        self.query_encoder = query_encoder
+        self.separate_passage_encoder = passage_encoder  # None when shared
+        self.query_tokenizer = tokenizer
+        self.passage_tokenizer = passage_tokenizer if passage_tokenizer is not None else tokenizer
+        self.source: str | None = None  # the folder or id this model was loaded from
+
+    # -- construction ---------------------------------------------------------------------
+    @classmethod
+    def build(cls, config: DualEncoderConfig) -> "DualEncoder":
+        """From pretrained checkpoints (`config.model`, and `config.passage_model` if set)."""
+        query = _load_encoder(config.model)
+        tokenizer = _load_tokenizer(config.model)
+        passage = passage_tokenizer = None
+        if config.passage_model is not None:
+            passage = _load_encoder(config.passage_model)
+            passage_tokenizer = _load_tokenizer(config.passage_model)
+        model = cls(config, query, tokenizer, passage, passage_tokenizer)
+        model._check_dimensions()
+        model.source = config.model if config.passage_model is None else None
+        return model
+
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike) -> "DualEncoder":
+        """A folder written by `save_pretrained` (full or adapter), a peft LoRA adapter folder
+        over a BERT-like checkpoint, or any plain HF checkpoint id/path (shared tower, mean
+        pooling)."""
+        folder = Path(resolve_model(str(path)))
+        if not folder.is_dir() or str(folder) != str(path) and not Path(path).is_dir():
+            # a hub id or one of our aliases: only a plain checkpoint can be meant
+            return cls.build(DualEncoderConfig(model=str(path)))
+        meta_path = folder / META_FILE
+        if not meta_path.exists():
+            if (folder / ADAPTER_CONFIG).exists():
+                base = load_json(folder / ADAPTER_CONFIG).get("base_model_name_or_path")
+                if not isinstance(base, str) or not base:
+                    raise DataError("no base model named", folder / ADAPTER_CONFIG, None,
+                                    "base_model_name_or_path")
+                model = cls.build(DualEncoderConfig(model=base))
+                model.query_encoder = _attach_adapter(model.query_encoder, folder)
+            else:
+                model = cls.build(DualEncoderConfig(model=str(folder)))
+            model.source = str(path)
+            return model
+        meta = load_json(meta_path)
+        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+            raise DataError(f"not a convqa dual encoder (format is not {FORMAT!r})", meta_path)
+        if meta.get("version") != VERSION:
+            raise DataError(f"unsupported version {meta.get('version')!r} (this convqa reads "
+                            f"{VERSION})", meta_path, None, "version")
+        config = DualEncoderConfig.from_dict(meta.get("config") or {}, str(meta_path))
+        shared = bool(meta.get("shared", config.passage_model is None))
+        if meta.get("adapter"):
+            model = cls.build(config)
+            model.query_encoder = _attach_adapter(model.query_encoder, folder)
+            if not shared:
+                model.separate_passage_encoder = _attach_adapter(
+                    model.separate_passage_encoder, folder / PASSAGE_DIR)
+        else:
+            query, tokenizer = _load_encoder(str(folder)), _load_tokenizer(str(folder))
+            passage = passage_tokenizer = None
+            if not shared:
+                passage = _load_encoder(str(folder / PASSAGE_DIR))
+                passage_tokenizer = _load_tokenizer(str(folder / PASSAGE_DIR))
+            model = cls(config, query, tokenizer, passage, passage_tokenizer)
+        model._check_dimensions()
+        model.source = str(path)
+        return model
+
+    def _check_dimensions(self) -> None:
+        if self.dim != _hidden_size(self.passage_encoder):
+            raise ConfigError(f"query encoder ({self.dim}-d) and passage encoder "
+                              f"({_hidden_size(self.passage_encoder)}-d) differ in dimension")
+
+    # -- properties -----------------------------------------------------------------------
+    @property
+    def passage_encoder(self) -> torch.nn.Module:
+        return self.separate_passage_encoder if self.separate_passage_encoder is not None \
+            else self.query_encoder
+
+    @property
+    def shared(self) -> bool:
+        return self.separate_passage_encoder is None
+
+    @property
+    def dim(self) -> int:
+        return _hidden_size(self.query_encoder)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.query_encoder.parameters()).device
+
+    @property
+    def has_adapters(self) -> bool:
+        return _is_peft(self.query_encoder) or _is_peft(self.passage_encoder)
+
+    def towers(self) -> list[torch.nn.Module]:
+        return [self.query_encoder] if self.shared else [self.query_encoder,
+                                                         self.separate_passage_encoder]
+
+    # -- tokenization and encoding ---------------------------------------------------------
+    def tokenize_queries(self, texts: Sequence[str]) -> dict[str, Tensor]:
+        return self._tokenize(self.query_tokenizer, list(texts), self.config.query_max_length)
+
+    def passage_texts(self, passages: Iterable[Passage]) -> list[str]:
+        """`title [SEP] text` as one sequence (the text alone when there is no title)."""
+        sep = self.passage_tokenizer.sep_token or "|"
+        return [f"{p.title} {sep} {p.text}" if p.title else p.text for p in passages]
+
+    def tokenize_passages(self, passages: Sequence[Passage], padding: bool = True
+                          ) -> dict[str, Tensor]:
+        texts = self.passage_texts(passages)
+        return self._tokenize(self.passage_tokenizer, texts, self.config.passage_max_length,
+                              padding)
+
+    @staticmethod
+    def _tokenize(tokenizer, texts: list[str], max_length: int, padding: bool = True):
+        if padding:
+            return dict(tokenizer(texts, padding=True, truncation=True, max_length=max_length,
+                                  return_tensors="pt"))
+        return dict(tokenizer(texts, truncation=True, max_length=max_length))
+
+    def encode_query(self, batch: dict[str, Tensor]) -> Tensor:
+        return self._encode(self.query_encoder, batch)
+
+    def encode_passage(self, batch: dict[str, Tensor]) -> Tensor:
+        return self._encode(self.passage_encoder, batch)
+
+    def forward(self, queries: dict[str, Tensor] | None = None,
+                passages: dict[str, Tensor] | None = None) -> tuple[Tensor | None, Tensor | None]:
+        """Both sides in one call (what DDP/accelerate need to sync gradients in training)."""
+        return (None if queries is None else self.encode_query(queries),
+                None if passages is None else self.encode_passage(passages))
+
+    def _encode(self, tower: torch.nn.Module, batch: dict[str, Tensor]) -> Tensor:
+        device = next(tower.parameters()).device
+        inputs = {k: v.to(device) for k, v in batch.items() if k in _MODEL_INPUTS}
+        if "attention_mask" not in inputs:
+            raise ConvQAError("encoder batch needs an attention_mask (use tokenize_*)")
+        hidden = tower(**inputs).last_hidden_state.float()  # pool in fp32 under autocast too
+        if self.config.pooling == "cls":
+            pooled = hidden[:, 0]
+        else:
+            mask = inputs["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+        return F.normalize(pooled, dim=-1) if self.config.normalize else pooled
+
+    # -- identity -------------------------------------------------------------------------
+    def fingerprint(self) -> str:
+        """Hash of what the vectors depend on: pooling, normalisation, passage length, shared
+        or not, tokenizer vocabulary and every weight (LoRA deltas included, as fp32).
+
+        Names and paths are left out (the same weights loaded from two places match), and so
+        is `query_max_length`, which a retriever may change without re-encoding the corpus."""
+        digest = hashlib.sha256()
+        settings = {"pooling": self.config.pooling, "normalize": self.config.normalize,
+                    "passage_max_length": self.config.passage_max_length,
+                    "shared": self.shared}
+        digest.update(json.dumps(settings, sort_keys=True).encode())
+        with torch.no_grad():
+            _hash_tower(digest, self.query_encoder, self.query_tokenizer)
+            if not self.shared:
+                _hash_tower(digest, self.separate_passage_encoder, self.passage_tokenizer)
+        return digest.hexdigest()[:24]
+
+    # -- LoRA adapters --------------------------------------------------------------------
+    def add_lora(self, r: int = 8, alpha: int = 16, dropout: float = 0.1,
+                 target_modules: Sequence[str] = ("query", "key", "value", "dense")
+                 ) -> "DualEncoder":
+        """Wrap each tower with fresh peft LoRA adapters (only they stay trainable)."""
+        from peft import LoraConfig, get_peft_model
+
+        if self.has_adapters:
+            raise ConvQAError("this dual encoder already has LoRA adapters")
+        lora = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout,
+                          target_modules=list(target_modules))
+        self.query_encoder = get_peft_model(self.query_encoder, copy.deepcopy(lora))
+        if not self.shared:
+            self.separate_passage_encoder = get_peft_model(self.separate_passage_encoder,
+                                                           copy.deepcopy(lora))
+        return self
+
+    def merge_adapters(self) -> "DualEncoder":
+        """Fold LoRA into the base weights for faster inference (the fingerprint is kept)."""
+        self.query_encoder = _merged(self.query_encoder)
+        if not self.shared:
+            self.separate_passage_encoder = _merged(self.separate_passage_encoder)
+        return self
+
+    # -- saving ---------------------------------------------------------------------------
+    def save_pretrained(self, path: str | os.PathLike, adapter_only: bool | None = None) -> None:
+        """Write atomically (temporary sibling folder renamed into place), safetensors only.
+
+        A model with LoRA adapters saves only the adapters unless `adapter_only=False`, which
+        saves merged full weights (the model itself is left unmerged)."""
+        adapter_only = self.has_adapters if adapter_only is None else adapter_only
+        if adapter_only and not self.has_adapters:
+            raise ConvQAError("adapter_only=True but this model has no LoRA adapters "
+                              "(call add_lora first)")
+        path = Path(path)
+        if path.exists() and not (path / META_FILE).exists() and any(path.iterdir()):
+            raise ConvQAError(f"{path}: exists and is not a convqa dual encoder; not replacing it")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+        try:
+            for tower, tokenizer, where in self._tower_dirs(tmp):
+                if adapter_only:
+                    _save_adapter(tower, where, self._base_name(where != tmp))
+                else:
+                    full = _merged(copy.deepcopy(tower)) if _is_peft(tower) else tower
+                    full.save_pretrained(str(where))
+                    tokenizer.save_pretrained(str(where))
+            write_json(tmp / META_FILE, {
+                "format": FORMAT, "version": VERSION, "config": asdict(self.config),
+                "shared": self.shared, "adapter": adapter_only, "dim": self.dim,
+                "fingerprint": self.fingerprint()})
+            _replace_folder(tmp, path)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+    def save_adapter(self, path: str | os.PathLike) -> None:
+        """Only the LoRA adapters (a few MB) plus our json; loads with `from_pretrained`."""
+        self.save_pretrained(path, adapter_only=True)
+
+    def _tower_dirs(self, root: Path):
+        yield self.query_encoder, self.query_tokenizer, root
+        if not self.shared:
+            (root / PASSAGE_DIR).mkdir()
+            yield self.separate_passage_encoder, self.passage_tokenizer, root / PASSAGE_DIR
+
+    def _base_name(self, passage_side: bool) -> str:
+        if passage_side:
+            return self.config.passage_model or self.config.model
+        return self.config.model
+
+
+def _hidden_size(tower: torch.nn.Module) -> int:
+    config = tower.config
+    size = getattr(config, "hidden_size", None) or getattr(config, "d_model", None)
+    if not isinstance(size, int):
+        raise ConfigError(f"cannot tell the hidden size of encoder {type(tower).__name__}")
+    return size
+
+
+def _merged(tower: torch.nn.Module) -> torch.nn.Module:
+    return tower.merge_and_unload() if _is_peft(tower) else tower
+
+
+def _attach_adapter(tower: torch.nn.Module, folder: Path) -> torch.nn.Module:
+    from peft import PeftModel
+
+    config_path = folder / ADAPTER_CONFIG
+    config = load_json(config_path)
+    if not isinstance(config, dict) or config.get("peft_type") != "LORA":
+        raise DataError("only peft LoRA adapters are supported", config_path, None, "peft_type")
+    if config.get("use_dora"):
+        raise DataError("DoRA adapters are not supported", config_path, None, "use_dora")
+    if not (folder / "adapter_model.safetensors").exists():
+        raise DataError("adapter weights missing (adapter_model.safetensors)", folder)
+    try:
+        return PeftModel.from_pretrained(tower, str(folder), is_trainable=False)
+    except (ValueError, RuntimeError, KeyError) as exc:
+        raise DataError(f"adapter does not fit its base model: {str(exc).splitlines()[0]}",
+                        folder) from None
+
+
+def _save_adapter(tower: torch.nn.Module, folder: Path, base_name: str) -> None:
+    """peft's files with a portable base name (our alias, not this machine's path)."""
+    for config in tower.peft_config.values():
+        config.base_model_name_or_path = base_name
+    tower.save_pretrained(str(folder), safe_serialization=True)
+    with contextlib.suppress(FileNotFoundError):
+        (folder / "README.md").unlink()  # peft's generated stub; the real card is written by hand
+
+
+def _replace_folder(tmp: Path, path: Path) -> None:
+    if path.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
+        os.rename(path, old / "model")
+        os.rename(tmp, path)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(tmp, path)

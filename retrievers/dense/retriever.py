@@ -1,0 +1,124 @@
+"""The `dense` retriever: a dual encoder's query tower over a saved FAISS index.
+
+Loading checks that the encoder (fingerprint, dimension) and the passage store (checksum) are
+the ones the index was built from. Queries are encoded with bf16 autocast when, on the first
+batch, that agrees with fp32 to cosine >= 0.999, else in fp32 (logged).
+
+Heavy libraries (torch, transformers, faiss) are imported on first use, so registering this
+retriever costs nothing.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from convqa.errors import ConfigError
+from convqa.registry import RETRIEVERS
+from convqa.types import Hit
+
+from ..base import Retriever
+
+
+@dataclass
+class DenseRetrieverConfig:
+    index: str = ""           # folder from `build_dense_index` / `convqa index --dense`
+    model: str = ""           # encoder path or hub id; default: the one the index records
+    passages: str = ""        # passage store folder; default: the one the index records
+    batch_size: int = 64      # queries encoded per forward pass
+    device: str = "cpu"       # cpu | cuda | cuda:N | auto
+    fast: bool = True         # bf16 autocast for queries where it agrees with fp32
+    nprobe: int | None = None     # IVF lists searched (index default 32)
+    ef_search: int | None = None  # HNSW candidates (index default 128)
+    mmap: bool = False        # memory-map a Flat index instead of reading it
+
+
+def _device(name: str):
+    import torch
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        return torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"dense: bad device {name!r} (cpu, cuda, cuda:N or auto)") from None
+
+
+@RETRIEVERS.register("dense", config=DenseRetrieverConfig)
+class DenseRetriever(Retriever):
+    """Dense passage retrieval: encode queries, inner-product search, rows -> passage ids."""
+
+    def __init__(self, model, index, store, config: DenseRetrieverConfig | None = None):
+        self.config = config or DenseRetrieverConfig()
+        self.model = model.eval()
+        self.index = index
+        self.store = store
+        index.check(fingerprint=model.fingerprint(), dim=model.dim,
+                    corpus_checksum=store.checksum, encoder_name=model.source)
+        index.set_search_params(self.config.nprobe, self.config.ef_search)
+        self._precision: str | None = None if self.config.fast else "fp32"
+
+    @classmethod
+    def from_config(cls, config: DenseRetrieverConfig) -> "DenseRetriever":
+        from convqa.corpus import PassageStore
+
+        from .build import load_encoder
+        from .index import DenseIndex
+
+        if not config.index:
+            raise ConfigError("dense: option 'index' (a folder made by `convqa index --dense`) "
+                              "is required")
+        if isinstance(config.batch_size, bool) or config.batch_size < 1:
+            raise ConfigError(f"dense: batch_size must be >= 1, got {config.batch_size}")
+        index = DenseIndex.load(config.index, mmap=config.mmap)
+        model_name = config.model or index.meta.get("encoder")
+        passages = config.passages or index.meta.get("passages")
+        if not model_name:
+            raise ConfigError(f"dense: index {config.index} records no encoder; set 'model'")
+        if not passages:
+            raise ConfigError(f"dense: index {config.index} records no passage store; "
+                              "set 'passages'")
+        model = load_encoder(model_name).to(_device(config.device))
+        return cls(model, index, PassageStore.open(Path(passages)), config)
+
+    @property
+    def precision(self) -> str | None:
+        """fp32 or bf16-autocast once decided (on the first batch of queries)."""
+        return self._precision
+
+    def encode_queries(self, queries: Sequence[str]):
+        """float32 numpy `[len(queries), dim]` query vectors."""
+        import numpy as np
+        import torch
+
+        from .precision import BF16, FP32, autocast, fast_path_agrees
+
+        queries = list(queries)
+        out = np.empty((len(queries), self.model.dim), dtype=np.float32)
+        size = self.config.batch_size
+        for begin in range(0, len(queries), size):
+            batch = self.model.tokenize_queries(queries[begin:begin + size])
+            if self._precision is None:
+                ok, _ = fast_path_agrees(lambda: self.model.encode_query(batch),
+                                         self.model.device, "queries")
+                self._precision = BF16 if ok else FP32
+            with torch.inference_mode(), autocast(self._precision, self.model.device):
+                vectors = self.model.encode_query(batch)
+            out[begin:begin + len(vectors)] = vectors.float().cpu().numpy()
+        return out
+
+    def search(self, query_vectors, k: int = 10) -> list[list[Hit]]:
+        """Hits for precomputed query vectors (`[n, dim]`)."""
+        scores, rows = self.index.search(query_vectors, k)
+        results = []
+        for score_row, index_row in zip(scores, rows):
+            hits = [Hit(self.store.id_at(int(i)), float(s), rank)
+                    for rank, (s, i) in enumerate(
+                        ((s, i) for s, i in zip(score_row, index_row) if i >= 0), start=1)]
+            results.append(hits)
+        return results
+
+    def retrieve_batch(self, queries: Sequence[str], k: int = 10) -> list[list[Hit]]:
+        if not queries:
+            return []
+        return self.search(self.encode_queries(queries), k)
