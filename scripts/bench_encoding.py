@@ -66,15 +66,29 @@ def bench_encoding(model: DualEncoder, passages: list[Passage], batch_size: int)
     return rows
 
 
-def bench_queries(index_dir: str, turns: str | None, count: int) -> dict:
-    """Latency of the `dense` retriever: one query at a time, and batches of 64."""
-    import retrievers.dense.retriever  # noqa: F401
-    from convqa.io import iter_jsonl
+def load_queries(turns: str | None, history: str | None, count: int) -> list[str]:
+    """The first `count` questions of a benchmark's turns.jsonl, formatted with a history
+    strategy when one is named (else q_t alone)."""
+    if not turns:
+        return [f"question number {i} about history" for i in range(count)]
+    from convqa.benchmark.labelled_turns import load_labelled_turns
+    from convqa.history.base import build_history_strategy
+
+    labelled = load_labelled_turns(turns)
+    chosen = labelled.turns[:count]
+    if not history:
+        return [t.question for t in chosen]
+    strategy = build_history_strategy(history)
+    return [strategy.format_turn(labelled.conversations[t.conversation_id], t.turn)
+            for t in chosen]
+
+
+def bench_queries(index_dir: str, questions: list[str]) -> dict:
+    """Latency of the `dense` retriever: one query per call, and 64 per `retrieve_batch` call
+    (encoded in batches of the retriever's batch_size)."""
     from convqa.registry import RETRIEVERS
 
     retriever = RETRIEVERS.build({"name": "dense", "index": index_dir})
-    questions = [row["question"] for _, row in iter_jsonl(turns)][:count] if turns else \
-        [f"question number {i} about history" for i in range(count)]
     retriever.retrieve_batch(questions[:8], k=10)  # warm-up + fast-path check
     start = time.perf_counter()
     for question in questions:
@@ -94,14 +108,16 @@ def bench_queries(index_dir: str, turns: str | None, count: int) -> dict:
     search_batched = (time.perf_counter() - start) / len(questions)
     index_file = Path(index_dir) / "index.faiss"
     vectors_dir = Path(index_dir) / "vectors"
+    tokens = retriever.model.tokenize_queries(questions)["attention_mask"].sum(1).tolist()
     return {"index": index_dir, "factory": retriever.index.meta["factory"],
             "passages": retriever.index.count, "queries": len(questions),
+            "query_mean_tokens": sum(tokens) / len(tokens),
             "query_precision": retriever.precision,
             "index_mb": index_file.stat().st_size / 2**20,
             "vectors_mb": sum(p.stat().st_size for p in vectors_dir.glob("*.npy")) / 2**20
             if vectors_dir.exists() else None,
             "ms_per_query_one_at_a_time": 1000 * single,
-            "ms_per_query_batched_64": 1000 * batched,
+            "ms_per_query_in_calls_of_64": 1000 * batched,
             "faiss_ms_per_query_one_at_a_time": 1000 * search_single,
             "faiss_ms_per_query_batched": 1000 * search_batched}
 
@@ -117,9 +133,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--index", default=None, help="also time queries on this dense index")
     parser.add_argument("--turns", default=None, help="turns.jsonl whose questions to query")
     parser.add_argument("--queries", type=int, default=256)
+    parser.add_argument("--history", default=None,
+                        help="history strategy for the queries (e.g. current_first); default "
+                             "the question alone")
     parser.add_argument("--skip-encoding", action="store_true")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch/FAISS threads (default: torch's choice). On a machine busy "
+                             "with other work, fewer threads than cores can be much faster: "
+                             "spinning OpenMP threads wait for descheduled peers")
     parser.add_argument("--json", default=None, help="also write the results here")
     args = parser.parse_args(argv)
+    if args.threads:
+        import faiss
+
+        torch.set_num_threads(args.threads)
+        faiss.omp_set_num_threads(args.threads)
 
     result: dict = {"threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
                     "load_average": os.getloadavg(), "torch": torch.__version__}
@@ -143,7 +171,9 @@ def main(argv: list[str] | None = None) -> None:
                   f"{row['min_cosine_to_fp32']:.6f} |")
         print(f"\nfast path / naive fp32: {fast / naive:.2f}x")
     if args.index:
-        queries = bench_queries(args.index, args.turns, args.queries)
+        queries = bench_queries(args.index, load_queries(args.turns, args.history,
+                                                          args.queries))
+        queries["history"] = args.history
         result["retrieval"] = queries
         print("\n" + "\n".join(f"{k}: {v:.2f}" if isinstance(v, float) else f"{k}: {v}"
                                for k, v in queries.items()))

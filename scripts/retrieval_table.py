@@ -17,7 +17,8 @@ A systems file is YAML:
         retriever: {name: dense, index: "{corpus}/indexes/minilm"}
         history: current_first
 
-`{corpus}` in any string stands for the corpus's benchmark folder. A BM25 index that does not
+`{corpus}` in any string stands for the corpus's benchmark folder; `corpora: [vital]` limits a
+system to the named corpora (the default is every corpus). A BM25 index that does not
 exist yet is built from `{corpus}/passages`. Runs are cached (convqa.evaluation.retrieval), so
 adding a system and rerunning costs only the new rows.
 
@@ -97,6 +98,9 @@ def load_systems(path: str | None) -> list[dict[str, Any]]:
     for index, system in enumerate(systems):
         if not isinstance(system, dict) or not system.get("label") or "retriever" not in system:
             raise ConfigError(f"{path}: systems[{index}] needs 'label' and 'retriever'")
+        corpora = system.get("corpora", [])
+        if not isinstance(corpora, list) or not all(isinstance(c, str) for c in corpora):
+            raise ConfigError(f"{path}: systems[{index}].corpora must be a list of corpus names")
     return systems
 
 
@@ -196,6 +200,8 @@ def main(argv: list[str] | None = None) -> int:
         for name, folder in corpora.items():
             all_results[name] = []
             for system in systems:
+                if name not in system.get("corpora", [name]):
+                    continue  # e.g. a dense index built for the vital corpus only
                 spec = substitute(system["retriever"], folder)
                 ensure_bm25_indexes(spec, folder, not args.quiet)
                 result = evaluate_retrieval(

@@ -40,9 +40,10 @@ def model(tiny_dir):
     return DualEncoder.build(DualEncoderConfig(model=str(tiny_dir))).eval()
 
 
-def one_by_one(model, passages) -> np.ndarray:
-    """Reference: every passage encoded alone in fp32 (no padding, no sorting)."""
-    return np.concatenate([encode_passages(model, [p], 1) for p in passages])
+def reference(model, passages) -> np.ndarray:
+    """fp32, one batch in input order (no shards, no sorting): row i is passage i. Padding does
+    not change a vector (test_dense_model checks that)."""
+    return encode_passages(model, passages, len(passages), sort=False)
 
 
 def test_shards_manifest_and_row_order(model, tmp_path):
@@ -58,8 +59,8 @@ def test_shards_manifest_and_row_order(model, tmp_path):
     assert manifest["corpus_checksum"] == passages_checksum(passages)
     vectors = shards.load()
     assert vectors.shape == (50, 32) and vectors.dtype == np.float32
-    # row i is passage i, within float16 rounding of encoding it alone
-    np.testing.assert_allclose(vectors, one_by_one(model, passages), atol=2e-3)
+    # row i is passage i, within float16 rounding
+    np.testing.assert_allclose(vectors, reference(model, passages), atol=2e-3)
     assert np.allclose(shards.rows([49, 3, 17]), vectors[[49, 3, 17]])
 
 
@@ -70,7 +71,7 @@ def test_float32_vectors_and_store_input(model, tmp_path):
     shards = encode_corpus(model, store, tmp_path / "v", batch_size=4, fast=False,
                            shard_size=8, dtype="float32", progress=False)
     assert shards.dtype == "float32"
-    np.testing.assert_allclose(shards.load(), one_by_one(model, passages), atol=1e-5)
+    np.testing.assert_allclose(shards.load(), reference(model, passages), atol=1e-5)
 
 
 def test_resume_after_kill_encodes_only_what_is_missing(model, tmp_path, monkeypatch):
@@ -150,7 +151,7 @@ def test_fast_path_falls_back_to_fp32_when_it_disagrees(model, tmp_path, monkeyp
     shards = encode_corpus(model, passages, tmp_path / "w", shard_size=8, progress=False)
     assert shards.manifest["precision"] == "bf16-autocast"
     # the bf16 vectors are still close to fp32 ones
-    np.testing.assert_allclose(shards.load(), one_by_one(model, passages), atol=0.05)
+    np.testing.assert_allclose(shards.load(), reference(model, passages), atol=0.05)
     # a run started fast cannot be resumed in fp32 (the vectors would be mixed)
     with pytest.raises(ConvQAError, match="fast=False"):
         encode_corpus(model, passages, tmp_path / "w", shard_size=8, fast=False, progress=False)
@@ -176,8 +177,10 @@ def test_bad_inputs(model, tmp_path):
 
 
 ENCODE_SCRIPT = """
+import logging
 import os
 import sys
+logging.basicConfig(level=logging.INFO, stream=sys.stdout)
 from retrievers.dense.encode import encode_corpus
 from retrievers.dense.model import DualEncoder, DualEncoderConfig
 from test_dense_encode import corpus
@@ -197,6 +200,11 @@ def test_accelerate_launch_two_cpu_processes_equal_one(model, tiny_dir, tmp_path
     import sys
     from pathlib import Path
 
+    import socket
+
+    with socket.socket() as probe:  # a free port: other test runs may hold accelerate's default
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
     script = tmp_path / "encode.py"
     script.write_text(ENCODE_SCRIPT)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
@@ -205,13 +213,34 @@ def test_accelerate_launch_two_cpu_processes_equal_one(model, tiny_dir, tmp_path
     result = subprocess.run(
         [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes",
          "2", "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+         "--main_process_port", str(port),
          str(script), str(tiny_dir), str(tmp_path / "out")],
         capture_output=True, text=True, env=env, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.returncode == 0, result.stderr[:3000] + "\n...\n" + result.stderr[-1500:]
     assert "rank 0 of 2 done" in result.stdout and "rank 1 of 2 done" in result.stdout
+    # the six shards were split between the processes, not encoded twice
+    assert "process 0/2 encoded 3 shards" in result.stdout
+    assert "process 1/2 encoded 3 shards" in result.stdout
     single = encode_corpus(model, corpus(45), tmp_path / "one", batch_size=4, fast=False,
                            shard_size=8, progress=False).load()
     merged = VectorShards.open(tmp_path / "out")
     assert len(list((tmp_path / "out").glob("shard-*.npy"))) == 6
     np.testing.assert_allclose(merged.load(), single, atol=1e-3)  # float16 storage
     assert merged.manifest["fingerprint"] == model.fingerprint()
+
+
+def test_launched_processes_must_be_seen_by_the_accelerator(model, tmp_path, monkeypatch):
+    """Accelerator() without cpu=True on a GPU-less machine runs every launched process as
+    rank 0 of 1: they would all encode everything and race on the files. Refused."""
+    class SingleProcess:
+        process_index, num_processes, device = 0, 1, "cpu"
+
+        def wait_for_everyone(self) -> None:
+            pass
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ConvQAError, match="2 processes were launched but the accelerator "
+                                          "sees 1.*cpu=True"):
+        encode_corpus(model, corpus(5), tmp_path / "v", accelerator=SingleProcess(),
+                      progress=False)
+    assert not (tmp_path / "v").exists()

@@ -56,7 +56,6 @@ def test_minilm_retrieves_the_right_vital_article(minilm, tmp_path):
     from convqa.corpus import PassageStore
     from convqa.registry import RETRIEVERS
     from retrievers.dense.build import build_dense_index
-    import retrievers.dense.retriever  # noqa: F401  (registers "dense")
 
     wanted = {f"{article}#0" for article in ARTICLES}
     passages = [p for p in vital_passages() if p.id in wanted]

@@ -12,7 +12,7 @@ from pathlib import Path
 from convqa.corpus import PassageStore
 from convqa.errors import ConvQAError
 
-from .encode import encode_corpus
+from .encode import encode_corpus, launched_accelerator
 from .index import META_FILE, DenseIndex
 from .model import DualEncoder
 
@@ -38,7 +38,7 @@ def _source_name(model: DualEncoder | str | os.PathLike, encoder: DualEncoder) -
 
 def build_dense_index(model: DualEncoder | str | os.PathLike,
                       store: PassageStore | str | os.PathLike, out_dir: str | os.PathLike,
-                      factory: str = "Flat", batch_size: int = 64, fast: bool = True,
+                      factory: str = "Flat", batch_size: int = 32, fast: bool = True,
                       accelerator=None, *, dtype: str = "float16", shard_size: int = 1024,
                       train_size: int | None = None, progress: bool = True) -> DenseIndex:
     """Encode `store` with `model` into `out_dir/vectors` (resumable, sharded, parallel under
@@ -47,6 +47,7 @@ def build_dense_index(model: DualEncoder | str | os.PathLike,
     The index metadata records the encoder (absolute path or id) and the store path, so a
     `dense` retriever needs only `index=out_dir`. Returns the index (on every process)."""
     encoder = load_encoder(model)
+    accelerator = accelerator if accelerator is not None else launched_accelerator()
     if not isinstance(store, PassageStore):
         store = PassageStore.open(store)
     out = Path(out_dir)
@@ -54,8 +55,7 @@ def build_dense_index(model: DualEncoder | str | os.PathLike,
         raise ConvQAError(f"{out}: exists and is not a folder")
     vectors = encode_corpus(encoder, store, out / VECTORS_DIR, batch_size, fast, accelerator,
                             shard_size=shard_size, dtype=dtype, progress=progress)
-    rank = accelerator.process_index if accelerator is not None else \
-        int(os.environ.get("RANK", "0"))
+    rank = accelerator.process_index if accelerator is not None else 0
     if rank == 0 and not _up_to_date(out, vectors.fingerprint, store.checksum, factory):
         index = DenseIndex.build(vectors, factory, encoder=_source_name(model, encoder),
                                  train_size=train_size, progress=progress)
@@ -63,8 +63,6 @@ def build_dense_index(model: DualEncoder | str | os.PathLike,
                    precision=vectors.manifest.get("precision"))
     if accelerator is not None:
         accelerator.wait_for_everyone()
-    else:
-        _wait_if_launched()
     return DenseIndex.load(out)
 
 
@@ -77,11 +75,3 @@ def _up_to_date(out: Path, fingerprint: str, checksum: str, factory: str) -> boo
         return False
     return (meta.get("fingerprint") == fingerprint and meta.get("corpus_checksum") == checksum
             and meta.get("factory") == factory)
-
-
-def _wait_if_launched() -> None:
-    """Under `accelerate launch` without an explicit accelerator, sync the processes."""
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        from accelerate import PartialState
-
-        PartialState().wait_for_everyone()

@@ -99,30 +99,48 @@ def _pad(features: list[dict[str, list[int]]], pad_id: int) -> dict[str, torch.T
     return batch
 
 
-def encode_passages(model, passages: Sequence[Passage], batch_size: int = 64,
+def encode_passages(model, passages: Sequence[Passage], batch_size: int = 32,
                     precision: str = FP32, sort: bool = True, bar=None) -> np.ndarray:
     """float32 `[len(passages), dim]` vectors in input order (no gradients).
 
     `sort` batches passages of similar token length together (longest first), which removes
     most padding; `bar` is an optional tqdm bar advanced per batch."""
-    if batch_size < 1:
-        raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
     if not passages:
         return np.zeros((0, model.dim), dtype=np.float32)
     tokens = model.tokenize_passages(passages, padding=False)
+    return encode_tokenized(model.encode_passage, tokens, model.passage_tokenizer.pad_token_id,
+                            model.dim, model.device, batch_size, precision, sort, bar)
+
+
+def encode_queries(model, queries: Sequence[str], batch_size: int = 16,
+                   precision: str = FP32, sort: bool = True) -> np.ndarray:
+    """float32 `[len(queries), dim]` query vectors in input order, length-sorted batches."""
+    if not queries:
+        return np.zeros((0, model.dim), dtype=np.float32)
+    tokens = model.tokenize_queries(queries, padding=False)
+    return encode_tokenized(model.encode_query, tokens, model.query_tokenizer.pad_token_id,
+                            model.dim, model.device, batch_size, precision, sort)
+
+
+def encode_tokenized(encode, tokens: dict[str, list[list[int]]], pad_id: int | None, dim: int,
+                     device, batch_size: int, precision: str, sort: bool,
+                     bar=None) -> np.ndarray:
+    """Run `encode` over unpadded token lists in batches; vectors come back in input order."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
+    if pad_id is None:
+        raise ConfigError("the tokenizer has no padding token")
     keys = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in tokens]
-    features = [{k: tokens[k][i] for k in keys} for i in range(len(passages))]
-    order = list(range(len(passages)))
+    count = len(tokens["input_ids"])
+    features = [{k: tokens[k][i] for k in keys} for i in range(count)]
+    order = list(range(count))
     if sort:
         order.sort(key=lambda i: -len(features[i]["input_ids"]))
-    pad_id = model.passage_tokenizer.pad_token_id
-    if pad_id is None:
-        raise ConfigError("the passage tokenizer has no padding token")
-    out = np.empty((len(passages), model.dim), dtype=np.float32)
-    with torch.inference_mode(), autocast(precision, model.device):
-        for begin in range(0, len(order), batch_size):
+    out = np.empty((count, dim), dtype=np.float32)
+    with torch.inference_mode(), autocast(precision, device):
+        for begin in range(0, count, batch_size):
             rows = order[begin:begin + batch_size]
-            vectors = model.encode_passage(_pad([features[i] for i in rows], pad_id))
+            vectors = encode(_pad([features[i] for i in rows], pad_id))
             out[rows] = vectors.float().cpu().numpy()
             if bar is not None:
                 bar.update(len(rows))
@@ -213,13 +231,14 @@ def _write_shard(folder: Path, start: int, end: int, array: np.ndarray) -> None:
         raise
 
 
-def _launched_accelerator():
-    """An Accelerator when this process was started by `accelerate launch`/torchrun."""
+def launched_accelerator():
+    """An Accelerator when this process was started by `accelerate launch` or torchrun, else
+    None. Without GPUs it must be told `cpu=True`, or it silently runs as a single process."""
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return None
     from accelerate import Accelerator
 
-    return Accelerator()
+    return Accelerator(cpu=not torch.cuda.is_available())
 
 
 def _same_device(a: torch.device, b: torch.device | str) -> bool:
@@ -258,7 +277,7 @@ def _choose_precision(model, corpus: _Corpus, fast: bool, batch_size: int,
 
 
 def encode_corpus(model, store_or_passages: PassageStore | Sequence[Passage],
-                  out_dir: str | os.PathLike, batch_size: int = 64, fast: bool = True,
+                  out_dir: str | os.PathLike, batch_size: int = 32, fast: bool = True,
                   accelerator=None, *, shard_size: int = 1024, dtype: str = "float16",
                   progress: bool = True, check_size: int = 32) -> VectorShards:
     """Encode every passage with `model.encode_passage` into shards under `out_dir`; resume.
@@ -276,8 +295,12 @@ def encode_corpus(model, store_or_passages: PassageStore | Sequence[Passage],
     corpus = _Corpus(store_or_passages)
     if len(corpus) == 0:
         raise ConvQAError("cannot encode an empty corpus")
-    accelerator = accelerator if accelerator is not None else _launched_accelerator()
+    accelerator = accelerator if accelerator is not None else launched_accelerator()
     rank, world = (accelerator.process_index, accelerator.num_processes) if accelerator else (0, 1)
+    launched = int(os.environ.get("WORLD_SIZE", "1"))
+    if launched > 1 and world != launched:
+        raise ConvQAError(f"{launched} processes were launched but the accelerator sees {world}"
+                          "; on a machine without GPUs create it with Accelerator(cpu=True)")
     barrier = accelerator.wait_for_everyone if accelerator else (lambda: None)
     if accelerator is not None and not _same_device(model.device, accelerator.device):
         model.to(accelerator.device)
@@ -302,6 +325,7 @@ def encode_corpus(model, store_or_passages: PassageStore | Sequence[Passage],
                 vectors = encode_passages(model, corpus.rows(start, end), batch_size,
                                           precision, sort=True, bar=bar)
                 _write_shard(folder, start, end, _cast(vectors, dtype, start))
+        log.info("process %d/%d encoded %d shards", rank, world, len(todo))
         barrier()
         if rank == 0:
             _finish(shards)

@@ -273,8 +273,10 @@ class DualEncoder(torch.nn.Module):
                                                          self.separate_passage_encoder]
 
     # -- tokenization and encoding ---------------------------------------------------------
-    def tokenize_queries(self, texts: Sequence[str]) -> dict[str, Tensor]:
-        return self._tokenize(self.query_tokenizer, list(texts), self.config.query_max_length)
+    def tokenize_queries(self, texts: Sequence[str], padding: bool = True) -> dict[str, Tensor]:
+        """Padded tensors, or (padding=False) lists of token ids for length-sorted batching."""
+        return self._tokenize(self.query_tokenizer, list(texts), self.config.query_max_length,
+                              padding)
 
     def passage_texts(self, passages: Iterable[Passage]) -> list[str]:
         """`title [SEP] text` as one sequence (the text alone when there is no title)."""
