@@ -76,6 +76,17 @@ def load_json(path: str | os.PathLike) -> Any:
         raise DataError(f"malformed JSON ({exc.msg}, column {exc.colno})", path, exc.lineno) from None
 
 
+def load_format_json(path: str | os.PathLike, fmt: str, version: int, what: str) -> dict:
+    """A metadata JSON object written by convqa, checked to be of format `fmt` and `version`."""
+    meta = load_json(path)
+    if not isinstance(meta, dict) or meta.get("format") != fmt:
+        raise DataError(f"not a {what} (format is not {fmt!r})", path)
+    if meta.get("version") != version:
+        raise DataError(f"unsupported {what} version {meta.get('version')!r} "
+                        f"(this convqa reads {version})", path, None, "version")
+    return meta
+
+
 def require(record: Any, field: str, path: str | os.PathLike | None = None,
             line: int | None = None, types: type | tuple[type, ...] | None = None) -> Any:
     """`record[field]`, or a DataError naming the missing/mistyped field and where it is."""

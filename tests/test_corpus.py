@@ -519,7 +519,7 @@ def test_opening_damaged_stores(tmp_path):
 
     meta = json.loads((path / "meta.json").read_text())
     (path / "meta.json").write_text(json.dumps({**meta, "version": 99}))
-    with pytest.raises(DataError, match="field 'version': unsupported store version 99"):
+    with pytest.raises(DataError, match="field 'version': unsupported passage store version 99"):
         PassageStore.open(path)
     (path / "meta.json").write_text(json.dumps({**meta, "count": 3}))
     with pytest.raises(DataError, match=r"offsets\.npy: expected 4 int64 values"):

@@ -34,7 +34,7 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 
 from ..errors import ConvQAError, DataError
-from ..io import load_json, write_json
+from ..io import load_format_json, load_json, write_json
 from ..types import Passage
 
 FORMAT = "convqa-passage-store"
@@ -188,12 +188,7 @@ class PassageStore:
         path = Path(path)
         if not path.is_dir():
             raise DataError("not a passage store (expected a folder with meta.json)", path)
-        meta = load_json(path / META)
-        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-            raise DataError(f"not a passage store (format is not {FORMAT!r})", path / META)
-        if meta.get("version") != VERSION:
-            raise DataError(f"unsupported store version {meta.get('version')!r} "
-                            f"(this convqa reads {VERSION})", path / META, None, "version")
+        meta = load_format_json(path / META, FORMAT, VERSION, "passage store")
         count = meta.get("count")
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
             raise DataError("expected a non-negative integer", path / META, None, "count")

@@ -28,7 +28,7 @@ import torch
 
 from convqa.corpus import PassageStore
 from convqa.errors import ConfigError, ConvQAError, DataError
-from convqa.io import load_json, write_json
+from convqa.io import load_format_json, write_json
 from convqa.types import Passage
 
 from .precision import BF16, FP32, autocast, fast_path_agrees
@@ -160,12 +160,7 @@ class VectorShards:
         path = folder / MANIFEST
         if not path.exists():
             raise DataError("not an encoded-vectors folder (no manifest.json)", folder)
-        manifest = load_json(path)
-        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-            raise DataError(f"not an encoded-vectors manifest (format is not {FORMAT!r})", path)
-        if manifest.get("version") != VERSION:
-            raise DataError(f"unsupported version {manifest.get('version')!r}", path, None,
-                            "version")
+        manifest = load_format_json(path, FORMAT, VERSION, "encoded-vectors manifest")
         if require_complete and not manifest.get("complete"):
             raise ConvQAError(f"{folder}: encoding is not finished; rerun it to resume")
         return cls(folder, manifest)

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from convqa.errors import ConfigError, ConvQAError, DataError
-from convqa.io import load_json, write_json
+from convqa.io import load_format_json, write_json
 
 from .encode import VectorShards
 
@@ -167,12 +167,7 @@ class DenseIndex:
         meta_path = folder / META_FILE
         if not meta_path.exists():
             raise DataError(f"not a dense index (no {META_FILE})", folder)
-        meta = load_json(meta_path)
-        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-            raise DataError(f"not a dense index (format is not {FORMAT!r})", meta_path)
-        if meta.get("version") != VERSION:
-            raise DataError(f"unsupported version {meta.get('version')!r}", meta_path, None,
-                            "version")
+        meta = load_format_json(meta_path, FORMAT, VERSION, "dense index")
         file = folder / INDEX_FILE
         if not file.exists() or file.stat().st_size != meta.get("index_bytes"):
             raise DataError(f"{INDEX_FILE} is missing or does not match {META_FILE} "

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from convqa.errors import ConfigError, ConvQAError, DataError
-from convqa.io import load_json, write_json
+from convqa.io import load_format_json, load_json, write_json
 from convqa.models import DEFAULT_MODEL, resolve_model
 from convqa.types import Passage
 
@@ -216,12 +216,7 @@ class DualEncoder(torch.nn.Module):
                 model = cls.build(DualEncoderConfig(model=str(folder)))
             model.source = str(path)
             return model
-        meta = load_json(meta_path)
-        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-            raise DataError(f"not a convqa dual encoder (format is not {FORMAT!r})", meta_path)
-        if meta.get("version") != VERSION:
-            raise DataError(f"unsupported version {meta.get('version')!r} (this convqa reads "
-                            f"{VERSION})", meta_path, None, "version")
+        meta = load_format_json(meta_path, FORMAT, VERSION, "convqa dual encoder")
         config = DualEncoderConfig.from_dict(meta.get("config") or {}, str(meta_path))
         shared = bool(meta.get("shared", config.passage_model is None))
         if meta.get("adapter"):
