@@ -187,7 +187,9 @@ from test_dense_encode import corpus
 model = DualEncoder.build(DualEncoderConfig(model=sys.argv[1])).eval()
 encode_corpus(model, corpus(45), sys.argv[2], batch_size=4, fast=False, shard_size=8,
               progress=False)
-print("rank", os.environ["RANK"], "of", os.environ["WORLD_SIZE"], "done", flush=True)
+# one write call: the two processes share stdout, and print() writes its pieces one by one
+sys.stdout.write(f"rank {os.environ['RANK']} of {os.environ['WORLD_SIZE']} done" + chr(10))
+sys.stdout.flush()
 """
 
 
