@@ -291,6 +291,17 @@ class ContextChecker:
             if self.first is None:
                 self.first = str(where.error(message, self.field))
 
+    def conversations(self, rows: Iterable[TurnRow], path: str | os.PathLike) -> list[Conversation]:
+        """Group `rows` into conversations (turn order checked), compare each row's history copy,
+        and report mismatches for `path`."""
+        result = []
+        for conv_id, conv_rows in group_rows(rows):
+            conversation = Conversation(conv_id, [row.turn for row in conv_rows])
+            self.check(conversation, conv_rows)
+            result.append(conversation)
+        self.finish(path)
+        return result
+
     def finish(self, path: str | os.PathLike) -> None:
         if self.mismatches:
             warnings.warn(f"{path}: {self.mismatches} turn(s) have a '{self.field}' that differs "

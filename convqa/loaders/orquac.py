@@ -30,7 +30,7 @@ from pathlib import Path
 from ..errors import DataError
 from ..io import iter_jsonl
 from ..types import Conversation, Turn
-from ._common import ContextChecker, ContextMode, Source, TurnRow, get, group_rows, iter_tsv
+from ._common import ContextChecker, ContextMode, Source, TurnRow, get, iter_tsv
 from .canard import NO_ANSWER
 
 KINDS = ("question", "rewrite", "answer", "history")
@@ -98,13 +98,7 @@ def load_orquac(directory: str | os.PathLike, split: str = "dev",
         rows.append(TurnRow(dialog, number, turn, src, history, history_src))
 
     checker = ContextChecker(context, "history", render=_joined_history)
-    conversations = []
-    for conv_id, conv_rows in group_rows(rows):
-        conversation = Conversation(conv_id, [row.turn for row in conv_rows])
-        checker.check(conversation, conv_rows)
-        conversations.append(conversation)
-    checker.finish(paths.get("history", paths["question"]))
-    return conversations
+    return checker.conversations(rows, paths.get("history", paths["question"]))
 
 
 def _same_qids(questions: dict, table: dict, questions_path: Path, path: Path) -> None:

@@ -25,7 +25,7 @@ from typing import Any
 from ..errors import DataError
 from ..types import Conversation, QueryId, Turn
 from ._common import (ContextChecker, ContextMode, Source, TurnRow, get, get_id, get_str_list,
-                      get_turn_number, group_rows, iter_records, load_json_object, type_name)
+                      get_turn_number, iter_records, load_json_object, type_name)
 
 
 def load_qrecc(path: str | os.PathLike, id_prefix: str = "",
@@ -35,13 +35,7 @@ def load_qrecc(path: str | os.PathLike, id_prefix: str = "",
     "warn", "ignore"); history always comes from the earlier turns."""
     checker = ContextChecker(context, "Context")
     rows = [_row(record, src, id_prefix) for src, record in iter_records(path)]
-    conversations = []
-    for conv_id, conv_rows in group_rows(rows):
-        conversation = Conversation(conv_id, [row.turn for row in conv_rows])
-        checker.check(conversation, conv_rows)
-        conversations.append(conversation)
-    checker.finish(path)
-    return conversations
+    return checker.conversations(rows, path)
 
 
 def _row(record: Any, src: Source, id_prefix: str) -> TurnRow:

@@ -23,7 +23,7 @@ from typing import Any
 
 from ..types import Conversation, Turn
 from ._common import (ContextChecker, ContextMode, Source, TurnRow, get, get_id, get_str_list,
-                      get_turn_number, group_rows, iter_records, type_name)
+                      get_turn_number, iter_records, type_name)
 
 UNANSWERABLE = "UNANSWERABLE"
 
@@ -33,13 +33,7 @@ def load_topiocqa(path: str | os.PathLike,
     """All conversations of a TopiOCQA file, in order of first appearance."""
     checker = ContextChecker(context, "Context")
     rows = [_row(record, src) for src, record in iter_records(path)]
-    conversations = []
-    for conv_id, conv_rows in group_rows(rows):
-        conversation = Conversation(conv_id, [row.turn for row in conv_rows])
-        checker.check(conversation, conv_rows)
-        conversations.append(conversation)
-    checker.finish(path)
-    return conversations
+    return checker.conversations(rows, path)
 
 
 def topiocqa_answers(turn: Turn) -> list[str]:
