@@ -95,7 +95,7 @@ def render(result) -> str:
     lines.append("evidence:")
     for hit, passage in zip(result.hits, result.passages):
         lines.append(f"  [{hit.rank}] {passage.title or passage.id}  (score {hit.score:.2f}, id {passage.id})")
-        lines.append(textwrap.indent(textwrap.fill(_snippet(passage, result.answer), 96), "      "))
+        lines.append(textwrap.indent(textwrap.fill(passage_snippet(passage, result.answer), 96), "      "))
     if not result.hits:
         lines.append("  (nothing matched)")
     timing = ", ".join(f"{stage} {ms:.1f} ms" for stage, ms in result.timings_ms.items())
@@ -103,15 +103,15 @@ def render(result) -> str:
     return "\n".join(lines)
 
 
-def _snippet(passage, answer) -> str:
-    """Passage text around the answer span, the span marked with [[ ]]."""
+def passage_snippet(passage, answer=None, chars: int = SNIPPET_CHARS) -> str:
+    """Passage text around the answer span (marked with [[ ]]), else the start of the text."""
     text = passage.text
     if answer is not None and answer.passage_id == passage.id and answer.start is not None:
-        lo = max(0, answer.start - SNIPPET_CHARS // 2)
-        hi = min(len(text), answer.end + SNIPPET_CHARS // 2)
+        lo = max(0, answer.start - chars // 2)
+        hi = min(len(text), answer.end + chars // 2)
         marked = text[lo:answer.start] + "[[" + text[answer.start:answer.end] + "]]" + text[answer.end:hi]
         return ("..." if lo else "") + marked + ("..." if hi < len(text) else "")
-    return text[:SNIPPET_CHARS] + ("..." if len(text) > SNIPPET_CHARS else "")
+    return text[:chars] + ("..." if len(text) > chars else "")
 
 
 def render_json(result) -> str:

@@ -23,6 +23,7 @@ import textwrap
 import time
 from pathlib import Path
 
+from convqa.cli.answer import passage_snippet
 from convqa.errors import ConvQAError
 
 SNIPPET_CHARS = 240
@@ -152,8 +153,7 @@ def render(query: str, hits, store) -> str:
         title = passage.title if passage is not None and passage.title else hit.passage_id
         lines.append(f"  [{hit.rank}] {title}  (score {hit.score:.3f}, id {hit.passage_id})")
         if passage is not None:
-            text = passage.text[:SNIPPET_CHARS] + ("..." if len(passage.text) > SNIPPET_CHARS
-                                                   else "")
+            text = passage_snippet(passage, chars=SNIPPET_CHARS)
             lines.append(textwrap.indent(textwrap.fill(text, 96), "      "))
     if query and not hits:
         lines.append("  (nothing matched)")
