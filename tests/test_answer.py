@@ -16,7 +16,7 @@ def cache(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def pipeline(cache):
-    return Pipeline.default(cache_dir=cache, progress=False)
+    return Pipeline.default(cache_dir=cache, progress=False, retriever="bm25")
 
 
 def test_film_question_finds_its_article(pipeline):
@@ -43,14 +43,14 @@ def test_empty_question_raises(pipeline):
 
 def test_cli_json_output_and_interactive(cache, capsys, monkeypatch, tmp_path):
     assert main(["answer", "who painted the Mona Lisa?", "--json", "--top-k", "2",
-                 "--cache-dir", str(cache)]) == 0
+                 "--cache-dir", str(cache), "--retriever", "bm25"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["hits"][0]["title"] == "Mona Lisa"
     assert len(result["hits"]) == 2
 
     lines = iter(["who painted the Mona Lisa?", "where is it displayed?", ":new", ":quit"])
     monkeypatch.setattr("builtins.input", lambda prompt="": next(lines))
-    assert main(["answer", "--top-k", "1", "--cache-dir", str(cache)]) == 0
+    assert main(["answer", "--top-k", "1", "--cache-dir", str(cache), "--retriever", "bm25"]) == 0
     out = capsys.readouterr().out
     # the follow-up query carries the earlier question
     assert "query: where is it displayed? [SEP] who painted the Mona Lisa?" in out

@@ -23,6 +23,9 @@ def add_parser(subparsers) -> None:
                    help="override a config value, e.g. --set retriever.preset=qrecc")
     p.add_argument("--top-k", type=int, default=None, help="passages to retrieve (default 5)")
     p.add_argument("--cache-dir", help="where the embedded index lives (default ~/.cache/convqa)")
+    p.add_argument("--retriever", choices=("dense", "bm25", "hybrid"), default="dense",
+                   help="retriever of the embedded default: dense (DPR-IHN, default), bm25, or "
+                        "hybrid (reciprocal-rank fusion of both); ignored with --config")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--prepare", action="store_true", help="build the embedded index and exit")
     p.set_defaults(func=run)
@@ -36,8 +39,8 @@ def build_pipeline(args: argparse.Namespace):
     if args.config:
         config = load_yaml(args.config)
     else:
-        ensure_embedded(args.cache_dir, progress=True)
-        config = default_config(args.cache_dir)
+        ensure_embedded(args.cache_dir, progress=True, retriever=args.retriever)
+        config = default_config(args.cache_dir, args.retriever)
     return Pipeline.from_config(apply_overrides(config, args.overrides))
 
 
@@ -52,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     if args.prepare:
         from convqa.embedded import ensure_embedded
 
-        print(f"embedded index ready at {ensure_embedded(args.cache_dir)}")
+        print(f"embedded index ready at {ensure_embedded(args.cache_dir, retriever=args.retriever)}")
         return 0
     pipeline = build_pipeline(args)
     if args.question is not None:

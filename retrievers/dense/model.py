@@ -29,7 +29,7 @@ from torch import Tensor
 
 from convqa.errors import ConfigError, ConvQAError, DataError
 from convqa.io import load_format_json, load_json, write_json
-from convqa.models import DEFAULT_MODEL, resolve_model
+from convqa.models import DEFAULT_MODEL, resolve_model, shipped_model_path
 from convqa.types import Passage
 
 META_FILE = "convqa_dual_encoder.json"
@@ -199,6 +199,9 @@ class DualEncoder(torch.nn.Module):
         """A folder written by `save_pretrained` (full or adapter), a peft LoRA adapter folder
         over a BERT-like checkpoint, or any plain HF checkpoint id/path (shared tower, mean
         pooling)."""
+        shipped = shipped_model_path(str(path))
+        if shipped is not None:
+            path = shipped
         folder = Path(resolve_model(str(path)))
         if not folder.is_dir() or str(folder) != str(path) and not Path(path).is_dir():
             # a hub id or one of our aliases: only a plain checkpoint can be meant
@@ -440,7 +443,8 @@ def _save_adapter(tower: torch.nn.Module, folder: Path, base_name: str) -> None:
     """peft's files with a portable base name (our alias, not this machine's path)."""
     for config in tower.peft_config.values():
         config.base_model_name_or_path = base_name
-    tower.save_pretrained(str(folder), safe_serialization=True)
+    # save_embedding_layers=False: peft would otherwise look the base model up on the hub
+    tower.save_pretrained(str(folder), safe_serialization=True, save_embedding_layers=False)
     with contextlib.suppress(FileNotFoundError):
         (folder / "README.md").unlink()  # peft's generated stub; the real card is written by hand
 

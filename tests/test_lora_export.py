@@ -1,0 +1,87 @@
+"""lora_from_finetuned: a fine-tuned dual encoder as a LoRA adapter over its base model."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from convqa.errors import ConvQAError
+from retrievers.dense.lora_export import lora_from_finetuned
+from retrievers.dense.model import DualEncoder
+
+from test_dense_model import TEXTS, encode_queries, make_tiny_bert
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory, minilm_tokenizer):
+    return make_tiny_bert(tmp_path_factory.mktemp("tiny") / "bert", minilm_tokenizer)
+
+
+def tuned_copy(tiny_dir, rank: int, seed: int = 3, embeddings: bool = False) -> DualEncoder:
+    """The base with a rank-`rank` change of every linear weight, new biases and LayerNorms."""
+    model = DualEncoder.from_pretrained(str(tiny_dir))
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.query_encoder.named_parameters():
+            if name.endswith(".weight") and param.dim() == 2 and "embeddings" not in name:
+                out_dim, in_dim = param.shape
+                left = torch.randn(out_dim, rank, generator=generator) * 0.05
+                param += left @ torch.randn(rank, in_dim, generator=generator)
+            elif name.endswith(".bias") or "LayerNorm" in name:
+                param += torch.randn(param.shape, generator=generator) * 0.05
+            elif embeddings and "word_embeddings" in name:
+                param += torch.randn(param.shape, generator=generator) * 0.05
+    return model.eval()
+
+
+def test_exact_when_the_change_has_the_adapter_rank(tiny_dir, tmp_path):
+    tuned = tuned_copy(tiny_dir, rank=2)
+    adapted, report = lora_from_finetuned(DualEncoder.from_pretrained(str(tiny_dir)), tuned, r=2)
+    assert report.layers == 2 * 6 and report.min_energy_kept > 0.9999
+    assert report.left_out == {"embeddings.word_embeddings.weight": 0.0,
+                               "embeddings.position_embeddings.weight": 0.0,
+                               "embeddings.token_type_embeddings.weight": 0.0}
+    expected = encode_queries(tuned, TEXTS)
+    assert torch.allclose(encode_queries(adapted.eval(), TEXTS), expected, atol=1e-5)
+    base = encode_queries(DualEncoder.from_pretrained(str(tiny_dir)).eval(), TEXTS)
+    assert not torch.allclose(base, expected, atol=1e-3)  # the change is real
+    # the adapter saves and loads back as the same function
+    adapted.save_adapter(tmp_path / "adapter")
+    loaded = DualEncoder.from_pretrained(tmp_path / "adapter").eval()
+    assert loaded.has_adapters
+    assert torch.allclose(encode_queries(loaded, TEXTS), expected, atol=1e-5)
+    assert loaded.fingerprint() == adapted.fingerprint()
+
+
+def test_lower_rank_is_an_approximation_and_reports_it(tiny_dir):
+    tuned = tuned_copy(tiny_dir, rank=4, embeddings=True)
+    adapted, report = lora_from_finetuned(DualEncoder.from_pretrained(str(tiny_dir)), tuned, r=1)
+    assert 0.0 < report.mean_energy_kept < 0.99
+    assert report.left_out["embeddings.word_embeddings.weight"] > 0.0
+    error = (encode_queries(adapted.eval(), TEXTS) - encode_queries(tuned, TEXTS)).abs().max()
+    assert error > 1e-4
+
+
+def test_refuses_other_architectures_and_adapters(tiny_dir, tmp_path, minilm_tokenizer):
+    from transformers import BertConfig, BertModel
+
+    wider = tmp_path / "wider"
+    config = BertConfig(vocab_size=minilm_tokenizer.vocab_size, hidden_size=48,
+                        num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                        max_position_embeddings=256)
+    BertModel(config, add_pooling_layer=False).save_pretrained(str(wider))
+    minilm_tokenizer.save_pretrained(str(wider))
+    with pytest.raises(ConvQAError, match="architecture"):
+        lora_from_finetuned(DualEncoder.from_pretrained(str(tiny_dir)),
+                            DualEncoder.from_pretrained(str(wider)), r=2)
+    with_lora = DualEncoder.from_pretrained(str(tiny_dir)).add_lora(r=2)
+    with pytest.raises(ConvQAError, match="plain models"):
+        lora_from_finetuned(with_lora, tuned_copy(tiny_dir, rank=1), r=2)
+    with pytest.raises(ConvQAError, match="rank"):
+        lora_from_finetuned(DualEncoder.from_pretrained(str(tiny_dir)),
+                            tuned_copy(tiny_dir, rank=1), r=0)
+
+
+def test_shipped_retriever_adapter_loads_by_alias():
+    model = DualEncoder.from_pretrained("convqa-dpr-ihn")
+    assert model.has_adapters and model.dim == 384
+    assert model.config.pooling == "mean" and model.config.normalize
