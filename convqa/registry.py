@@ -166,5 +166,5 @@ def _coerce(value: Any, hint: Any, where: str) -> Any:
 
 RETRIEVERS: Registry = Registry(
     "retriever", ("retrievers.bm25", "retrievers.dense.retriever", "retrievers.fusion"))
-READERS: Registry = Registry("reader", ())
+READERS: Registry = Registry("reader", ("readers.extractive.reader", "readers.fid.reader"))
 HISTORY_STRATEGIES: Registry = Registry("history strategy", ("convqa.history",))
