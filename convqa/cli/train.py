@@ -5,11 +5,16 @@
                      [--history oldest_first] [--positives answer|article]
                      [--mining-corpus STORE] [--bf16] [--max-steps N] [--seed 0] ...
     convqa train mining-corpus --benchmark DIR --out STORE [--sample 20000] [--seed 0]
+    convqa train reader --out DIR [--squad FILE]... [--benchmark DIR]... [--examples JSONL]...
+                        [--passages-per-question 8] [--lora R] [--max-steps N] [--bf16] ...
+    convqa train reader-eval --model DIR --examples JSONL [--with-negatives] [--out FILE]
 
 `dpr` runs DPR-IHN (retrievers/training/ihn.py): warm-up with in-batch negatives, then for each
 further iteration encode -> mine -> retrain from the initial checkpoint; rerunning the same
 command resumes after the last finished stage. Multi-process: `accelerate launch -m
 convqa.cli.main train dpr ...` (the same flags). docs/training.md has the details.
+`reader` trains the extractive (DPR) reader: examples -> training -> held-out EM/F1
+(readers/extractive/run.py); rerunning resumes. `reader-eval` scores a reader on examples.
 """
 from __future__ import annotations
 
@@ -55,6 +60,11 @@ def add_parser(subparsers) -> None:
     jobs.required = True
     _add_dpr(jobs)
     _add_mining_corpus(jobs)
+    _add_reader(jobs)
+    _add_reader_eval(jobs)
+    from readers.fid.cli import add_fid_parser
+
+    add_fid_parser(jobs)
 
 
 def _add_dpr(jobs) -> None:
@@ -206,4 +216,162 @@ def run_mining_corpus(args: argparse.Namespace) -> int:
     store = build_mining_store(args.benchmark, args.out, sample=args.sample, seed=args.seed,
                                per_article=args.per_article, overwrite=args.force)
     print(f"{store.path}: {len(store)} passages ({store.meta.get('source')})")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# The extractive reader
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a fraction in [0, 1), got {text}")
+    return value
+
+
+def _add_reader(jobs) -> None:
+    p = jobs.add_parser(
+        "reader", help="the extractive (DPR) reader on SQuAD-format files and/or a TopiOCQA x "
+        "Wikipedia benchmark",
+        description="Train the extractive reader: build examples (OUT/data), train (OUT/model, "
+        "resumable from OUT/checkpoint), then score held-out questions (OUT/eval.json). Rerun "
+        "the same command to resume. Several processes: torchrun ... -m convqa.cli.main train "
+        "reader ... (the same flags).")
+    p.add_argument("--out", required=True, metavar="DIR", help="output folder")
+    p.add_argument("--squad", action="append", default=[], metavar="FILE",
+                   help="SQuAD-format file (repeatable); articles are held out by "
+                        "--heldout-fraction")
+    p.add_argument("--benchmark", action="append", default=[], metavar="DIR",
+                   help="benchmark folder of `convqa data topiocqa-wiki` (repeatable): train "
+                        "turns train, dev turns are held out")
+    p.add_argument("--examples", action="append", default=[], metavar="JSONL",
+                   help="prepared reader examples (readers/extractive/data.py format)")
+    p.add_argument("--init-model", default="all-MiniLM-L6-v2", metavar="ID_OR_PATH",
+                   help="encoder, question-answering checkpoint or reader folder to start from "
+                        "(default all-MiniLM-L6-v2)")
+    p.add_argument("--passages-per-question", type=_positive_int, default=8, metavar="N",
+                   help="passages read per question in training: 1 positive + N-1 negatives "
+                        "(default 8)")
+    p.add_argument("--negatives", type=_count, default=7, metavar="N",
+                   help="negatives stored per built example (default 7)")
+    p.add_argument("--lora", type=_count, default=0, metavar="R",
+                   help="train LoRA adapters of rank R on the encoder (heads fully trained)")
+    p.add_argument("--epochs", type=_positive_int, default=1)
+    p.add_argument("--max-steps", type=_positive_int, metavar="N", help="cap on optimizer steps")
+    p.add_argument("--batch-size", type=_positive_int, default=4,
+                   help="questions per process per step (default 4)")
+    p.add_argument("--grad-accum", type=_positive_int, default=1, metavar="N")
+    p.add_argument("--lr", type=_positive_float, default=2e-5, help="peak learning rate")
+    p.add_argument("--warmup-ratio", type=_fraction, default=0.1)
+    p.add_argument("--max-length", type=_int_at_least(48), default=256, metavar="TOKENS",
+                   help="tokens per window (default 256)")
+    p.add_argument("--encoder-layers", type=_positive_int, metavar="N",
+                   help="keep only the first N layers of the initial encoder (3 of MiniLM's 6 "
+                        "read about twice as fast)")
+    p.add_argument("--history", default="current_first", metavar="STRATEGY",
+                   help="query formatting of the conversation (default current_first)")
+    p.add_argument("--history-max-tokens", type=_positive_int, default=64, metavar="N",
+                   help="token budget of the query (default 64)")
+    p.add_argument("--max-examples", type=_positive_int, metavar="N",
+                   help="training examples per source (a seeded sample)")
+    p.add_argument("--max-heldout", type=_positive_int, default=1000, metavar="N",
+                   help="held-out examples kept per source (default 1000)")
+    p.add_argument("--heldout-fraction", type=_fraction, default=0.1,
+                   help="fraction of SQuAD articles held out (default 0.1)")
+    p.add_argument("--eval-examples", type=_positive_int, default=300, metavar="N",
+                   help="held-out questions scored per source after training (default 300)")
+    p.add_argument("--no-eval", action="store_true", help="skip the held-out evaluation")
+    p.add_argument("--bf16", action="store_true", help="bf16 autocast in training")
+    p.add_argument("--checkpoint-every", type=_count, default=200, metavar="STEPS")
+    p.add_argument("--seed", type=_count, default=0)
+    p.add_argument("--cpu", action="store_true", help="train on the CPU even if a GPU exists")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(func=run_reader)
+
+
+def _add_reader_eval(jobs) -> None:
+    p = jobs.add_parser(
+        "reader-eval", help="EM/F1 of an extractive reader on reader examples",
+        description="Score a reader on examples (JSONL, e.g. OUT/data/heldout.jsonl of a "
+        "`train reader` run): the gold passage alone, or with the example's negatives.")
+    p.add_argument("--model", required=True, metavar="DIR",
+                   help="reader folder or question-answering checkpoint")
+    p.add_argument("--examples", required=True, metavar="JSONL")
+    p.add_argument("--with-negatives", action="store_true",
+                   help="read each question against its gold passage and its negatives")
+    p.add_argument("--max-examples", type=_positive_int, metavar="N")
+    p.add_argument("--strategy", choices=("best_passage", "global"), default="best_passage")
+    p.add_argument("--convention", choices=("squad", "topiocqa"), default="squad",
+                   help="EM/F1 with several gold answers (default squad: max over golds)")
+    p.add_argument("--out", metavar="FILE", help="write scores and predictions as JSON")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=run_reader_eval)
+
+
+def _reader_config(args: argparse.Namespace):
+    from readers.extractive.run import ReaderRunConfig
+    from readers.extractive.train import ReaderTrainConfig
+
+    train = ReaderTrainConfig(
+        epochs=args.epochs, batch_size=args.batch_size,
+        passages_per_question=args.passages_per_question, grad_accum=args.grad_accum,
+        lr=args.lr, warmup_ratio=args.warmup_ratio, max_steps=args.max_steps,
+        history={"name": args.history, "max_tokens": args.history_max_tokens}, bf16=args.bf16,
+        seed=args.seed, checkpoint_every=args.checkpoint_every, progress=not args.quiet)
+    return ReaderRunConfig(
+        squad=list(args.squad), benchmarks=list(args.benchmark), examples=list(args.examples),
+        init_model=args.init_model, max_length=args.max_length,
+        encoder_layers=args.encoder_layers, lora_r=args.lora,
+        negatives=args.negatives, heldout_fraction=args.heldout_fraction,
+        max_examples=args.max_examples, max_heldout=args.max_heldout,
+        eval_examples=args.eval_examples, evaluate=not args.no_eval, train=train)
+
+
+def run_reader(args: argparse.Namespace) -> int:
+    from readers.extractive.run import run_reader_training
+    from retrievers.training.trainer import make_accelerator
+
+    config = _reader_config(args)
+    if args.quiet:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    accelerator = make_accelerator(cpu=args.cpu)
+    began = time.perf_counter()
+
+    def say(message: str) -> None:
+        print(f"[{time.perf_counter() - began:7.1f}s] {message}", flush=True)
+
+    run_reader_training(config, args.out, accelerator, say)
+    return 0
+
+
+def run_reader_eval(args: argparse.Namespace) -> int:
+    import json
+
+    from convqa.io import write_json
+    from readers.extractive.data import load_examples
+    from readers.extractive.model import ExtractiveReader
+    from readers.extractive.reader import SpanReader
+    from readers.extractive.train import evaluate_reader
+
+    examples = load_examples(args.examples)[:args.max_examples]
+    if not examples:
+        raise ConvQAError(f"{args.examples}: no examples")
+    model = ExtractiveReader.from_pretrained(args.model)
+    if model.has_adapters:
+        model.merge_adapters()
+    reader = SpanReader.from_model(model.eval(), strategy=args.strategy)
+    result = evaluate_reader(reader, examples, with_negatives=args.with_negatives,
+                             convention=args.convention, progress=not args.quiet)
+    summary = {k: v for k, v in result.items() if k != "predictions"}
+    if args.out:
+        write_json(args.out, {**summary, "model": args.model,
+                              "model_fingerprint": model.fingerprint(),
+                              "predictions": result["predictions"]})
+    print(json.dumps(summary))
     return 0

@@ -1,0 +1,462 @@
+"""Reader training examples: a question with its history, positive passages carrying every
+occurrence of the answer as a gold span, and negative passages.
+
+JSONL format (`save_examples` / `load_examples`), one example per line:
+
+    {"id": "dev-v2.0/56be4db0acb8001400a502ec",
+     "question": "Which NFL team represented the AFC at Super Bowl 50?",
+     "history": [["earlier question", "its answer"], ...],      # oldest first; [] if none;
+                                                                 # an answer may be null
+     "answers": ["Denver Broncos"],                             # optional: golds for EM/F1
+                                                                 # (default: the span texts)
+     "positives": [{"id": "dev-v2.0#0", "title": "Super Bowl 50", "text": "...",
+                    "answers": [{"text": "Denver Broncos", "start": 177}, ...]}],
+     "negatives": [{"id": "...", "title": "...", "text": "..."}, ...],   # may be []
+     "split": "train",                                          # optional: train | heldout
+     "source": "squad:dev-v2.0"}                                # optional
+
+Each positive needs at least one answer, and `text[start:start + len(answer)]` must equal the
+answer's text: the loader checks it, and any problem is a DataError naming file, line and field
+(e.g. `positives[0].answers[1].start`).
+
+Builders:
+- `squad_examples`: SQuAD-format files (convqa/loaders/squad.py). The held-out split is by
+  whole article (`dev_conversation_ids` over article keys: sha256 order, the first
+  round(n * fraction)), so no held-out question shares a paragraph, or an article, with
+  training. The article is the title; a file with a single title for everything (SQuADShifts
+  reddit, COVID-QA) is split by paragraph instead. Gold spans: the annotated offsets plus every
+  other whole-word occurrence of any annotated answer text in the paragraph. Negatives are
+  paragraphs of OTHER articles of the same file and split, the BM25 top ones for the question
+  (harder than random, as a retriever's would be), filled up with random ones. SQuAD v2.0
+  unanswerable questions are skipped and counted: the reader has no "no answer" output, and a
+  question whose own paragraph does not answer it is no positive; using that paragraph as a
+  selection negative would need a positive the file does not have.
+- `benchmark_examples`: the TopiOCQA x Wikipedia benchmark (`convqa data topiocqa-wiki`):
+  answer-evaluable turns (train split -> "train", dev -> "heldout"), history from
+  conversations.jsonl, positives = the turn's answer passages in which an answer (not
+  yes/no/unanswerable) occurs as a case-insensitive, whole-word exact string, or failing that
+  without its surrounding punctuation or leading article (`answer_variants`; the benchmark's
+  own rule compares normalized text, and a passage matching only after more normalization than
+  that has no exact span and is dropped), negatives = the top BM25 passages, for the
+  history-formatted query, of articles other than the gold article.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import string
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from convqa.errors import ConfigError, DataError
+from convqa.io import iter_jsonl, write_jsonl
+from convqa.types import Passage, Turn
+
+SPLITS = ("train", "heldout")
+
+
+@dataclass(frozen=True)
+class GoldSpan:
+    text: str
+    start: int  # character offset into the passage text
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.text)
+
+
+@dataclass
+class ReaderPassage:
+    """A positive passage with its gold spans."""
+
+    passage: Passage
+    spans: list[GoldSpan]
+
+
+@dataclass
+class ReaderExample:
+    id: str
+    question: str
+    history: list[tuple[str, str | None]]
+    positives: list[ReaderPassage]
+    negatives: list[Passage] = field(default_factory=list)
+    answers: list[str] = field(default_factory=list)
+    split: str = "train"
+    source: str = ""
+
+    def history_turns(self) -> list[Turn]:
+        return [Turn(question, answer) for question, answer in self.history]
+
+    def golds(self) -> list[str]:
+        """The gold answers to score against: `answers`, else the distinct span texts."""
+        if self.answers:
+            return list(self.answers)
+        return list(dict.fromkeys(s.text for p in self.positives for s in p.spans))
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "id": self.id, "question": self.question,
+            "history": [[q, a] for q, a in self.history],
+            "answers": list(self.answers),
+            "positives": [{**p.passage.to_dict(),
+                           "answers": [{"text": s.text, "start": s.start} for s in p.spans]}
+                          for p in self.positives],
+            "negatives": [p.to_dict() for p in self.negatives],
+            "split": self.split}
+        if self.source:
+            data["source"] = self.source
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Any, path: str | os.PathLike | None = None,
+                  line: int | None = None) -> "ReaderExample":
+        """Parse and check one record; problems are DataErrors naming line and field."""
+        def fail(name: str, message: str) -> DataError:
+            return DataError(message, path, line, name)
+
+        def get(record: Any, name: str, types: type | tuple[type, ...], where: str = "",
+                required: bool = True, default: Any = None) -> Any:
+            label = f"{where}{name}"
+            if not isinstance(record, dict):
+                raise fail(where.rstrip(".") or None, "expected a JSON object")
+            if name not in record:
+                if required:
+                    raise fail(label, "missing")
+                return default
+            value = record[name]
+            wanted = types if isinstance(types, tuple) else (types,)
+            if not isinstance(value, wanted) or isinstance(value, bool) and bool not in wanted:
+                names = "/".join(t.__name__ for t in wanted)
+                raise fail(label, f"expected {names}, got {type(value).__name__}")
+            return value
+
+        question = get(data, "question", str)
+        if not question.strip():
+            raise fail("question", "empty")
+        history = []
+        for i, pair in enumerate(get(data, "history", list)):
+            if (not isinstance(pair, list) or len(pair) != 2 or not isinstance(pair[0], str)
+                    or not isinstance(pair[1], (str, type(None)))):
+                raise fail(f"history[{i}]", "expected [question, answer or null]")
+            history.append((pair[0], pair[1]))
+        answers = get(data, "answers", list, required=False, default=[])
+        if not all(isinstance(a, str) for a in answers):
+            raise fail("answers", "expected a list of strings")
+        positives = get(data, "positives", list)
+        if not positives:
+            raise fail("positives", "needs at least one positive passage")
+        parsed_positives = []
+        for i, item in enumerate(positives):
+            where = f"positives[{i}]."
+            passage = _passage(item, where, get)
+            spans = get(item, "answers", list, where)
+            if not spans:
+                raise fail(f"{where}answers", "a positive needs at least one answer span")
+            parsed = []
+            for j, span in enumerate(spans):
+                at = f"{where}answers[{j}]."
+                text = get(span, "text", str, at)
+                start = get(span, "start", int, at)
+                if not text or start < 0 or passage.text[start:start + len(text)] != text:
+                    raise fail(f"{at}start", f"answer {text!r} is not at offset {start} of the "
+                               f"passage text ({passage.text[start:start + len(text)]!r})")
+                parsed.append(GoldSpan(text, start))
+            parsed_positives.append(ReaderPassage(passage, parsed))
+        negatives = [_passage(item, f"negatives[{i}].", get)
+                     for i, item in enumerate(get(data, "negatives", list))]
+        split = get(data, "split", str, required=False, default="train")
+        if split not in SPLITS:
+            raise fail("split", f"expected one of {', '.join(SPLITS)}, got {split!r}")
+        return cls(id=str(get(data, "id", (str, int))), question=question, history=history,
+                   positives=parsed_positives, negatives=negatives, answers=answers,
+                   split=split, source=get(data, "source", str, required=False, default=""))
+
+
+def _passage(item: Any, where: str, get) -> Passage:
+    return Passage(str(get(item, "id", (str, int), where)), get(item, "text", str, where),
+                   get(item, "title", str, where, required=False, default=""))
+
+
+def load_examples(path: str | os.PathLike) -> list[ReaderExample]:
+    examples = []
+    seen: dict[str, int] = {}
+    for line, data in iter_jsonl(path):
+        example = ReaderExample.from_dict(data, path, line)
+        if example.id in seen:
+            raise DataError(f"duplicate example id {example.id!r} (first on line "
+                            f"{seen[example.id]})", path, line, "id")
+        seen[example.id] = line
+        examples.append(example)
+    return examples
+
+
+def save_examples(path: str | os.PathLike, examples: Iterable[ReaderExample]) -> int:
+    return write_jsonl(path, (e.to_dict() for e in examples))
+
+
+# ---------------------------------------------------------------------------------------------
+# Gold spans
+
+
+def find_spans(text: str, answer: str, ignore_case: bool = True) -> list[GoldSpan]:
+    """Every whole-word occurrence of `answer` in `text` (an occurrence is not whole-word when
+    a letter or digit continues a word across its edge: "art" in "start" does not count).
+    Span texts are the passage's own characters, so `text[start:end] == span.text`."""
+    answer = answer.strip()
+    if not answer:
+        return []
+    spans = []
+    flags = re.IGNORECASE if ignore_case else 0
+    for match in re.finditer(re.escape(answer), text, flags):
+        start, end = match.span()
+        if answer[0].isalnum() and start > 0 and text[start - 1].isalnum():
+            continue
+        if answer[-1].isalnum() and end < len(text) and text[end].isalnum():
+            continue
+        spans.append(GoldSpan(text[start:end], start))
+    return spans
+
+
+_EDGE_PUNCTUATION = "".join(ch for ch in string.punctuation if ch not in "%$")
+_ARTICLE = re.compile(r"^(?:a|an|the)\s+", re.IGNORECASE)
+
+
+def answer_variants(answer: str) -> list[str]:
+    """The answer, then forms that differ only in what SQuAD normalization ignores anyway:
+    without surrounding punctuation ("Paris." -> "Paris") and without a leading article
+    ("the Beatles" -> "Beatles"). Distinct, non-empty, in that order."""
+    stripped = answer.strip().strip(_EDGE_PUNCTUATION + " ")
+    forms = [answer.strip(), stripped, _ARTICLE.sub("", stripped)]
+    return [form for form in dict.fromkeys(forms) if form]
+
+
+def find_answer_spans(text: str, answers: Iterable[str]) -> list[GoldSpan]:
+    """Spans of every answer in `text`: each answer's exact (case-insensitive, whole-word)
+    occurrences, or, when it has none, those of its first variant that occurs."""
+    spans: list[GoldSpan] = []
+    for answer in dict.fromkeys(answers):
+        for form in answer_variants(answer):
+            found = find_spans(text, form)
+            if found:
+                spans.extend(found)
+                break
+    return _merge_spans(spans)
+
+
+def _merge_spans(spans: Iterable[GoldSpan]) -> list[GoldSpan]:
+    """Distinct spans by (start, end), in text order."""
+    unique = {(s.start, s.end): s for s in spans}
+    return [unique[key] for key in sorted(unique)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared helpers of the builders
+
+
+@dataclass
+class BuildReport:
+    """What a builder made and skipped, per source."""
+
+    counts: dict[str, Counter] = field(default_factory=dict)
+
+    def add(self, source: str, key: str, amount: int = 1) -> None:
+        self.counts.setdefault(source, Counter())[key] += amount
+
+    def to_dict(self) -> dict[str, dict[str, int]]:
+        return {source: dict(sorted(c.items())) for source, c in self.counts.items()}
+
+
+def heldout_keys(keys: Iterable[str], fraction: float, seed: int) -> frozenset[str]:
+    """The held-out keys: sha256("{seed}:{key}") order, the first round(n * fraction)."""
+    from convqa.benchmark.labelled_turns import dev_conversation_ids
+
+    if not 0.0 <= fraction < 1.0:
+        raise ConfigError(f"held-out fraction must be in [0, 1), got {fraction}")
+    return dev_conversation_ids(keys, fraction, seed)
+
+
+def _rng(seed: int, key: str) -> np.random.Generator:
+    digest = hashlib.sha256(f"{seed}:{key}".encode()).digest()
+    return np.random.default_rng(int.from_bytes(digest[:8], "little"))
+
+
+def _sample(examples: list[ReaderExample], limit: int | None, seed: int,
+            key: str) -> list[ReaderExample]:
+    """At most `limit` examples, a seeded sample kept in input order."""
+    if limit is None or len(examples) <= limit:
+        return examples
+    keep = sorted(_rng(seed, key).choice(len(examples), size=limit, replace=False))
+    return [examples[i] for i in keep]
+
+
+def _bm25_negatives(retriever, queries: Sequence[str], exclude: Sequence[set[str]],
+                    count: int) -> list[list[str]]:
+    """For each query, the ids of its top `count` BM25 passages not in `exclude[i]`."""
+    if count == 0 or not queries:
+        return [[] for _ in queries]
+    hits = retriever.retrieve_batch(list(queries), k=3 * count + 20)
+    return [[h.passage_id for h in row if h.passage_id not in banned][:count]
+            for row, banned in zip(hits, exclude)]
+
+
+def source_name(path: str | os.PathLike) -> str:
+    name = Path(path).name
+    for suffix in (".gz", ".jsonl", ".json"):
+        name = name.removesuffix(suffix)
+    return name
+
+
+# ---------------------------------------------------------------------------------------------
+# SQuAD
+
+
+def squad_examples(path: str | os.PathLike, heldout_fraction: float = 0.1, seed: int = 0,
+                   negatives: int = 7, max_examples: int | None = None,
+                   max_heldout: int | None = None, report: BuildReport | None = None,
+                   strict: bool = False) -> list[ReaderExample]:
+    """Examples of one SQuAD-format file (train and held-out; see the module docstring).
+    `max_examples` / `max_heldout` cap each split with a seeded sample."""
+    from convqa.loaders.squad import read_squad
+    from retrievers.bm25 import BM25Retriever
+
+    name = source_name(path)
+    source = f"squad:{name}"
+    report = report if report is not None else BuildReport()
+    data = read_squad(path, strict=strict)
+    if data.report.repaired or data.report.dropped_answers:
+        report.add(source, "answer_offsets_repaired", data.report.repaired)
+        report.add(source, "answers_dropped", data.report.dropped_answers)
+    titles = {e.title for e in data.examples}
+    by_title = len(titles) > 1
+    paragraphs: dict[tuple[str, str], Passage] = {}
+    article_of: dict[str, str] = {}
+    for e in data.examples:
+        key = (e.title, e.context)
+        if key not in paragraphs:
+            pid = f"{name}#{len(paragraphs)}"
+            paragraphs[key] = Passage(pid, e.context, e.title)
+            article_of[pid] = e.title if by_title else pid
+    heldout = heldout_keys(set(article_of.values()), heldout_fraction, seed)
+    splits: dict[str, list[ReaderExample]] = {"train": [], "heldout": []}
+    for e in data.examples:
+        if e.is_impossible or not e.answers:
+            report.add(source, "skipped_unanswerable")
+            continue
+        passage = paragraphs[(e.title, e.context)]
+        spans = [GoldSpan(a.text, a.start) for a in e.answers]
+        for text in dict.fromkeys(a.text for a in e.answers):
+            spans.extend(find_spans(e.context, text, ignore_case=False))
+        split = "heldout" if article_of[passage.id] in heldout else "train"
+        answers = [a.text for a in e.answers]
+        splits[split].append(ReaderExample(f"{name}/{e.id}", e.question, [],
+                                           [ReaderPassage(passage, _merge_spans(spans))], [],
+                                           answers, split, source))
+    splits["train"] = _sample(splits["train"], max_examples, seed, f"{name}:train")
+    splits["heldout"] = _sample(splits["heldout"], max_heldout, seed, f"{name}:heldout")
+    for split, examples in splits.items():
+        pool = [p for p in paragraphs.values()
+                if (article_of[p.id] in heldout) == (split == "heldout")]
+        _add_squad_negatives(examples, pool, article_of, negatives, seed, BM25Retriever)
+        report.add(source, f"{split}_examples", len(examples))
+        report.add(source, f"{split}_articles",
+                   len({article_of[e.positives[0].passage.id] for e in examples}))
+    return splits["train"] + splits["heldout"]
+
+
+def _add_squad_negatives(examples: list[ReaderExample], pool: list[Passage],
+                         article_of: dict[str, str], count: int, seed: int,
+                         bm25_class) -> None:
+    if not examples or count == 0 or len(pool) < 2:
+        return
+    by_id = {p.id: p for p in pool}
+    retriever = bm25_class.build(pool)
+    articles = [article_of[e.positives[0].passage.id] for e in examples]
+    banned = [{pid for pid in by_id if article_of[pid] == a} for a in _distinct(articles)]
+    banned_of = dict(zip(_distinct(articles), banned))
+    chosen = _bm25_negatives(retriever, [e.question for e in examples],
+                             [banned_of[a] for a in articles], count)
+    for example, article, ids in zip(examples, articles, chosen):
+        if len(ids) < count:  # fill with random paragraphs of other articles
+            others = [pid for pid in by_id if article_of[pid] != article and pid not in ids]
+            rng = _rng(seed, example.id)
+            extra = rng.permutation(len(others))[:count - len(ids)]
+            ids = ids + [others[i] for i in extra]
+        example.negatives = [by_id[pid] for pid in ids]
+
+
+def _distinct(items: Sequence[str]) -> list[str]:
+    return list(dict.fromkeys(items))
+
+
+# ---------------------------------------------------------------------------------------------
+# The TopiOCQA x Wikipedia benchmark
+
+
+def benchmark_examples(folder: str | os.PathLike, negatives: int = 7,
+                       history: Any = "current_first", bm25_index: str | os.PathLike | None = None,
+                       max_examples: int | None = None, max_heldout: int | None = None,
+                       seed: int = 0, report: BuildReport | None = None) -> list[ReaderExample]:
+    """Examples from a benchmark folder (see the module docstring). The BM25 index defaults to
+    FOLDER/indexes/bm25 (`convqa index --bm25`); without one it is built in memory."""
+    from convqa.benchmark.labelled_turns import (EXCLUDED_ANSWERS, article_id_of,
+                                                 load_labelled_turns)
+    from convqa.corpus import PassageStore
+    from convqa.history import build_history_strategy
+    from convqa.metrics.answer import normalize_answer
+    from retrievers.bm25 import BM25Retriever
+
+    folder = Path(folder)
+    report = report if report is not None else BuildReport()
+    data = load_labelled_turns(folder)
+    corpus = str(data.meta.get("corpus") or folder.name)
+    source = f"topiocqa-wiki:{corpus}"
+    store = PassageStore.open(folder / "passages")
+    strategy = build_history_strategy(history)
+    splits: dict[str, list[ReaderExample]] = {"train": [], "heldout": []}
+    gold_article: dict[str, str] = {}
+    for turn in data.turns:
+        if not turn.answer_evaluable:
+            continue
+        split = "train" if turn.split == "train" else "heldout"
+        answers = [a for a in turn.answers if normalize_answer(a) not in EXCLUDED_ANSWERS]
+        positives = []
+        for pid in turn.answer_passage_ids:
+            passage = store.get(pid)
+            spans = find_answer_spans(passage.text, answers)
+            if spans:
+                positives.append(ReaderPassage(passage, spans))
+        if not positives:
+            report.add(source, f"{split}_skipped_no_exact_span")
+            continue
+        conversation = data.conversations[turn.conversation_id]
+        history_pairs = [(t.question, t.answer) for t in conversation.history(turn.turn)]
+        example = ReaderExample(f"{corpus}/{turn.qid}", turn.question, history_pairs,
+                                positives, [], list(turn.answers), split, source)
+        gold_article[example.id] = turn.gold_article_id or ""
+        splits[split].append(example)
+    splits["train"] = _sample(splits["train"], max_examples, seed, f"{corpus}:train")
+    splits["heldout"] = _sample(splits["heldout"], max_heldout, seed, f"{corpus}:heldout")
+    examples = splits["train"] + splits["heldout"]
+    if negatives and examples:
+        index = Path(bm25_index) if bm25_index else folder / "indexes" / "bm25"
+        if index.is_dir():
+            retriever = BM25Retriever.load(index)
+            retriever.check_store(store)
+        else:
+            retriever = BM25Retriever.build_from_store(store)
+        queries = [strategy.format(e.question, e.history_turns()) for e in examples]
+        hits = retriever.retrieve_batch(queries, k=3 * negatives + 20)
+        for example, row in zip(examples, hits):
+            gold = gold_article[example.id]
+            ids = [h.passage_id for h in row if article_id_of(h.passage_id) != gold]
+            example.negatives = [store.get(pid) for pid in ids[:negatives]]
+            if len(example.negatives) < negatives:
+                report.add(source, "examples_with_fewer_negatives")
+    for split, items in splits.items():
+        report.add(source, f"{split}_examples", len(items))
+    return examples

@@ -1,0 +1,141 @@
+"""From logits to an answer span with character offsets into its passage.
+
+A span (s, e) of a window is valid when s <= e, e - s + 1 <= max_answer_length and both tokens
+are passage-text tokens (never the query, the title, special tokens or padding); its score is
+start[s] + end[e]. The best valid span of each window is found exactly, over all valid pairs
+(a banded score matrix: at 256 tokens that is 65k sums per window, cheaper than the Python
+loop over DPR's top-n starts x top-n ends, and it cannot miss the best pair the way a top-n cut
+can). A passage read in several windows keeps its best window's span, and its selection logit
+is the largest of its windows' (the window that looks most relevant).
+
+Strategies over the passages of one question:
+- "best_passage" (DPR): the passage with the highest selection logit, then its best span; a
+  passage without any valid span (empty text) is passed over for the next one;
+- "global": the passage maximising best span score + selection logit.
+Without a selection head (a plain HF QA checkpoint) both rank passages by span score alone.
+Ties go to the earlier passage (the retriever's better rank).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+from convqa.errors import ConfigError
+from convqa.types import Answer, Passage
+
+from .inputs import ReaderFeatures
+
+STRATEGIES = ("best_passage", "global")
+_CHUNK = 64  # windows scored at once (bounds the [chunk, L, L] score tensor)
+
+
+@dataclass
+class PassageSpan:
+    """The best span of one passage."""
+
+    passage: int              # index into the passages
+    window: int
+    first: int                # token positions in the window
+    last: int
+    span_score: float
+    selection: float | None
+    start: int                # character offsets into the passage text
+    end: int
+
+
+def best_window_spans(start: Tensor, end: Tensor, context: Tensor,
+                      max_answer_length: int) -> tuple[Tensor, Tensor, Tensor]:
+    """(score, first, last) of the best valid span of each window; score is -inf for a window
+    without any valid span. Inputs are [windows, length]."""
+    if max_answer_length < 1:
+        raise ConfigError(f"max_answer_length must be at least 1, got {max_answer_length}")
+    windows, length = start.shape
+    scores = torch.full((windows,), float("-inf"))
+    firsts = torch.zeros(windows, dtype=torch.long)
+    lasts = torch.zeros(windows, dtype=torch.long)
+    if windows == 0 or length == 0:
+        return scores, firsts, lasts
+    positions = torch.arange(length)
+    gap = positions[None, :] - positions[:, None]            # e - s
+    band = (gap >= 0) & (gap < max_answer_length)           # [L, L]
+    for begin in range(0, windows, _CHUNK):
+        s = start[begin:begin + _CHUNK].float().cpu()
+        e = end[begin:begin + _CHUNK].float().cpu()
+        mask = context[begin:begin + _CHUNK].cpu()
+        valid = band[None] & mask[:, :, None] & mask[:, None, :]
+        pair = (s[:, :, None] + e[:, None, :]).masked_fill(~valid, float("-inf"))
+        best, flat = pair.flatten(1).max(dim=1)
+        scores[begin:begin + len(s)] = best
+        firsts[begin:begin + len(s)] = flat // length
+        lasts[begin:begin + len(s)] = flat % length
+    return scores, firsts, lasts
+
+
+def passage_spans(start: Tensor, end: Tensor, selection: Tensor | None,
+                  features: ReaderFeatures, passages: int,
+                  max_answer_length: int) -> list[PassageSpan | None]:
+    """The best span of every passage (None for a passage with no valid span)."""
+    scores, firsts, lasts = best_window_spans(start, end, features.context, max_answer_length)
+    result: list[PassageSpan | None] = [None] * passages
+    selections: list[float | None] = [None] * passages
+    for w in range(len(features)):
+        p = int(features.window_passage[w])
+        if selection is not None:
+            value = float(selection[w])
+            selections[p] = value if selections[p] is None else max(selections[p], value)
+        score = float(scores[w])
+        if score == float("-inf"):
+            continue
+        current = result[p]
+        if current is None or score > current.span_score:
+            first, last = int(firsts[w]), int(lasts[w])
+            result[p] = PassageSpan(p, w, first, last, score, None,
+                                    int(features.offsets[w, first, 0]),
+                                    int(features.offsets[w, last, 1]))
+    for p, span in enumerate(result):
+        if span is not None:
+            span.selection = selections[p]
+    return result
+
+
+def rank_score(span: PassageSpan, strategy: str) -> float:
+    """What a strategy ranks passages by (see the module docstring)."""
+    if span.selection is None:
+        return span.span_score
+    if strategy == "best_passage":
+        return span.selection
+    return span.span_score + span.selection
+
+
+def choose(spans: Sequence[PassageSpan | None], strategy: str) -> tuple[PassageSpan, float] | None:
+    """The chosen passage span and its rank score; None when no passage has a span."""
+    if strategy not in STRATEGIES:
+        raise ConfigError(f"unknown reader strategy {strategy!r} (choose one of "
+                          f"{', '.join(STRATEGIES)})")
+    best: tuple[PassageSpan, float] | None = None
+    for span in spans:
+        if span is not None:
+            score = rank_score(span, strategy)
+            if best is None or score > best[1]:
+                best = (span, score)
+    return best
+
+
+def decode_answer(start: Tensor, end: Tensor, selection: Tensor | None,
+                  features: ReaderFeatures, passages: Sequence[Passage],
+                  strategy: str = "best_passage", max_answer_length: int = 30) -> Answer | None:
+    """The answer of one question whose passages were read as `features` (None when no
+    passage has a valid span). `Answer.score` is what the strategy ranked on: the selection
+    logit for "best_passage", span score + selection for "global", the span score without a
+    selection head."""
+    spans = passage_spans(start, end, selection, features, len(passages), max_answer_length)
+    chosen = choose(spans, strategy)
+    if chosen is None:
+        return None
+    span, score = chosen
+    passage = passages[span.passage]
+    return Answer(text=passage.text[span.start:span.end], score=float(score),
+                  passage_id=passage.id, start=span.start, end=span.end, evidence=passage)

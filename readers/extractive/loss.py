@@ -1,0 +1,85 @@
+"""The DPR reader loss, a pure function of logits and masks.
+
+For a question read against N passages (its positive among sampled negatives):
+- selection: cross-entropy of the selection logits over the N passages, target the positive;
+- span: marginal log-likelihood of ALL gold span occurrences in the positive passage (an answer
+  may occur several times and we cannot tell which occurrence the annotator meant), for the
+  start and for the end positions separately:
+      span = -(logsumexp_{s in gold starts} start[s] - logsumexp_{s in text} start[s])
+             -(logsumexp_{e in gold ends} end[e]     - logsumexp_{e in text} end[e])
+  The normaliser runs over passage-text tokens only (`span_mask`), the same positions the
+  decoder may choose from.
+total = mean selection loss over questions + mean span loss over the passages that have gold
+positions. Logits are taken in fp32.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+
+class ReaderLoss(NamedTuple):
+    total: Tensor
+    selection: Tensor | None
+    span: Tensor | None
+    span_rows: int  # passages that contributed a span loss
+
+
+def _masked_logsumexp(logits: Tensor, mask: Tensor) -> Tensor:
+    return torch.logsumexp(logits.masked_fill(~mask, float("-inf")), dim=-1)
+
+
+def span_nll(logits: Tensor, gold: Tensor, span_mask: Tensor) -> Tensor:
+    """-(logsumexp over gold positions - logsumexp over allowed positions), per row.
+    Inputs [rows, length]; every row needs a gold position, and gold must be allowed."""
+    if bool((gold & ~span_mask).any()):
+        raise ValueError("a gold position lies outside the span mask")
+    if not bool(gold.any(dim=-1).all()):
+        raise ValueError("a row has no gold position")
+    logits = logits.float()
+    return _masked_logsumexp(logits, span_mask) - _masked_logsumexp(logits, gold)
+
+
+def reader_loss(start_logits: Tensor, end_logits: Tensor, selection_logits: Tensor | None,
+                span_mask: Tensor, gold_starts: Tensor, gold_ends: Tensor,
+                positive: Tensor | None = None, passage_mask: Tensor | None = None) -> ReaderLoss:
+    """Shapes: start/end logits, span_mask, gold_starts/ends [Q, N, L]; selection_logits and
+    passage_mask [Q, N]; positive [Q] (index of the positive passage, default 0).
+
+    Gold positions mark the positive passage's answer tokens (rows without any are left out of
+    the span loss: e.g. an answer the window cut off); `passage_mask` False marks padding
+    passages that do not take part in the selection softmax."""
+    questions, passages = start_logits.shape[:2]
+    if positive is None:
+        positive = torch.zeros(questions, dtype=torch.long, device=start_logits.device)
+    parts: list[Tensor] = []
+    selection = None
+    if selection_logits is not None and passages > 1:
+        logits = selection_logits.float()
+        if passage_mask is not None:
+            if not bool(passage_mask.gather(1, positive[:, None]).all()):
+                raise ValueError("the positive passage is masked out")
+            logits = logits.masked_fill(~passage_mask, float("-inf"))
+        selection = torch.nn.functional.cross_entropy(logits, positive)
+        parts.append(selection)
+    rows = (gold_starts.any(-1) & gold_ends.any(-1)).flatten()
+    span = None
+    count = int(rows.sum())
+    if count:
+        flat = lambda t: t.flatten(0, 1)[rows]  # noqa: E731 - [Q, N, L] -> [rows, L]
+        mask = flat(span_mask)
+        span = (span_nll(flat(start_logits), flat(gold_starts), mask)
+                + span_nll(flat(end_logits), flat(gold_ends), mask)).mean()
+        parts.append(span)
+    if not parts:
+        # zero that keeps every head in the graph: each process must call backward
+        total = (start_logits.sum() + end_logits.sum()) * 0.0
+        if selection_logits is not None:
+            total = total + selection_logits.sum() * 0.0
+    else:
+        total = sum(parts[1:], parts[0])
+        if selection_logits is not None and selection is None:  # one passage per question
+            total = total + selection_logits.sum() * 0.0
+    return ReaderLoss(total, selection, span, count)

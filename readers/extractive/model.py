@@ -1,0 +1,409 @@
+"""The extractive reader model (DPR reader): an encoder with a span head and a selection head.
+
+- span head `Linear(h, 2)`: a start and an end logit for every token;
+- selection head `Linear(h, 1)` on the first ([CLS]) token: how relevant the passage is, so
+  the reader can pick the passage to answer from among the retrieved ones (DPR's "passage
+  selection"). A plain Hugging Face question-answering checkpoint has no such head: it loads
+  with `selection_head = None` (a warning says so) and passages are ranked by span score.
+
+Saved folders (`save_pretrained`) hold `convqa_reader.json` (format, version, config,
+fingerprint), `reader_heads.safetensors` (the heads) and either the full encoder as a plain HF
+checkpoint (so Hugging Face tools read it) or, for a reader trained with LoRA, only the peft
+adapter (`adapter_config.json` + `adapter_model.safetensors`) over the base encoder named in
+the config: a trained reader then ships as a few MB. safetensors only; remote code never runs.
+The encoder helpers are the dual encoder's (retrievers/dense/model.py), so both models load,
+adapt and hash weights the same way.
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import warnings
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any, NamedTuple, Sequence
+
+import torch
+from torch import Tensor
+
+from convqa.errors import ConfigError, ConvQAError, DataError
+from convqa.io import load_format_json, write_json
+from convqa.models import DEFAULT_MODEL, resolve_model
+from retrievers.dense.model import (_attach_adapter, _hash_tower, _is_peft, _load_encoder,
+                                    _load_tokenizer, _merged, _replace_folder, _save_adapter)
+
+META_FILE = "convqa_reader.json"
+HEADS_FILE = "reader_heads.safetensors"
+FORMAT = "convqa-extractive-reader"
+VERSION = 1
+ADAPTER_CONFIG = "adapter_config.json"
+_MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+@dataclass
+class ExtractiveReaderConfig:
+    model: str = DEFAULT_MODEL     # the encoder checkpoint (and the base of a LoRA adapter)
+    max_length: int = 256          # tokens per window, special tokens included
+    doc_stride: int = 64           # tokens shared by consecutive windows of a long passage
+    max_query_length: int = 64     # tokens of the (history-formatted) query kept, its start
+    max_title_length: int = 16     # tokens of the passage title kept
+    use_title: bool = True         # read "query [SEP] title" against the passage text
+    max_answer_length: int = 30    # tokens of an answer span
+    # The history strategy the reader was trained with (a spec); readers default to it.
+    history: str | dict | None = None
+    # Keep only the first N transformer layers of `model` (None: all). A 3-layer MiniLM reader
+    # reads about twice as fast; it is trained as such, so nothing is lost that it relied on.
+    encoder_layers: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.model, str) or not self.model:
+            raise ValueError("model must be a non-empty hub id or path")
+        for name, low in (("max_length", 32), ("doc_stride", 0), ("max_query_length", 1),
+                          ("max_title_length", 0), ("max_answer_length", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+        room = self.passage_room
+        if room < 16:
+            raise ValueError(f"max_length={self.max_length} leaves {room} tokens for the passage "
+                             f"after a query of {self.max_query_length} and a title of "
+                             f"{self.max_title_length} tokens; at least 16 are needed")
+        if not isinstance(self.use_title, bool):
+            raise ValueError(f"use_title must be true or false, got {self.use_title!r}")
+        if self.history is not None and not isinstance(self.history, (str, dict)):
+            raise ValueError(f"history must be a strategy name or spec, got {self.history!r}")
+        if self.encoder_layers is not None and (isinstance(self.encoder_layers, bool) or not
+                                                isinstance(self.encoder_layers, int)
+                                                or self.encoder_layers < 1):
+            raise ValueError(f"encoder_layers must be an int >= 1 or null, "
+                             f"got {self.encoder_layers!r}")
+
+    @property
+    def passage_room(self) -> int:
+        """Passage tokens a window holds at the longest query and title (BERT: 3 specials and
+        the [SEP] between query and title)."""
+        title = self.max_title_length + 1 if self.use_title else 0
+        return self.max_length - 3 - self.max_query_length - title
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str) -> "ExtractiveReaderConfig":
+        if not isinstance(data, dict):
+            raise DataError("expected a JSON object", where, None, "config")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise DataError(f"unknown reader option '{unknown[0]}'", where, None, "config")
+        try:
+            return cls(**data)
+        except (TypeError, ValueError) as exc:
+            raise DataError(str(exc), where, None, "config") from None
+
+
+class ReaderLogits(NamedTuple):
+    start: Tensor                # [windows, length]
+    end: Tensor                  # [windows, length]
+    selection: Tensor | None     # [windows], None without a selection head
+
+
+def _new_head(hidden: int, out: int, std: float) -> torch.nn.Linear:
+    head = torch.nn.Linear(hidden, out)
+    torch.nn.init.normal_(head.weight, std=std)
+    torch.nn.init.zeros_(head.bias)
+    return head
+
+
+def _hidden_size(encoder: torch.nn.Module) -> int:
+    size = getattr(encoder.config, "hidden_size", None) or getattr(encoder.config, "d_model", None)
+    if not isinstance(size, int):
+        raise ConfigError(f"cannot tell the hidden size of encoder {type(encoder).__name__}")
+    return size
+
+
+def keep_layers(encoder: torch.nn.Module, count: int | None) -> torch.nn.Module:
+    """The encoder with only its first `count` transformer layers (BERT-like layouts:
+    `encoder.layer`); None or at least as many as it has: unchanged."""
+    if count is None:
+        return encoder
+    layers = getattr(getattr(encoder, "encoder", None), "layer", None)
+    if not isinstance(layers, torch.nn.ModuleList):
+        raise ConfigError(f"encoder_layers works on BERT-like encoders (encoder.layer), not "
+                          f"{type(encoder).__name__}")
+    if count < len(layers):
+        encoder.encoder.layer = torch.nn.ModuleList(list(layers)[:count])
+        encoder.config.num_hidden_layers = count
+    return encoder
+
+
+def _qa_architecture(source: str) -> bool:
+    """Whether `source` is a Hugging Face *ForQuestionAnswering checkpoint."""
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(source, trust_remote_code=False)
+    except (OSError, ValueError) as exc:
+        raise ConvQAError(f"cannot load the config of {source!r}: "
+                          f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+                          ) from None
+    return any(str(a).endswith("ForQuestionAnswering") for a in config.architectures or ())
+
+
+def _load_qa_checkpoint(source: str) -> tuple[torch.nn.Module, torch.nn.Linear]:
+    """(encoder, span head) of a Hugging Face question-answering checkpoint: its `qa_outputs`
+    Linear(h, 2) computes start and end logits exactly as our span head does."""
+    from transformers import AutoModelForQuestionAnswering
+
+    try:
+        qa = AutoModelForQuestionAnswering.from_pretrained(
+            source, dtype=torch.float32, use_safetensors=True, trust_remote_code=False)
+    except (OSError, ValueError) as exc:
+        raise ConvQAError(f"cannot load question-answering checkpoint {source!r} (safetensors "
+                          f"weights needed): {str(exc).splitlines()[0]}") from None
+    head = getattr(qa, "qa_outputs", None)
+    if not isinstance(head, torch.nn.Linear) or head.out_features != 2:
+        raise ConvQAError(f"{source!r}: expected a qa_outputs Linear(hidden, 2) span head, got "
+                          f"{type(head).__name__}")
+    encoder = qa.base_model
+    if getattr(encoder, "pooler", None) is not None:
+        encoder.pooler = None  # unused: it would break distributed training
+    return encoder, head
+
+
+class ExtractiveReader(torch.nn.Module):
+    """Encoder + span head + (optional) selection head.
+
+    `build(config)` starts a reader from a pretrained encoder (fresh heads) or from a Hugging
+    Face QA checkpoint (its span head, a fresh selection head); `from_pretrained(path)` loads a
+    trained reader folder or a Hugging Face QA checkpoint for inference.
+    """
+
+    def __init__(self, config: ExtractiveReaderConfig, encoder: torch.nn.Module, tokenizer,
+                 span_head: torch.nn.Linear, selection_head: torch.nn.Linear | None):
+        super().__init__()
+        self.config = config
+        self.encoder = encoder
+        self.tokenizer = tokenizer
+        self.span_head = span_head
+        self.selection_head = selection_head
+        self.source: str | None = None
+
+    # -- construction ---------------------------------------------------------------------
+    @classmethod
+    def build(cls, config: ExtractiveReaderConfig | None = None) -> "ExtractiveReader":
+        """A trainable reader starting from `config.model`."""
+        config = config or ExtractiveReaderConfig()
+        source = resolve_model(config.model)
+        tokenizer = _load_tokenizer(config.model)
+        if _qa_architecture(source):
+            encoder, span = _load_qa_checkpoint(source)
+        else:
+            encoder = _load_encoder(config.model)
+            span = _new_head(_hidden_size(encoder), 2, _init_std(encoder))
+        encoder = keep_layers(encoder, config.encoder_layers)
+        reader = cls(config, encoder, tokenizer, span, None)
+        reader.add_selection_head()
+        reader.source = config.model
+        return reader
+
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike,
+                        config: ExtractiveReaderConfig | None = None) -> "ExtractiveReader":
+        """A folder written by `save_pretrained` (full or adapter) or a Hugging Face
+        *ForQuestionAnswering checkpoint (hub id or path; `config` sets the window sizes).
+        A bare encoder is refused: its heads would be random and every answer arbitrary."""
+        folder = Path(path)
+        if folder.is_dir() and (folder / META_FILE).exists():
+            return cls._from_folder(folder)
+        if folder.is_dir() and (folder / ADAPTER_CONFIG).exists():
+            raise DataError(f"a peft adapter without {META_FILE}: the reader heads are missing",
+                            folder)
+        if not folder.is_dir() and (os.sep in str(path) or str(path).startswith(".")):
+            raise DataError("reader model not found", folder)
+        source = resolve_model(str(path))
+        if not _qa_architecture(source):
+            raise ConfigError(f"{path}: an encoder without reader heads, not a trained reader "
+                              "(train one with `convqa train reader`, or start training from it "
+                              "with ExtractiveReader.build)")
+        encoder, span = _load_qa_checkpoint(source)
+        config = config or ExtractiveReaderConfig(model=str(path))
+        warnings.warn(f"{path}: a question-answering checkpoint without a passage-selection "
+                      "head; passages are ranked by their best span score", UserWarning,
+                      stacklevel=2)
+        reader = cls(config, encoder, _load_tokenizer(source), span, None)
+        reader.source = str(path)
+        return reader
+
+    @classmethod
+    def _from_folder(cls, folder: Path) -> "ExtractiveReader":
+        from safetensors.torch import load_file
+
+        meta_path = folder / META_FILE
+        meta = load_format_json(meta_path, FORMAT, VERSION, "convqa extractive reader")
+        config = ExtractiveReaderConfig.from_dict(meta.get("config") or {}, str(meta_path))
+        heads_path = folder / HEADS_FILE
+        if not heads_path.exists():
+            raise DataError(f"reader heads missing ({HEADS_FILE})", folder)
+        try:
+            heads = load_file(str(heads_path))
+        except Exception as exc:  # noqa: BLE001 - any unreadable file is a damaged model
+            raise DataError(f"cannot read reader heads ({type(exc).__name__})", heads_path
+                            ) from None
+        if meta.get("adapter"):
+            encoder = keep_layers(_load_encoder(config.model), config.encoder_layers)
+            tokenizer = _load_tokenizer(config.model)
+            encoder = _attach_adapter(encoder, folder)
+        else:
+            encoder, tokenizer = _load_encoder(str(folder)), _load_tokenizer(str(folder))
+        hidden = _hidden_size(encoder)
+        span = _head_from(heads, "span", hidden, 2, heads_path)
+        selection = _head_from(heads, "selection", hidden, 1, heads_path) \
+            if "selection.weight" in heads else None
+        if bool(meta.get("selection_head")) != (selection is not None):
+            raise DataError("selection head listed in the metadata but not in the weights, or "
+                            "the reverse", heads_path)
+        reader = cls(config, encoder, tokenizer, span, selection)
+        reader.source = str(folder)
+        return reader
+
+    def add_selection_head(self) -> "ExtractiveReader":
+        """A fresh selection head, if there is none (to train one on a QA checkpoint)."""
+        if self.selection_head is None:
+            self.selection_head = _new_head(self.hidden_size, 1, _init_std(self.encoder))
+        return self
+
+    # -- properties -----------------------------------------------------------------------
+    @property
+    def hidden_size(self) -> int:
+        return _hidden_size(self.encoder)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.encoder.parameters()).device
+
+    @property
+    def has_adapters(self) -> bool:
+        return _is_peft(self.encoder)
+
+    @property
+    def has_selection_head(self) -> bool:
+        return self.selection_head is not None
+
+    # -- computation ----------------------------------------------------------------------
+    def forward(self, input_ids: Tensor, attention_mask: Tensor,
+                token_type_ids: Tensor | None = None) -> ReaderLogits:
+        """Logits for a batch of windows. The heads run in fp32 even under autocast, so the
+        loss and the span scores keep their precision."""
+        inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if token_type_ids is not None:
+            inputs["token_type_ids"] = token_type_ids
+        hidden = self.encoder(**inputs).last_hidden_state
+        with torch.autocast(device_type=hidden.device.type, enabled=False):
+            hidden = hidden.float()
+            span = self.span_head(hidden)
+            selection = None
+            if self.selection_head is not None:
+                selection = self.selection_head(hidden[:, 0]).squeeze(-1)
+        return ReaderLogits(span[..., 0], span[..., 1], selection)
+
+    def model_inputs(self, tensors: dict[str, Tensor]) -> dict[str, Tensor]:
+        """The tensors of a tokenizer output that the encoder takes, on the model's device."""
+        device = self.device
+        return {k: v.to(device) for k, v in tensors.items() if k in _MODEL_INPUTS}
+
+    # -- identity -------------------------------------------------------------------------
+    def fingerprint(self) -> str:
+        """Hash of the weights the answers depend on: tokenizer vocabulary, encoder (LoRA
+        deltas included, so a merged copy hashes the same) and heads. Window sizes are left
+        out: a reader may change them without retraining."""
+        digest = hashlib.sha256()
+        digest.update(json.dumps({"selection_head": self.has_selection_head}).encode())
+        with torch.no_grad():
+            _hash_tower(digest, self.encoder, self.tokenizer)
+            for name, tensor in sorted(self._head_state().items()):
+                value = tensor.detach().to("cpu", torch.float32).contiguous()
+                digest.update(f"{name}:{tuple(value.shape)};".encode())
+                digest.update(value.numpy().tobytes())
+        return digest.hexdigest()[:24]
+
+    def _head_state(self) -> dict[str, Tensor]:
+        state = {f"span.{k}": v for k, v in self.span_head.state_dict().items()}
+        if self.selection_head is not None:
+            state.update({f"selection.{k}": v for k, v in self.selection_head.state_dict().items()})
+        return state
+
+    # -- LoRA -----------------------------------------------------------------------------
+    def add_lora(self, r: int = 8, alpha: int = 16, dropout: float = 0.1,
+                 target_modules: Sequence[str] = ("query", "key", "value", "dense")
+                 ) -> "ExtractiveReader":
+        """peft LoRA adapters on the encoder (its base weights frozen); the heads stay fully
+        trainable and are saved with the adapter."""
+        from peft import LoraConfig, get_peft_model
+
+        if self.has_adapters:
+            raise ConvQAError("this reader already has LoRA adapters")
+        lora = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout,
+                          target_modules=list(target_modules))
+        self.encoder = get_peft_model(self.encoder, lora)
+        return self
+
+    def merge_adapters(self) -> "ExtractiveReader":
+        """Fold LoRA into the encoder weights (faster inference; the fingerprint is kept)."""
+        self.encoder = _merged(self.encoder)
+        return self
+
+    # -- saving ---------------------------------------------------------------------------
+    def save_pretrained(self, path: str | os.PathLike, adapter_only: bool | None = None) -> None:
+        """Write atomically (temporary sibling folder renamed into place), safetensors only.
+        A reader with LoRA adapters saves only adapter + heads unless `adapter_only=False`,
+        which saves merged full weights (the reader itself stays unmerged)."""
+        from safetensors.torch import save_file
+
+        adapter_only = self.has_adapters if adapter_only is None else adapter_only
+        if adapter_only and not self.has_adapters:
+            raise ConvQAError("adapter_only=True but this reader has no LoRA adapters "
+                              "(call add_lora first)")
+        path = Path(path)
+        if path.exists() and not (path / META_FILE).exists() and any(path.iterdir()):
+            raise ConvQAError(f"{path}: exists and is not a convqa reader; not replacing it")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+        try:
+            if adapter_only:
+                _save_adapter(self.encoder, tmp, self.config.model)
+            else:
+                full = _merged(copy.deepcopy(self.encoder)) if self.has_adapters else self.encoder
+                full.save_pretrained(str(tmp))
+                self.tokenizer.save_pretrained(str(tmp))
+            heads = {k: v.detach().to("cpu").contiguous() for k, v in self._head_state().items()}
+            save_file(heads, str(tmp / HEADS_FILE))
+            write_json(tmp / META_FILE, {
+                "format": FORMAT, "version": VERSION, "config": asdict(self.config),
+                "adapter": adapter_only, "selection_head": self.has_selection_head,
+                "hidden_size": self.hidden_size, "fingerprint": self.fingerprint()})
+            _replace_folder(tmp, path)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+
+def _init_std(encoder: torch.nn.Module) -> float:
+    return float(getattr(encoder.config, "initializer_range", 0.02) or 0.02)
+
+
+def _head_from(heads: dict[str, Tensor], name: str, hidden: int, out: int,
+               where: Path) -> torch.nn.Linear:
+    weight, bias = heads.get(f"{name}.weight"), heads.get(f"{name}.bias")
+    if weight is None or bias is None:
+        raise DataError(f"{name} head missing", where)
+    if tuple(weight.shape) != (out, hidden) or tuple(bias.shape) != (out,):
+        raise DataError(f"{name} head has shape {tuple(weight.shape)}, expected "
+                        f"{(out, hidden)} for this encoder", where)
+    head = torch.nn.Linear(hidden, out)
+    with torch.no_grad():
+        head.weight.copy_(weight.float())
+        head.bias.copy_(bias.float())
+    return head
+

@@ -1,0 +1,138 @@
+"""The extractive reader as a pipeline component: `READERS.build({"name": "extractive", ...})`.
+
+    reader = READERS.build({"name": "extractive", "model": "runs/reader/model"})
+    answer = reader.read("who founded it?", history_turns, passages)   # Answer or None
+
+The query is the conversation formatted by a history strategy: by default the one the reader
+was trained with (recorded in its folder), else current-first with 64 tokens. A LoRA reader is
+merged on load (same answers, faster). Inference runs under `torch.inference_mode`, in batches
+of `batch_size` windows, optionally under bf16 autocast (`precision: bf16`, about twice as fast
+on CPUs with bf16 support).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+from convqa.errors import ConfigError
+from convqa.registry import READERS
+from convqa.types import Answer, Passage, Turn
+
+from .decode import STRATEGIES, decode_answer
+from .inputs import build_features
+from .model import ExtractiveReader
+
+PRECISIONS = ("fp32", "bf16")
+
+
+@dataclass
+class ExtractiveReaderOptions:
+    model: str = ""                     # reader folder (`convqa train reader`) or HF QA checkpoint
+    history: str | dict | None = None   # None: the reader's training strategy, else current_first
+    strategy: str = "best_passage"      # best_passage (DPR) | global
+    max_answer_length: int | None = None  # tokens; None: the model's setting
+    max_length: int | None = None       # tokens per window; None: the model's setting
+    batch_size: int = 16                # windows per forward pass
+    precision: str = "fp32"             # fp32 | bf16 (autocast)
+    device: str = "auto"                # auto (GPU if there is one) | cpu | cuda | cuda:N
+
+    def __post_init__(self) -> None:
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, "
+                             f"got {self.strategy!r}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, "
+                             f"got {self.precision!r}")
+        for name in ("max_answer_length", "max_length", "batch_size"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or value < 1):
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        return torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"reader 'extractive': unknown device {name!r}") from None
+
+
+@READERS.register("extractive", config=ExtractiveReaderOptions)
+class SpanReader:
+    """Reads passages with an `ExtractiveReader` and returns the best span as an `Answer`."""
+
+    def __init__(self, model: ExtractiveReader, options: ExtractiveReaderOptions | None = None):
+        from convqa.history import build_history_strategy
+
+        from .train import DEFAULT_HISTORY
+
+        self.options = options or ExtractiveReaderOptions()
+        self.model = model
+        changes = {k: v for k, v in (("max_length", self.options.max_length),
+                                     ("max_answer_length", self.options.max_answer_length))
+                   if v is not None}
+        try:
+            self.config = dataclasses.replace(model.config, **changes)
+        except ValueError as exc:
+            raise ConfigError(f"reader 'extractive': {exc}") from None
+        history = self.options.history or model.config.history or DEFAULT_HISTORY
+        self.history = build_history_strategy(history)
+
+    @classmethod
+    def from_config(cls, options: ExtractiveReaderOptions) -> "SpanReader":
+        if not options.model:
+            raise ConfigError("reader 'extractive': option 'model' (a reader folder made by "
+                              "`convqa train reader`, or a question-answering checkpoint) is "
+                              "required")
+        model = ExtractiveReader.from_pretrained(options.model)
+        if model.has_adapters:
+            model.merge_adapters()
+        model.to(_device(options.device)).eval()
+        return cls(model, options)
+
+    @classmethod
+    def from_model(cls, model: ExtractiveReader, **options: Any) -> "SpanReader":
+        """Wrap a reader model in memory (e.g. during training) with `options`."""
+        return cls(model, ExtractiveReaderOptions(**options))
+
+    def read(self, question: str, history: Sequence[Turn], passages: Sequence[Passage]
+             ) -> Answer | None:
+        """The answer to `question` asked after `history`, from `passages` (None if there is
+        no passage, or none has text to answer from)."""
+        if not passages:
+            return None
+        return self.read_query(self.history.format(question, list(history)), passages)
+
+    def read_query(self, query: str, passages: Sequence[Passage]) -> Answer | None:
+        """The answer for a query text already formatted."""
+        if not passages:
+            return None
+        passages = list(passages)
+        features = build_features(self.model.tokenizer, [query] * len(passages), passages,
+                                  self.config)
+        starts, ends, selections = [], [], []
+        was_training = self.model.training
+        self.model.eval()
+        device = self.model.device
+        try:
+            with torch.inference_mode(), torch.autocast(
+                    device_type=device.type, dtype=torch.bfloat16,
+                    enabled=self.options.precision == "bf16"):
+                for begin in range(0, len(features), self.options.batch_size):
+                    part = features.select(range(begin, min(begin + self.options.batch_size,
+                                                            len(features))), trim=False)
+                    logits = self.model(**self.model.model_inputs(part.tensors))
+                    starts.append(logits.start.float().cpu())
+                    ends.append(logits.end.float().cpu())
+                    if logits.selection is not None:
+                        selections.append(logits.selection.float().cpu())
+        finally:
+            self.model.train(was_training)
+        selection = torch.cat(selections) if selections else None
+        return decode_answer(torch.cat(starts), torch.cat(ends), selection, features, passages,
+                             self.options.strategy, self.config.max_answer_length)

@@ -1,0 +1,81 @@
+"""Shared by tests/test_reader_*.py: tiny random BERT readers with MiniLM's tokenizer, a tiny
+encoder / QA checkpoint on disk, and a handful of real SQuAD examples."""
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+            max_position_embeddings=160)
+
+
+def bert_config(dropout: float = 0.0):
+    from transformers import BertConfig
+
+    from convqa.models import load_tokenizer
+
+    return BertConfig(vocab_size=load_tokenizer().vocab_size, hidden_dropout_prob=dropout,
+                      attention_probs_dropout_prob=dropout, **TINY)
+
+
+def reader_config(**overrides):
+    from readers.extractive.model import ExtractiveReaderConfig
+
+    base = dict(model="tiny-random-bert", max_length=128, doc_stride=32, max_query_length=32,
+                max_title_length=8)
+    return ExtractiveReaderConfig(**{**base, **overrides})
+
+
+def tiny_reader(seed: int = 0, dropout: float = 0.0, selection: bool = True, **overrides):
+    """A random 2-layer, 32-d BERT reader (no pooler) with MiniLM's tokenizer."""
+    import torch
+    from transformers import BertModel
+
+    from convqa.models import load_tokenizer
+    from readers.extractive.model import ExtractiveReader
+
+    torch.manual_seed(seed)
+    encoder = BertModel(bert_config(dropout), add_pooling_layer=False)
+    span = torch.nn.Linear(32, 2)
+    head = torch.nn.Linear(32, 1) if selection else None
+    return ExtractiveReader(reader_config(**overrides), encoder, load_tokenizer(), span, head)
+
+
+def save_tiny_encoder(folder: Path, seed: int = 0) -> Path:
+    """A plain HF checkpoint (BertModel + MiniLM's tokenizer files) to build readers from."""
+    import torch
+    from transformers import BertModel
+
+    from convqa.models import load_tokenizer
+
+    torch.manual_seed(seed)
+    BertModel(bert_config(), add_pooling_layer=False).save_pretrained(str(folder))
+    load_tokenizer().save_pretrained(str(folder))
+    return folder
+
+
+def save_tiny_qa_checkpoint(folder: Path, seed: int = 0):
+    """A Hugging Face BertForQuestionAnswering checkpoint; returns the model too."""
+    import torch
+    from transformers import BertForQuestionAnswering
+
+    from convqa.models import load_tokenizer
+
+    torch.manual_seed(seed)
+    model = BertForQuestionAnswering(bert_config()).eval()
+    model.save_pretrained(str(folder))
+    load_tokenizer().save_pretrained(str(folder))
+    return model
+
+
+@contextlib.contextmanager
+def one_thread():
+    """Tiny models on a busy 2-core machine run far faster on one thread (no spin-waiting)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

@@ -1,0 +1,94 @@
+"""The reader's 2-process CPU path (gloo, started by torchrun, run by accelerate): replicas stay
+identical and end where one process with the doubled batch ends."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import shared_file
+from readers.extractive.data import load_examples, save_examples, squad_examples
+from readers.extractive.model import ExtractiveReader
+from readers.extractive.train import ReaderTrainConfig, train_reader
+from reader_helpers import one_thread, tiny_reader
+
+TESTS = Path(__file__).resolve().parent
+
+SCRIPT = r'''
+import hashlib, json, sys
+from pathlib import Path
+from readers.extractive.data import load_examples
+from readers.extractive.train import ReaderTrainConfig, ReaderTrainer, make_accelerator
+from reader_helpers import tiny_reader
+
+examples, out = load_examples(sys.argv[1]), Path(sys.argv[2])
+acc = make_accelerator(cpu=True)
+config = ReaderTrainConfig(batch_size=2, passages_per_question=2, epochs=2, lr=5e-3,
+                           warmup_ratio=0.0, progress=False, checkpoint_every=2)
+trainer = ReaderTrainer(tiny_reader(seed=0), examples, out, config, acc)
+questions = []
+result = trainer.train(on_step=lambda step, loss: questions.append(trainer.last_batch.questions))
+digest = hashlib.sha256()
+for name, tensor in sorted(trainer.reader.state_dict().items()):
+    digest.update(name.encode() + tensor.detach().float().numpy().tobytes())
+(out / f"rank{acc.process_index}.json").write_text(json.dumps({
+    "processes": acc.num_processes, "questions": questions, "steps": result.steps,
+    "weights": digest.hexdigest()}))
+'''
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.slow  # two fresh interpreters importing torch and transformers: 20-40 s on 2 cores
+def test_two_processes_match_one_process_with_the_doubled_batch(tmp_path):
+    built = squad_examples(shared_file("squad/dev-v2.0.json"), negatives=1, max_examples=60,
+                           max_heldout=1)
+    examples = [e for e in built if e.split == "train"
+                and len(e.positives[0].passage.text) < 700][:8]
+    assert len(examples) == 8
+    data = tmp_path / "examples.jsonl"
+    save_examples(data, examples)
+    script = tmp_path / "train2.py"
+    script.write_text(SCRIPT)
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get(
+        "PYTHONPATH", "")]), "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+               "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
+               str(script), str(data), str(out)]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert [r["processes"] for r in ranks] == [2, 2]
+    # 8 examples / (2 per process x 2 processes) = 2 steps per epoch, 2 epochs
+    assert [r["steps"] for r in ranks] == [4, 4]
+    assert all(q == 2 for r in ranks for q in r["questions"])  # each process its own share
+    assert ranks[0]["weights"] == ranks[1]["weights"]  # DDP kept the replicas identical
+
+    with one_thread():
+        single = tiny_reader(seed=0)
+        train_reader(single, load_examples(data), tmp_path / "single", ReaderTrainConfig(
+            batch_size=4, passages_per_question=2, epochs=2, lr=5e-3, warmup_ratio=0.0,
+            progress=False, checkpoint_every=0))
+    two = ExtractiveReader.from_pretrained(out / "model").state_dict()
+    one = single.state_dict()
+    assert one.keys() == two.keys()
+    # Softmax and cross-entropy ignore a shift shared by all logits, so the head biases and the
+    # last LayerNorm bias (it shifts every token's logits alike) have an exactly zero gradient:
+    # Adam turns its float noise into steps of either sign, different in the two runs.
+    shift_only = {"span_head.bias", "selection_head.bias",
+                  "encoder.encoder.layer.1.output.LayerNorm.bias"}
+    worst = max((one[k].float() - two[k].float()).abs().max().item()
+                for k in one if k not in shift_only)
+    assert worst < 1e-4, worst
+    start = tiny_reader(seed=0).state_dict()
+    assert max((start[k].float() - one[k].float()).abs().max().item() for k in one) > 1e-3

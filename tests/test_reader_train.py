@@ -1,0 +1,167 @@
+"""Reader training on a tiny random BERT and real SQuAD examples: batches, learning until the
+answers come out, exact resume after a kill, LoRA and bf16 runs, refusals."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from conftest import shared_file
+from convqa.errors import ConfigError
+from convqa.types import Passage
+from readers.extractive.data import GoldSpan, ReaderExample, ReaderPassage, squad_examples
+from readers.extractive.inputs import token_span_to_chars
+from readers.extractive.model import ExtractiveReader
+from readers.extractive.train import (ReaderTrainConfig, ReaderTrainer, evaluate_reader,
+                                      make_reader_batch, train_reader)
+from reader_helpers import one_thread, tiny_reader
+
+
+@pytest.fixture(autouse=True)
+def _threads():
+    with one_thread():
+        yield
+
+
+@pytest.fixture(scope="module")
+def examples():
+    """8 real SQuAD questions with one gold span each, paragraphs under 700 characters."""
+    built = squad_examples(shared_file("squad/dev-v2.0.json"), negatives=2, max_examples=60,
+                           max_heldout=1)
+    chosen = [e for e in built if e.split == "train" and len(e.positives[0].passage.text) < 700
+              and len(set(e.answers)) == 1 and len(e.positives[0].spans) == 1][:8]
+    assert len(chosen) == 8
+    return chosen
+
+
+def config(**overrides) -> ReaderTrainConfig:
+    base = dict(batch_size=4, passages_per_question=2, epochs=2, lr=5e-3, warmup_ratio=0.0,
+                progress=False, checkpoint_every=0)
+    return ReaderTrainConfig(**{**base, **overrides})
+
+
+def weights(model) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def test_batch_layout_and_gold_positions(examples):
+    reader = tiny_reader(max_length=128)
+    long_text = "Filler sentence number one. " * 30 + "The answer is Zanzibar."
+    long = ReaderExample("long", "where?", [], [ReaderPassage(
+        Passage("L", long_text, "Long"), [GoldSpan("Zanzibar", long_text.index("Zanzibar"))])])
+    items = list(examples[:2]) + [long]  # `long` has no negatives: padded and masked
+    batch = make_reader_batch(items, [0, 1, 2], lambda i: items[i].question, reader, 3, 0, 0)
+    length = batch.features.length
+    assert batch.gold_starts.shape == (3, 3, length) and batch.passage_mask.shape == (3, 3)
+    assert batch.passage_mask.tolist() == [[True, True, True], [True, True, True],
+                                           [True, False, False]]
+    assert (batch.padded, batch.no_span) == (2, 0)
+    assert not batch.gold_starts[:, 1:].any()  # gold only in the positive (slot 0)
+    for q, example in enumerate(items):
+        w = q * 3
+        first = int(batch.gold_starts[q, 0].nonzero()[0])
+        last = int(batch.gold_ends[q, 0].nonzero()[0])
+        start, end = token_span_to_chars(batch.features, w, first, last)
+        assert example.positives[0].passage.text[start:end] == example.positives[0].spans[0].text
+    # the answer of the long passage is in a later window: that window was chosen
+    assert int(batch.features.offsets[6][batch.features.context[6]][0, 0]) > 0
+    # a long negative is read in a seeded random window (not always its first)
+    hard = ReaderExample("hard", "where?", [], items[0].positives,
+                         [Passage("N", long_text, "Long")])
+    starts = set()
+    for epoch in range(6):
+        batch = make_reader_batch([hard], [0], lambda i: "where?", reader, 2, 0, epoch)
+        starts.add(int(batch.features.offsets[1][batch.features.context[1]][0, 0]))
+    assert len(starts) > 1 and 0 in starts
+
+
+def test_training_extracts_the_answers(examples, tmp_path):
+    reader = tiny_reader(seed=0, max_length=128)
+    before = evaluate_reader(reader, examples)
+    result = train_reader(reader, examples, tmp_path, config(epochs=40))
+    assert result.steps == 80
+    log = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log] == list(range(1, 81))
+    assert sum(r["loss"] for r in log[-4:]) < 0.05 * sum(r["loss"] for r in log[:4])
+    after = evaluate_reader(reader, examples)
+    assert before["em"] < 50 and after["em"] == 100.0
+    for example in examples:
+        assert after["predictions"][example.id] == example.answers[0]
+    mixed = evaluate_reader(reader, examples, with_negatives=True)
+    assert mixed["passage_accuracy"] >= 75.0
+    # the saved model is the trained one and remembers its history strategy
+    loaded = ExtractiveReader.from_pretrained(tmp_path / "model")
+    assert loaded.fingerprint() == reader.fingerprint()
+    assert loaded.config.history["name"] == "current_first"
+    record = json.loads((tmp_path / "training.json").read_text())
+    assert record["steps"] == 80 and record["examples"] == 8
+    assert not (tmp_path / "checkpoint").exists()
+
+
+def test_resume_after_a_kill_gives_the_same_weights(examples, tmp_path):
+    """Dropout on, gradient accumulation: killed after step 3 (checkpoint at step 2), rerun,
+    the weights are bit-identical to an uninterrupted run's."""
+    settings = config(epochs=3, batch_size=2, grad_accum=2, checkpoint_every=2)  # 6 steps
+    reference = tiny_reader(seed=1, dropout=0.1)
+    train_reader(reference, examples, tmp_path / "a", settings)
+
+    class Killed(Exception):
+        pass
+
+    def kill_after_3(step: int, loss: float) -> None:
+        if step == 3:
+            raise Killed
+
+    with pytest.raises(Killed):
+        train_reader(tiny_reader(seed=1, dropout=0.1), examples, tmp_path / "b", settings,
+                     on_step=kill_after_3)
+    state = json.loads((tmp_path / "b" / "checkpoint" / "state.json").read_text())
+    assert state["step"] == 2
+    resumed = tiny_reader(seed=7, dropout=0.1)  # another init: the checkpoint overwrites it
+    result = train_reader(resumed, examples, tmp_path / "b", settings)
+    assert result.resumed_from == 2 and result.steps == 6
+    expected, got = weights(reference), weights(resumed)
+    assert expected.keys() == got.keys()
+    assert all(torch.equal(expected[k], got[k]) for k in expected)
+    steps = [json.loads(line)["step"] for line in (tmp_path / "b" / "log.jsonl").open()]
+    assert steps == [1, 2, 3, 4, 5, 6]
+    # finished runs are returned as they are; other settings or data are refused
+    again = train_reader(tiny_reader(), examples, tmp_path / "b", settings)
+    assert again.steps == 6 and again.seconds == result.info["seconds"]
+    with pytest.raises(ConfigError, match="different settings or data"):
+        train_reader(tiny_reader(), examples, tmp_path / "b", config(epochs=3, lr=1e-3))
+    with pytest.raises(ConfigError, match="different settings or data"):
+        train_reader(tiny_reader(), examples[:6], tmp_path / "b", settings)
+
+
+def test_lora_and_bf16_runs(examples, tmp_path):
+    from reader_helpers import save_tiny_encoder
+    from reader_helpers import reader_config
+
+    encoder = save_tiny_encoder(tmp_path / "enc")
+    reader = ExtractiveReader.build(reader_config(model=str(encoder))).add_lora(r=4, alpha=8)
+    heads_before = reader.span_head.weight.detach().clone()
+    frozen = {n: p.detach().clone() for n, p in reader.named_parameters() if not p.requires_grad}
+    result = train_reader(reader, examples, tmp_path / "out", config(max_steps=2, bf16=True))
+    assert result.steps == 2 and 0 < result.last_loss < 50
+    assert not torch.equal(reader.span_head.weight, heads_before)   # heads trained
+    assert all(torch.equal(p, frozen[n]) for n, p in reader.named_parameters() if n in frozen)
+    files = {p.name for p in (tmp_path / "out" / "model").iterdir()}
+    assert "adapter_model.safetensors" in files and "model.safetensors" not in files
+    loaded = ExtractiveReader.from_pretrained(tmp_path / "out" / "model")
+    assert loaded.fingerprint() == reader.fingerprint()
+
+
+def test_bad_settings(examples, tmp_path):
+    for bad, message in [({"batch_size": 0}, "batch_size must be an integer >= 1"),
+                         ({"passages_per_question": 0}, "passages_per_question must be"),
+                         ({"lr": 0.0}, "lr must be a positive number"),
+                         ({"warmup_ratio": 1.0}, r"warmup_ratio must be in \[0, 1\)"),
+                         ({"max_steps": 0}, "max_steps must be an integer >= 1")]:
+        with pytest.raises(ConfigError, match=message):
+            config(**bad)
+    with pytest.raises(ConfigError, match="8 training examples are too few"):
+        train_reader(tiny_reader(), examples, tmp_path, config(batch_size=9))
+    with pytest.raises(ConfigError, match="unknown history strategy 'newest'"):
+        ReaderTrainer(tiny_reader(), examples, tmp_path, config(history="newest"))
