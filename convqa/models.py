@@ -20,6 +20,7 @@ _MINILM_ALIASES = {DEFAULT_MODEL, "sentence-transformers/all-MiniLM-L6-v2", "min
 # Models trained here and shipped inside the package (small LoRA adapters over MiniLM), by alias.
 SHIPPED_MODELS = {
     "convqa-dpr-ihn": "retriever-dpr-ihn",
+    "convqa-reader": "reader-extractive",
 }
 ASSETS_DIR = Path(__file__).parent / "assets"
 

@@ -1,40 +1,66 @@
-"""Export a fully fine-tuned dual encoder as a small LoRA adapter over its base model.
+"""Export a fully fine-tuned dual encoder or extractive reader as a small LoRA adapter over its
+base model.
 
-    python scripts/export_lora.py --tuned runs/dpr-ihn-full/iter3/model --rank 32 \
+    python scripts/export_lora.py --tuned runs/dpr-ihn-full/iter3/model --rank 32 \\
         --out convqa/assets/retriever-dpr-ihn
+    python scripts/export_lora.py --tuned runs/reader-v1/model --rank 64 \\
+        --out convqa/assets/reader-extractive
 
-Writes the adapter folder (loads with `DualEncoder.from_pretrained`) and prints how faithful it
-is (kept SVD energy; relative change of the embedding tables it leaves at the base).
+Writes the adapter folder (a reader's keeps its heads exactly) and export_report.json: the
+kept SVD energy per layer and the relative change of the embedding tables left at the base.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from convqa.errors import ConvQAError
 from convqa.io import write_json
-from retrievers.dense.lora_export import lora_from_finetuned
-from retrievers.dense.model import DualEncoder
+from retrievers.dense.lora_export import encoder_lora_from_finetuned, lora_from_finetuned
+
+
+def export_dual_encoder(tuned_path: str, rank: int, out: str, base_name: str | None):
+    from retrievers.dense.model import DualEncoder
+
+    tuned = DualEncoder.from_pretrained(tuned_path)
+    base = DualEncoder.from_pretrained(base_name or tuned.config.model)
+    base.config = tuned.config  # same pooling / lengths as the model that was trained
+    adapted, report = lora_from_finetuned(base, tuned, r=rank)
+    adapted.save_adapter(out)
+    return tuned.fingerprint(), report
+
+
+def export_reader(tuned_path: str, rank: int, out: str, base_name: str | None):
+    from readers.extractive.model import ExtractiveReader, keep_layers
+    from retrievers.dense.model import _load_encoder
+
+    tuned = ExtractiveReader.from_pretrained(tuned_path)
+    if tuned.has_adapters:
+        raise ConvQAError(f"{tuned_path}: already a LoRA reader; nothing to export")
+    base = keep_layers(_load_encoder(base_name or tuned.config.model), tuned.config.encoder_layers)
+    encoder, report = encoder_lora_from_finetuned(base, tuned.encoder, r=rank)
+    adapted = ExtractiveReader(tuned.config, encoder, tuned.tokenizer, tuned.span_head,
+                               tuned.selection_head)
+    adapted.save_pretrained(out, adapter_only=True)
+    return tuned.fingerprint(), report
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tuned", required=True, help="fully fine-tuned dual encoder folder")
+    parser.add_argument("--tuned", required=True, help="fully fine-tuned model folder")
     parser.add_argument("--base", default=None,
-                        help="its initial checkpoint (default: the tuned model's config.model)")
+                        help="its initial checkpoint (default: the one its config names)")
     parser.add_argument("--rank", type=int, default=32)
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     try:
-        tuned = DualEncoder.from_pretrained(args.tuned)
-        base = DualEncoder.from_pretrained(args.base or tuned.config.model)
-        base.config = tuned.config  # same pooling / lengths as the model that was trained
-        adapted, report = lora_from_finetuned(base, tuned, r=args.rank)
-        adapted.save_adapter(args.out)
-        write_json(f"{args.out}/export_report.json",
-                   {"tuned": args.tuned, "tuned_fingerprint": tuned.fingerprint(),
-                    **report.to_dict()})
+        is_reader = (Path(args.tuned) / "convqa_reader.json").exists()
+        export = export_reader if is_reader else export_dual_encoder
+        fingerprint, report = export(args.tuned, args.rank, args.out, args.base)
+        write_json(Path(args.out) / "export_report.json",
+                   {"tuned": args.tuned, "tuned_fingerprint": fingerprint, **report.to_dict()})
     except ConvQAError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -85,3 +85,44 @@ def test_shipped_retriever_adapter_loads_by_alias():
     model = DualEncoder.from_pretrained("convqa-dpr-ihn")
     assert model.has_adapters and model.dim == 384
     assert model.config.pooling == "mean" and model.config.normalize
+
+
+def test_reader_export_keeps_heads_and_reproduces_logits(tmp_path):
+    """scripts/export_lora.py on a fine-tuned (here: perturbed) tiny extractive reader."""
+    import importlib.util
+    from pathlib import Path
+
+    from reader_helpers import reader_config, save_tiny_encoder
+
+    from readers.extractive.model import ExtractiveReader
+
+    base_dir = save_tiny_encoder(tmp_path / "base")
+    tuned = ExtractiveReader.build(reader_config(model=str(base_dir)))
+    generator = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for name, param in tuned.encoder.named_parameters():
+            if name.endswith(".weight") and param.dim() == 2 and "embeddings" not in name:
+                param += (torch.randn(param.shape[0], 2, generator=generator) * 0.05) @ \
+                    torch.randn(2, param.shape[1], generator=generator)
+            elif name.endswith(".bias") or "LayerNorm" in name:
+                param += torch.randn(param.shape, generator=generator) * 0.05
+    tuned.save_pretrained(tmp_path / "tuned")
+    script = Path(__file__).resolve().parents[1] / "scripts" / "export_lora.py"
+    spec = importlib.util.spec_from_file_location("export_lora", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--tuned", str(tmp_path / "tuned"), "--rank", "2",
+                        "--out", str(tmp_path / "adapter")]) == 0
+    adapter = ExtractiveReader.from_pretrained(tmp_path / "adapter").eval()
+    assert adapter.has_adapters and adapter.has_selection_head
+    batch = tuned.tokenizer(["who wrote it?"], ["Hamlet was written by Shakespeare."],
+                            return_tensors="pt")
+    with torch.no_grad():
+        want = tuned.eval()(batch["input_ids"], batch["attention_mask"])
+        got = adapter(batch["input_ids"], batch["attention_mask"])
+    for a, b in zip(want, got):
+        assert torch.allclose(a, b, atol=1e-5)
+    assert (tmp_path / "adapter" / "export_report.json").exists()
+    # a reader that is already an adapter is refused with one line
+    assert module.main(["--tuned", str(tmp_path / "adapter"), "--rank", "2",
+                        "--out", str(tmp_path / "again")]) == 2

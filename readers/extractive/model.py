@@ -32,7 +32,7 @@ from torch import Tensor
 
 from convqa.errors import ConfigError, ConvQAError, DataError
 from convqa.io import load_format_json, write_json
-from convqa.models import DEFAULT_MODEL, resolve_model
+from convqa.models import DEFAULT_MODEL, resolve_model, shipped_model_path
 from retrievers.dense.model import (_attach_adapter, _hash_tower, _is_peft, _load_encoder,
                                     _load_tokenizer, _merged, _replace_folder, _save_adapter)
 
@@ -214,6 +214,9 @@ class ExtractiveReader(torch.nn.Module):
         """A folder written by `save_pretrained` (full or adapter) or a Hugging Face
         *ForQuestionAnswering checkpoint (hub id or path; `config` sets the window sizes).
         A bare encoder is refused: its heads would be random and every answer arbitrary."""
+        shipped = shipped_model_path(str(path))
+        if shipped is not None:
+            path = shipped
         folder = Path(path)
         if folder.is_dir() and (folder / META_FILE).exists():
             return cls._from_folder(folder)

@@ -46,16 +46,26 @@ class ExportReport:
 def lora_from_finetuned(base: DualEncoder, tuned: DualEncoder, r: int = 64,
                         alpha: int | None = None) -> tuple[DualEncoder, ExportReport]:
     """`base` with LoRA adapters that reproduce `tuned` up to rank `r` (base is modified)."""
-    from peft import LoraConfig, get_peft_model
-
     if not base.shared or not tuned.shared:
         raise ConvQAError("LoRA export supports shared-tower dual encoders only")
     if base.has_adapters or tuned.has_adapters:
         raise ConvQAError("LoRA export needs two plain models (merge adapters first)")
+    base.query_encoder, report = encoder_lora_from_finetuned(
+        base.query_encoder, tuned.query_encoder, r, alpha)
+    return base, report
+
+
+def encoder_lora_from_finetuned(base: torch.nn.Module, tuned: torch.nn.Module, r: int = 64,
+                                alpha: int | None = None
+                                ) -> tuple[torch.nn.Module, ExportReport]:
+    """A peft model over `base` (a plain HF encoder, modified) reproducing `tuned` up to
+    rank `r`; for any model holding an encoder (dual encoder, extractive reader)."""
+    from peft import LoraConfig, get_peft_model
+
     if r < 1:
         raise ConvQAError("LoRA rank must be at least 1")
-    base_params = dict(base.query_encoder.named_parameters())
-    tuned_params = dict(tuned.query_encoder.named_parameters())
+    base_params = dict(base.named_parameters())
+    tuned_params = dict(tuned.named_parameters())
     if base_params.keys() != tuned_params.keys() or any(
             base_params[k].shape != tuned_params[k].shape for k in base_params):
         raise ConvQAError("the fine-tuned model does not have its base model's architecture")
@@ -65,7 +75,7 @@ def lora_from_finetuned(base: DualEncoder, tuned: DualEncoder, r: int = 64,
                         modules_to_save=list(EXACT_MODULES))
     report = ExportReport(rank=r)
     energies: list[float] = []
-    peft_model = get_peft_model(base.query_encoder, config)
+    peft_model = get_peft_model(base, config)
     with torch.no_grad():
         for name, module in peft_model.named_modules():
             if hasattr(module, "lora_A") and "default" in module.lora_A:
@@ -92,13 +102,12 @@ def lora_from_finetuned(base: DualEncoder, tuned: DualEncoder, r: int = 64,
                 change = (tuned_params[name] - base_params[name]).float().norm()
                 size = base_params[name].float().norm().clamp_min(1e-12)
             report.left_out[name] = float(change / size)
-    base.query_encoder = peft_model
-    base.query_encoder.eval()
+    peft_model.eval()
     report.layers = len(energies)
     if energies:
         report.mean_energy_kept = sum(energies) / len(energies)
         report.min_energy_kept = min(energies)
-    return base, report
+    return peft_model, report
 
 
 def _is_lora_weight(name: str, peft_model) -> bool:
