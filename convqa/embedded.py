@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from .errors import ConfigError
 
@@ -29,6 +30,8 @@ def embedded_dir(cache: str | os.PathLike | None = None) -> Path:
 RETRIEVER_CHOICES = ("dense", "bm25", "hybrid")
 DEFAULT_RETRIEVER = "dense"
 DEFAULT_DENSE_MODEL = "convqa-dpr-ihn"   # the shipped DPR-IHN LoRA adapter (convqa/assets)
+# The shipped extractive reader (LoRA adapter + heads); bf16 autocast reads ~1.6x faster on CPU.
+DEFAULT_READER = {"name": "extractive", "model": "convqa-reader", "precision": "bf16"}
 
 
 def _check_choice(retriever: str) -> None:
@@ -74,8 +77,9 @@ def _dense_dir() -> str:
 
 
 def default_config(cache: str | os.PathLike | None = None,
-                   retriever: str = DEFAULT_RETRIEVER) -> dict:
-    """Pipeline config of the embedded default (see `convqa.pipeline.Pipeline.from_config`)."""
+                   retriever: str = DEFAULT_RETRIEVER, reader: Any = "default") -> dict:
+    """Pipeline config of the embedded default (see `convqa.pipeline.Pipeline.from_config`).
+    `reader`: "default" (the shipped extractive reader), None (retrieval only) or a spec."""
     _check_choice(retriever)
     root = embedded_dir(cache)
     bm25 = {"name": "bm25", "index": str(root / "bm25")}
@@ -87,6 +91,6 @@ def default_config(cache: str | os.PathLike | None = None,
         "passages": str(root / "passages"),
         "retriever": chosen,
         "history": {"name": "oldest_first" if retriever != "bm25" else "current_first"},
-        "reader": None,
+        "reader": dict(DEFAULT_READER) if reader == "default" else reader,
         "top_k": 5,
     }

@@ -44,13 +44,15 @@ class Pipeline:
 
     @classmethod
     def default(cls, cache_dir: str | os.PathLike | None = None, progress: bool = True,
-                retriever: str = "dense") -> "Pipeline":
+                retriever: str = "dense", reader: Any = "default") -> "Pipeline":
         """The embedded vital-article corpus with the shipped models; `retriever` is dense
-        (DPR-IHN adapter), bm25 or hybrid (RRF of both). Indexes are built on first use."""
+        (DPR-IHN adapter), bm25 or hybrid (RRF of both); `reader` "default" (the shipped
+        extractive reader), None (retrieval only) or a reader spec. Indexes are built on
+        first use."""
         from .embedded import default_config, ensure_embedded
 
         ensure_embedded(cache_dir, progress=progress, retriever=retriever)
-        return cls.from_config(default_config(cache_dir, retriever))
+        return cls.from_config(default_config(cache_dir, retriever, reader))
 
     @classmethod
     def from_config(cls, config: dict[str, Any] | str | os.PathLike) -> "Pipeline":

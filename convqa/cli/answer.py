@@ -26,6 +26,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--retriever", choices=("dense", "bm25", "hybrid"), default="dense",
                    help="retriever of the embedded default: dense (DPR-IHN, default), bm25, or "
                         "hybrid (reciprocal-rank fusion of both); ignored with --config")
+    p.add_argument("--no-reader", action="store_true",
+                   help="retrieval only: show the passages, extract no answer (embedded default)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--prepare", action="store_true", help="build the embedded index and exit")
     p.set_defaults(func=run)
@@ -40,7 +42,8 @@ def build_pipeline(args: argparse.Namespace):
         config = load_yaml(args.config)
     else:
         ensure_embedded(args.cache_dir, progress=True, retriever=args.retriever)
-        config = default_config(args.cache_dir, args.retriever)
+        config = default_config(args.cache_dir, args.retriever,
+                                reader=None if args.no_reader else "default")
     return Pipeline.from_config(apply_overrides(config, args.overrides))
 
 

@@ -1,0 +1,104 @@
+#!/usr/bin/env python
+"""Latency of `convqa answer` per turn with warm models: p50 / p90 per stage over real turns.
+
+    python scripts/bench_answer.py --turns 100                    # embedded default pipeline
+    python scripts/bench_answer.py --retriever bm25 --turns 100
+    python scripts/bench_answer.py --config pipeline.yaml --benchmark /tmp/bench/vital
+
+Questions and their conversations are the dev turns of a TopiOCQA x Wikipedia benchmark
+(--benchmark), or else the first turns of the shared TopiOCQA file. Each turn is answered once after 5 warm-up turns,
+in one process; the stages are the pipeline's own timings (history, retrieve, fetch, read).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def dev_turns(benchmark: str | None, data_dir: str, count: int):
+    """(question, history) pairs: dev turns in file order."""
+    if benchmark:
+        from convqa.benchmark import load_labelled_turns
+
+        data = load_labelled_turns(benchmark)
+        turns = [t for t in data.turns if t.split == "dev"]
+        return [(t.question, data.conversations[t.conversation_id].history(t.turn))
+                for t in turns[:count]]
+    from convqa.loaders.topiocqa import load_topiocqa
+
+    pairs = []
+    for conversation in load_topiocqa(Path(data_dir) / "topiocqa" / "topiocqa_train.json.gz"):
+        for number in range(1, len(conversation.turns) + 1):
+            pairs.append((conversation.turn(number).question, conversation.history(number)))
+            if len(pairs) >= count:
+                return pairs
+    return pairs
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", help="pipeline YAML (default: the embedded default)")
+    parser.add_argument("--retriever", default="dense", choices=("dense", "bm25", "hybrid"))
+    parser.add_argument("--no-reader", action="store_true", help="embedded default without reader")
+    parser.add_argument("--benchmark", help="benchmark folder whose dev turns to ask")
+    parser.add_argument("--data-dir", default="../shared/data")
+    parser.add_argument("--turns", type=int, default=100)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    parser.add_argument("--json", help="also write the numbers here")
+    args = parser.parse_args(argv)
+
+    import torch
+
+    from convqa.pipeline import Pipeline
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    started = time.perf_counter()
+    if args.config:
+        pipeline = Pipeline.from_config(args.config)
+    else:
+        pipeline = Pipeline.default(progress=True, retriever=args.retriever,
+                                    reader=None if args.no_reader else "default")
+    load_s = time.perf_counter() - started
+    turns = dev_turns(args.benchmark, args.data_dir, args.turns + 5)
+    for question, history in turns[:5]:
+        pipeline.answer(question, history)
+    stages: dict[str, list[float]] = {}
+    totals = []
+    for question, history in turns[5:]:
+        begin = time.perf_counter()
+        result = pipeline.answer(question, history)
+        totals.append((time.perf_counter() - begin) * 1000)
+        for stage, ms in result.timings_ms.items():
+            stages.setdefault(stage, []).append(ms)
+    report = {
+        "turns": len(totals), "threads": torch.get_num_threads(), "load_seconds": round(load_s, 1),
+        "load_average": os.getloadavg()[0], "machine": platform.machine(),
+        "pipeline": pipeline.config,
+        "total_ms": {"p50": round(percentile(totals, 0.5), 1), "p90": round(percentile(totals, 0.9), 1)},
+        "stages_ms": {stage: {"p50": round(percentile(v, 0.5), 1), "p90": round(percentile(v, 0.9), 1)}
+                      for stage, v in stages.items()},
+    }
+    print(f"{len(totals)} turns, {report['threads']} threads, load average "
+          f"{report['load_average']:.2f}, pipeline loaded in {load_s:.1f} s")
+    print("| stage | p50 ms | p90 ms |\n|---|---:|---:|")
+    for stage, value in report["stages_ms"].items():
+        print(f"| {stage} | {value['p50']} | {value['p90']} |")
+    print(f"| **total** | {report['total_ms']['p50']} | {report['total_ms']['p90']} |")
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1, default=str), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
