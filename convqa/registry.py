@@ -165,6 +165,7 @@ def _coerce(value: Any, hint: Any, where: str) -> Any:
 
 
 RETRIEVERS: Registry = Registry(
-    "retriever", ("retrievers.bm25", "retrievers.dense.retriever", "retrievers.fusion"))
+    "retriever", ("retrievers.bm25", "retrievers.dense.retriever", "retrievers.fusion",
+                  "retrievers.convdr.retriever"))
 READERS: Registry = Registry("reader", ("readers.extractive.reader", "readers.fid.reader"))
 HISTORY_STRATEGIES: Registry = Registry("history strategy", ("convqa.history",))

@@ -8,6 +8,9 @@
     convqa train reader --out DIR [--squad FILE]... [--benchmark DIR]... [--examples JSONL]...
                         [--passages-per-question 8] [--lora R] [--max-steps N] [--bf16] ...
     convqa train reader-eval --model DIR --examples JSONL [--with-negatives] [--out FILE]
+    convqa train convdr --mode kd|rank|multitask --out DIR --data SOURCE=PATH ...
+                        [--teacher all-MiniLM-L6-v2] [--index TEACHER_INDEX] [--lora R] ...
+    convqa train convdr-fidelity --model DIR (--examples JSONL | --data SOURCE=PATH ...)
 
 `dpr` runs DPR-IHN (retrievers/training/ihn.py): warm-up with in-batch negatives, then for each
 further iteration encode -> mine -> retrain from the initial checkpoint; rerunning the same
@@ -15,6 +18,9 @@ command resumes after the last finished stage. Multi-process: `accelerate launch
 convqa.cli.main train dpr ...` (the same flags). docs/training.md has the details.
 `reader` trains the extractive (DPR) reader: examples -> training -> held-out EM/F1
 (readers/extractive/run.py); rerunning resumes. `reader-eval` scores a reader on examples.
+`convdr` distils a conversational query encoder from an ad hoc teacher (retrievers/convdr/run.py:
+examples -> teacher targets -> mining -> training -> held-out fidelity); rerunning resumes.
+`convdr-fidelity` measures student(conversation) vs teacher(rewrite) on any examples.
 """
 from __future__ import annotations
 
@@ -62,6 +68,8 @@ def add_parser(subparsers) -> None:
     _add_mining_corpus(jobs)
     _add_reader(jobs)
     _add_reader_eval(jobs)
+    _add_convdr(jobs)
+    _add_convdr_fidelity(jobs)
     from readers.fid.cli import add_fid_parser
 
     add_fid_parser(jobs)
@@ -374,4 +382,190 @@ def run_reader_eval(args: argparse.Namespace) -> int:
                               "model_fingerprint": model.fingerprint(),
                               "predictions": result["predictions"]})
     print(json.dumps(summary))
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# ConvDR
+
+
+def _add_convdr(jobs) -> None:
+    p = jobs.add_parser(
+        "convdr", help="ConvDR: a conversational query encoder distilled from an ad hoc teacher",
+        description="Train a ConvDR student: it reads the conversation and learns to put its "
+        "embedding where the frozen teacher puts the human rewrite (kd), to rank a positive "
+        "above teacher-mined negatives (rank), or both (multitask). Passages stay the "
+        "teacher's: the teacher's dense index is used unchanged. Writes OUT/model, "
+        "OUT/training.json and OUT/fidelity.json; rerun the same command to resume. Several "
+        "processes: torchrun ... -m convqa.cli.main train convdr ... (the same flags).")
+    p.add_argument("--mode", choices=("kd", "rank", "multitask"), default="kd",
+                   help="kd (MSE to the teacher's rewrite embedding, default), rank, or both")
+    p.add_argument("--out", required=True, metavar="DIR", help="output folder")
+    p.add_argument("--data", action="append", default=[], metavar="SOURCE=PATH",
+                   help="training data (repeatable): canard=dev.json, orquac=DIR (train "
+                        "split), orquac-dev=DIR, cast=DIR (CAsT 2019), jsonl=FILE")
+    p.add_argument("--teacher", default="all-MiniLM-L6-v2", metavar="ID_OR_PATH",
+                   help="frozen teacher dual encoder, also the student's start (default "
+                        "all-MiniLM-L6-v2; e.g. convqa-dpr-ihn)")
+    p.add_argument("--index", metavar="DIR",
+                   help="the teacher's dense index (`convqa index --dense --model TEACHER`): "
+                        "negatives are mined from it (rank, multitask)")
+    p.add_argument("--passages", metavar="STORE",
+                   help="its passage store (default: the one the index records)")
+    p.add_argument("--pseudo-positives", action="store_true",
+                   help="examples without a given positive use the teacher's top-1 on the "
+                        "rewrite as their positive (rank, multitask)")
+    p.add_argument("--mine-top-k", type=_positive_int, default=50, metavar="K",
+                   help="teacher candidates per example; negatives are these minus the "
+                        "positives (default 50)")
+    p.add_argument("--negatives", type=_positive_int, default=4, metavar="N",
+                   help="negatives per example and step in the rank loss (default 4)")
+    p.add_argument("--kd-weight", type=float, default=1.0, help="multitask weight of KD")
+    p.add_argument("--rank-weight", type=float, default=1.0, help="multitask weight of Rank")
+    p.add_argument("--scale", type=_positive_float, metavar="S",
+                   help="rank similarity scale 1/temperature (default 20 for normalised "
+                        "embeddings, 1 otherwise)")
+    p.add_argument("--history", default="questions_only", metavar="STRATEGY",
+                   help="the student's input (default questions_only: ConvDR's)")
+    p.add_argument("--history-max-tokens", type=_positive_int, metavar="N",
+                   help="token budget of the student's input (default: the strategy's, 256)")
+    p.add_argument("--heldout-fraction", type=_fraction, default=0.1,
+                   help="fraction of conversations held out for fidelity (default 0.1)")
+    p.add_argument("--exclude-benchmark", action="append", default=[], metavar="DIR",
+                   help="an OR-QuAC benchmark folder (retrievers/convdr/orquac_bench.py) whose "
+                        "dialogs are held out of training (repeatable)")
+    p.add_argument("--max-examples", type=_positive_int, metavar="N",
+                   help="train on a seeded sample of N examples")
+    p.add_argument("--cast-min-relevance", type=_count, default=1, metavar="R",
+                   help="CAsT qrels relevance that makes a positive (default 1)")
+    p.add_argument("--lora", type=_count, default=0, metavar="R",
+                   help="train LoRA adapters of rank R on the student instead of all weights")
+    p.add_argument("--epochs", type=_positive_int, default=1)
+    p.add_argument("--max-steps", type=_positive_int, metavar="N", help="cap on optimizer steps")
+    p.add_argument("--batch-size", type=_positive_int, default=16,
+                   help="examples per process per step (default 16)")
+    p.add_argument("--grad-accum", type=_positive_int, default=1, metavar="N")
+    p.add_argument("--lr", type=_positive_float, default=2e-5, help="peak learning rate")
+    p.add_argument("--warmup-ratio", type=_fraction, default=0.1)
+    p.add_argument("--weight-decay", type=float, default=0.0)
+    p.add_argument("--bf16", action="store_true", help="bf16 autocast in training")
+    p.add_argument("--fast", action="store_true",
+                   help="bf16 teacher encoding of rewrites where it agrees with fp32")
+    p.add_argument("--encode-batch-size", type=_positive_int, default=64, metavar="N")
+    p.add_argument("--fidelity-examples", type=_count, default=1000, metavar="N",
+                   help="held-out turns measured after training (0: skip; default 1000)")
+    p.add_argument("--checkpoint-every", type=_count, default=200, metavar="STEPS")
+    p.add_argument("--seed", type=_count, default=0)
+    p.add_argument("--cpu", action="store_true", help="train on the CPU even if a GPU exists")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(func=run_convdr)
+
+
+def _history_spec(args: argparse.Namespace):
+    if args.history_max_tokens:
+        return {"name": args.history, "max_tokens": args.history_max_tokens}
+    return args.history
+
+
+def _convdr_config(args: argparse.Namespace):
+    from retrievers.convdr.data import parse_data_spec
+    from retrievers.convdr.mining import ConvDRMiningConfig
+    from retrievers.convdr.run import ConvDRRunConfig
+    from retrievers.convdr.train import ConvDRTrainConfig
+
+    data = [parse_data_spec(text) for text in args.data]
+    for bench in args.exclude_benchmark:
+        if not (Path(bench) / "queries.jsonl").exists():
+            raise ConvQAError(f"{bench}: not an OR-QuAC benchmark folder (no queries.jsonl)")
+    if args.index and not Path(args.index).is_dir():
+        raise ConvQAError(f"{args.index}: index folder not found")
+    train = ConvDRTrainConfig(
+        mode=args.mode, epochs=args.epochs, batch_size=args.batch_size,
+        grad_accum=args.grad_accum, lr=args.lr, weight_decay=args.weight_decay,
+        warmup_ratio=args.warmup_ratio, max_steps=args.max_steps, negatives=args.negatives,
+        kd_weight=args.kd_weight, rank_weight=args.rank_weight, scale=args.scale,
+        bf16=args.bf16, seed=args.seed, checkpoint_every=args.checkpoint_every,
+        progress=not args.quiet)
+    mining = ConvDRMiningConfig(top_k=args.mine_top_k, pseudo_positives=args.pseudo_positives,
+                                batch_size=args.encode_batch_size)
+    return ConvDRRunConfig(
+        data=data, teacher=args.teacher, history=_history_spec(args), index=args.index,
+        passages=args.passages, heldout_fraction=args.heldout_fraction,
+        exclude=list(args.exclude_benchmark), max_examples=args.max_examples,
+        cast_min_relevance=args.cast_min_relevance, lora_r=args.lora,
+        fidelity_examples=args.fidelity_examples or None,
+        encode_batch_size=args.encode_batch_size, fast=args.fast, mining=mining, train=train)
+
+
+def run_convdr(args: argparse.Namespace) -> int:
+    from retrievers.convdr.run import run_convdr as run
+    from retrievers.training.trainer import make_accelerator
+
+    config = _convdr_config(args)
+    if args.quiet:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    accelerator = make_accelerator(cpu=args.cpu)
+    began = time.perf_counter()
+
+    def say(message: str) -> None:
+        print(f"[{time.perf_counter() - began:7.1f}s] {message}", flush=True)
+
+    result = run(config, args.out, accelerator, say)
+    if accelerator.is_main_process:
+        say(f"model: {Path(args.out) / 'model'}")
+        if result.get("fidelity"):
+            say(f"fidelity: {Path(args.out) / 'fidelity.json'}")
+    return 0
+
+
+def _add_convdr_fidelity(jobs) -> None:
+    p = jobs.add_parser(
+        "convdr-fidelity", help="how close a ConvDR student lands to the teacher's rewrite "
+        "embedding", description="Mean cosine / MSE between student(conversation) and "
+        "teacher(rewrite) on examples with rewrites, with the zero-shot baseline (the teacher "
+        "reading the conversation) and the question-only baseline.")
+    p.add_argument("--model", required=True, metavar="DIR", help="ConvDR folder (OUT/model)")
+    p.add_argument("--teacher", metavar="ID_OR_PATH",
+                   help="the teacher, if it moved (default: the one the model records)")
+    p.add_argument("--examples", action="append", default=[], metavar="JSONL",
+                   help="examples in the ConvDR JSONL format, e.g. OUT/examples/heldout.jsonl")
+    p.add_argument("--data", action="append", default=[], metavar="SOURCE=PATH",
+                   help="or raw data as for `train convdr` (all of it is measured)")
+    p.add_argument("--history", default="questions_only", metavar="STRATEGY",
+                   help="student input for examples without a formatted query")
+    p.add_argument("--history-max-tokens", type=_positive_int, metavar="N")
+    p.add_argument("--max-examples", type=_positive_int, metavar="N",
+                   help="a seeded sample of N examples")
+    p.add_argument("--batch-size", type=_positive_int, default=32)
+    p.add_argument("--seed", type=_count, default=0)
+    p.add_argument("--out", metavar="FILE", help="write the result as JSON")
+    p.set_defaults(func=run_convdr_fidelity)
+
+
+def run_convdr_fidelity(args: argparse.Namespace) -> int:
+    import json
+
+    from convqa.io import write_json
+    from retrievers.convdr.data import build_examples, load_examples_jsonl, parse_data_spec
+    from retrievers.convdr.fidelity import fidelity
+    from retrievers.convdr.model import ConvDR
+
+    if not args.examples and not args.data:
+        raise ConvQAError("give --examples JSONL or --data SOURCE=PATH")
+    examples = [e for path in args.examples for e in load_examples_jsonl(path)]
+    if args.data:
+        examples += build_examples([parse_data_spec(text) for text in args.data]).examples
+    model = ConvDR.from_pretrained(args.model, teacher=args.teacher)
+    fingerprint = model.fingerprint()
+    if model.has_adapters:
+        model.merge_adapters()
+    result = fidelity(model, examples, _history_spec(args), args.batch_size,
+                      args.max_examples, args.seed)
+    result["model"] = args.model
+    result["model_fingerprint"] = fingerprint
+    if args.out:
+        write_json(args.out, result)
+    print(json.dumps({k: v for k, v in result.items() if k != "by_source"}))
     return 0

@@ -24,7 +24,8 @@ from convqa.registry import RETRIEVERS
 
 # Retriever modules that register components beyond the registry's own built-ins; imported
 # (when present) before a spec is built so every retriever name works from the command line.
-_RETRIEVER_MODULES = ("retrievers.bm25", "retrievers.fusion", "retrievers.dense.retriever")
+_RETRIEVER_MODULES = ("retrievers.bm25", "retrievers.fusion", "retrievers.dense.retriever",
+                      "retrievers.convdr.retriever")
 
 
 def parse_spec(text: str, what: str = "retriever") -> tuple[Any, dict[str, Any]]:

@@ -1,0 +1,320 @@
+"""The ConvDR student: a query encoder that reads the conversation, tied to a frozen teacher.
+
+The teacher is any dual encoder (`DualEncoder.from_pretrained` id, path or alias, e.g.
+"all-MiniLM-L6-v2" or "convqa-dpr-ihn"; LoRA adapters are merged). The student's query tower
+starts as a copy of the teacher's query tower and is the only part ever trained; the student's
+passage side IS the teacher's passage tower, so the passage index the teacher built is searched
+unchanged and never re-encoded. Pooling and normalisation are the teacher's.
+
+A saved folder holds `convqa_convdr.json` (format, the teacher's name and fingerprint, the
+student's settings and fingerprint) and the student tower only: a plain Hugging Face checkpoint
+(safetensors + tokenizer), or, for a LoRA student, just the peft adapter over the teacher's
+query tower. The teacher's weights are never copied; loading finds the teacher by its recorded
+name (or one passed in) and refuses one whose fingerprint differs from the recorded one.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+from convqa.errors import ConfigError, ConvQAError, DataError
+from convqa.io import load_format_json, load_json, write_json
+from convqa.models import DEFAULT_MODEL, shipped_model_path
+from retrievers.dense.model import DualEncoder, DualEncoderConfig
+
+META_FILE = "convqa_convdr.json"
+FORMAT = "convqa-convdr"
+VERSION = 1
+ADAPTER_CONFIG = "adapter_config.json"
+DEFAULT_QUERY_MAX_LENGTH = 258  # ConvDR's 256-token questions-only history + [CLS] [SEP]
+
+
+@dataclass
+class ConvDRConfig:
+    teacher: str = DEFAULT_MODEL                     # id, path or alias of the teacher
+    query_max_length: int = DEFAULT_QUERY_MAX_LENGTH  # student input, special tokens included
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.teacher, str) or not self.teacher:
+            raise ConfigError("convdr: teacher must be a model id, path or alias")
+        value = self.query_max_length
+        if isinstance(value, bool) or not isinstance(value, int) or value < 4:
+            raise ConfigError(f"convdr: query_max_length must be an int >= 4, got {value!r}")
+
+    @classmethod
+    def from_dict(cls, data: dict, where: str) -> "ConvDRConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise DataError(f"unknown ConvDR option '{unknown[0]}'", where, None, "config")
+        try:
+            return cls(**data)
+        except (TypeError, ConfigError) as exc:
+            raise DataError(str(exc), where, None, "config") from None
+
+
+def teacher_name(teacher: str | os.PathLike | DualEncoder) -> str:
+    """How to find a teacher again: our aliases and hub ids as given, local folders absolute."""
+    name = str(teacher.source or teacher.config.model) if isinstance(teacher, DualEncoder) \
+        else str(teacher)
+    if shipped_model_path(name) is None and Path(name).is_dir():
+        return str(Path(name).resolve())
+    return name
+
+
+def load_teacher(teacher: str | os.PathLike | DualEncoder) -> DualEncoder:
+    """The teacher as given, or loaded with merged adapters (as `convqa index --dense` does, so
+    its fingerprint is the one its index records)."""
+    if isinstance(teacher, DualEncoder):
+        return teacher
+    from retrievers.dense.build import load_encoder
+
+    return load_encoder(teacher)
+
+
+def _is_peft(module: torch.nn.Module) -> bool:
+    return hasattr(module, "peft_config")
+
+
+class ConvDR(torch.nn.Module):
+    """Student query tower (`query_encoder`, trainable) plus the frozen `teacher`.
+
+    `encode_query` / `forward` run the student on conversation text; `encode_teacher_query` runs
+    the teacher's query tower (on rewrites); `encode_passage` is the teacher's passage tower."""
+
+    def __init__(self, config: ConvDRConfig, teacher: DualEncoder,
+                 query_encoder: torch.nn.Module | None = None,
+                 teacher_fingerprint: str | None = None):
+        super().__init__()
+        self.config = config
+        self.teacher = teacher
+        for parameter in teacher.parameters():
+            parameter.requires_grad_(False)
+        teacher.eval()
+        if query_encoder is None:  # the student starts as the teacher
+            query_encoder = copy.deepcopy(teacher.query_encoder)
+            for parameter in query_encoder.parameters():
+                parameter.requires_grad_(True)
+        self.query_encoder = query_encoder
+        self._teacher_fingerprint = teacher_fingerprint
+        self.source: str | None = None
+        self.teacher_source = teacher_name(teacher)
+
+    # -- construction ---------------------------------------------------------------------
+    @classmethod
+    def build(cls, teacher: str | os.PathLike | DualEncoder = DEFAULT_MODEL,
+              query_max_length: int = DEFAULT_QUERY_MAX_LENGTH) -> "ConvDR":
+        """A fresh student, initialised from `teacher`'s query tower."""
+        encoder = load_teacher(teacher)
+        return cls(ConvDRConfig(teacher_name(teacher), query_max_length), encoder)
+
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike,
+                        teacher: str | os.PathLike | DualEncoder | None = None) -> "ConvDR":
+        """A folder written by `save_pretrained`. `teacher` overrides the recorded teacher name
+        (e.g. after moving it); either way its fingerprint must be the recorded one."""
+        folder = Path(path)
+        meta_path = folder / META_FILE
+        if not meta_path.exists():
+            raise DataError(f"not a ConvDR model (no {META_FILE})", folder)
+        meta = load_format_json(meta_path, FORMAT, VERSION, "ConvDR model")
+        config = ConvDRConfig.from_dict(meta.get("config") or {}, str(meta_path))
+        recorded = meta.get("teacher_fingerprint")
+        if not isinstance(recorded, str) or not recorded:
+            raise DataError("missing", meta_path, None, "teacher_fingerprint")
+        encoder = load_teacher(teacher if teacher is not None else config.teacher)
+        found = encoder.fingerprint()
+        if found != recorded:
+            raise ConvQAError(
+                f"{folder}: the student was distilled from teacher {config.teacher!r} "
+                f"(fingerprint {recorded}), but the teacher loaded from "
+                f"{teacher_name(teacher if teacher is not None else config.teacher)!r} has "
+                f"fingerprint {found}; pass the original teacher")
+        if meta.get("adapter"):
+            student = _attach_adapter(copy.deepcopy(encoder.query_encoder), folder)
+        else:
+            student = DualEncoder.build(DualEncoderConfig(model=str(folder))).query_encoder
+        model = cls(config, encoder, student, teacher_fingerprint=found)
+        if model.dim != encoder.dim:
+            raise DataError(f"student is {model.dim}-d, teacher {encoder.dim}-d", folder)
+        model.source = str(folder)
+        return model
+
+    # -- properties -----------------------------------------------------------------------
+    @property
+    def teacher_fingerprint(self) -> str:
+        """The teacher's fingerprint: what its passage index records (computed once)."""
+        if self._teacher_fingerprint is None:
+            self._teacher_fingerprint = self.teacher.fingerprint()
+        return self._teacher_fingerprint
+
+    @property
+    def dim(self) -> int:
+        return int(self.query_encoder.config.hidden_size)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.query_encoder.parameters()).device
+
+    @property
+    def normalize(self) -> bool:
+        return bool(self.teacher.config.normalize)
+
+    @property
+    def has_adapters(self) -> bool:
+        return _is_peft(self.query_encoder)
+
+    @property
+    def query_tokenizer(self):
+        return self.teacher.query_tokenizer
+
+    @property
+    def passage_tokenizer(self):
+        return self.teacher.passage_tokenizer
+
+    def train(self, mode: bool = True) -> "ConvDR":
+        """Only the student changes mode: the teacher stays in eval (no dropout), always."""
+        super().train(mode)
+        self.teacher.eval()
+        return self
+
+    # -- views as dual encoders -----------------------------------------------------------
+    def as_dual_encoder(self) -> DualEncoder:
+        """The retrieval model: student query tower + teacher passage tower (shared modules,
+        nothing copied). Anything that takes a DualEncoder (query encoding, fast-path checks)
+        takes this."""
+        return self._view(self.query_encoder, self.source)
+
+    def zero_shot_encoder(self) -> DualEncoder:
+        """The untrained student: the teacher's query tower reading the conversation, with the
+        student's input length (the fidelity baseline)."""
+        return self._view(self.teacher.query_encoder, self.teacher_source)
+
+    def _view(self, query_tower: torch.nn.Module, source: str | None) -> DualEncoder:
+        config = replace(self.teacher.config, query_max_length=self.config.query_max_length)
+        view = DualEncoder(config, query_tower, self.teacher.query_tokenizer,
+                           self.teacher.passage_encoder, self.teacher.passage_tokenizer)
+        view.source = source
+        return view
+
+    # -- encoding -------------------------------------------------------------------------
+    def tokenize_queries(self, texts: Sequence[str], padding: bool = True) -> dict:
+        """Student inputs (conversation texts), cut at `config.query_max_length` tokens."""
+        return self.as_dual_encoder().tokenize_queries(texts, padding)
+
+    def encode_query(self, batch: dict[str, Tensor]) -> Tensor:
+        return self.as_dual_encoder().encode_query(batch)
+
+    def forward(self, queries: dict[str, Tensor]) -> Tensor:
+        """The student's embeddings (what DDP wraps in training)."""
+        return self.encode_query(queries)
+
+    def tokenize_teacher_queries(self, texts: Sequence[str], padding: bool = True) -> dict:
+        return self.teacher.tokenize_queries(texts, padding)
+
+    def encode_teacher_query(self, batch: dict[str, Tensor]) -> Tensor:
+        with torch.no_grad():
+            return self.teacher.encode_query(batch)
+
+    def tokenize_passages(self, passages, padding: bool = True) -> dict:
+        return self.teacher.tokenize_passages(passages, padding)
+
+    def encode_passage(self, batch: dict[str, Tensor]) -> Tensor:
+        with torch.no_grad():
+            return self.teacher.encode_passage(batch)
+
+    # -- identity -------------------------------------------------------------------------
+    def fingerprint(self) -> str:
+        """The retrieval model's fingerprint: student query tower (LoRA deltas included) with
+        the teacher's passage tower and settings (see `DualEncoder.fingerprint`)."""
+        return self.as_dual_encoder().fingerprint()
+
+    # -- LoRA -----------------------------------------------------------------------------
+    def add_lora(self, r: int = 8, alpha: int = 16, dropout: float = 0.1,
+                 target_modules: Sequence[str] = ("query", "key", "value", "dense")) -> "ConvDR":
+        """Train peft LoRA adapters on the student instead of all its weights."""
+        from peft import LoraConfig, get_peft_model
+
+        if self.has_adapters:
+            raise ConvQAError("this ConvDR student already has LoRA adapters")
+        lora = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout,
+                          target_modules=list(target_modules))
+        self.query_encoder = get_peft_model(self.query_encoder, lora)
+        return self
+
+    def merge_adapters(self) -> "ConvDR":
+        """Fold LoRA into the student's weights for faster inference (fingerprint kept)."""
+        if self.has_adapters:
+            self.query_encoder = self.query_encoder.merge_and_unload()
+        return self
+
+    # -- saving ---------------------------------------------------------------------------
+    def save_pretrained(self, path: str | os.PathLike, adapter_only: bool | None = None) -> None:
+        """Write the student atomically (temporary sibling folder renamed into place),
+        safetensors only; a LoRA student saves only its adapter unless `adapter_only=False`."""
+        adapter_only = self.has_adapters if adapter_only is None else adapter_only
+        if adapter_only and not self.has_adapters:
+            raise ConvQAError("adapter_only=True but this student has no LoRA adapters")
+        path = Path(path)
+        if path.exists() and not (path / META_FILE).exists() and any(path.iterdir()):
+            raise ConvQAError(f"{path}: exists and is not a ConvDR model; not replacing it")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+        try:
+            if adapter_only:
+                for config in self.query_encoder.peft_config.values():
+                    config.base_model_name_or_path = f"convdr-teacher:{self.config.teacher}"
+                self.query_encoder.save_pretrained(str(tmp), safe_serialization=True,
+                                                   save_embedding_layers=False)
+                with contextlib.suppress(FileNotFoundError):
+                    (tmp / "README.md").unlink()  # peft's stub
+            else:
+                tower = self.query_encoder
+                if self.has_adapters:
+                    tower = copy.deepcopy(tower).merge_and_unload()
+                tower.save_pretrained(str(tmp), safe_serialization=True)
+                self.query_tokenizer.save_pretrained(str(tmp))
+            write_json(tmp / META_FILE, {
+                "format": FORMAT, "version": VERSION, "config": asdict(self.config),
+                "teacher_fingerprint": self.teacher_fingerprint,
+                "teacher_config": asdict(self.teacher.config), "adapter": adapter_only,
+                "dim": self.dim, "fingerprint": self.fingerprint()})
+            _replace_folder(tmp, path)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+
+def _attach_adapter(tower: torch.nn.Module, folder: Path) -> torch.nn.Module:
+    from peft import PeftModel
+
+    config = load_json(folder / ADAPTER_CONFIG)
+    if not isinstance(config, dict) or config.get("peft_type") != "LORA":
+        raise DataError("only peft LoRA adapters are supported", folder / ADAPTER_CONFIG, None,
+                        "peft_type")
+    if not (folder / "adapter_model.safetensors").exists():
+        raise DataError("adapter weights missing (adapter_model.safetensors)", folder)
+    try:
+        return PeftModel.from_pretrained(tower, str(folder), is_trainable=False)
+    except (ValueError, RuntimeError, KeyError) as exc:
+        raise DataError(f"adapter does not fit the teacher's query tower: "
+                        f"{str(exc).splitlines()[0]}", folder) from None
+
+
+def _replace_folder(tmp: Path, path: Path) -> None:
+    if path.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
+        os.rename(path, old / "model")
+        os.rename(tmp, path)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(tmp, path)
