@@ -18,21 +18,24 @@ from pathlib import Path
 
 from convqa.errors import ConvQAError
 from convqa.io import write_json
-from retrievers.dense.lora_export import encoder_lora_from_finetuned, lora_from_finetuned
+from retrievers.dense.lora_export import (EXACT_MODULES, SMALL_EMBEDDINGS,
+                                         encoder_lora_from_finetuned, lora_from_finetuned)
 
 
-def export_dual_encoder(tuned_path: str, rank: int, out: str, base_name: str | None):
+def export_dual_encoder(tuned_path: str, rank: int, out: str, base_name: str | None,
+                        exact: tuple[str, ...]):
     from retrievers.dense.model import DualEncoder
 
     tuned = DualEncoder.from_pretrained(tuned_path)
     base = DualEncoder.from_pretrained(base_name or tuned.config.model)
     base.config = tuned.config  # same pooling / lengths as the model that was trained
-    adapted, report = lora_from_finetuned(base, tuned, r=rank)
+    adapted, report = lora_from_finetuned(base, tuned, r=rank, exact_modules=exact)
     adapted.save_adapter(out)
     return tuned.fingerprint(), report
 
 
-def export_reader(tuned_path: str, rank: int, out: str, base_name: str | None):
+def export_reader(tuned_path: str, rank: int, out: str, base_name: str | None,
+                  exact: tuple[str, ...]):
     from readers.extractive.model import ExtractiveReader, keep_layers
     from retrievers.dense.model import _load_encoder
 
@@ -40,7 +43,8 @@ def export_reader(tuned_path: str, rank: int, out: str, base_name: str | None):
     if tuned.has_adapters:
         raise ConvQAError(f"{tuned_path}: already a LoRA reader; nothing to export")
     base = keep_layers(_load_encoder(base_name or tuned.config.model), tuned.config.encoder_layers)
-    encoder, report = encoder_lora_from_finetuned(base, tuned.encoder, r=rank)
+    encoder, report = encoder_lora_from_finetuned(base, tuned.encoder, r=rank,
+                                                  exact_modules=exact)
     adapted = ExtractiveReader(tuned.config, encoder, tuned.tokenizer, tuned.span_head,
                                tuned.selection_head)
     adapted.save_pretrained(out, adapter_only=True)
@@ -54,11 +58,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="its initial checkpoint (default: the one its config names)")
     parser.add_argument("--rank", type=int, default=32)
     parser.add_argument("--out", required=True)
+    parser.add_argument("--exact-embeddings", action="store_true",
+                        help="also store the token-type and position embedding tables exactly "
+                             "(~0.8 MB for MiniLM; the reader's fine-tuning moves them)")
     args = parser.parse_args(argv)
+    exact = EXACT_MODULES + (SMALL_EMBEDDINGS if args.exact_embeddings else ())
     try:
         is_reader = (Path(args.tuned) / "convqa_reader.json").exists()
         export = export_reader if is_reader else export_dual_encoder
-        fingerprint, report = export(args.tuned, args.rank, args.out, args.base)
+        fingerprint, report = export(args.tuned, args.rank, args.out, args.base, exact)
         write_json(Path(args.out) / "export_report.json",
                    {"tuned": args.tuned, "tuned_fingerprint": fingerprint, **report.to_dict()})
     except ConvQAError as exc:

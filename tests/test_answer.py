@@ -19,12 +19,16 @@ def pipeline(cache):
     return Pipeline.default(cache_dir=cache, progress=False, retriever="bm25")
 
 
-def test_film_question_finds_its_article(pipeline):
+def test_film_question_finds_its_article_and_answer(pipeline):
     result = pipeline.answer("Who directed 2001: A Space Odyssey?")
     assert result.passages[0].title == "2001: A Space Odyssey"
     assert "Stanley Kubrick" in result.passages[0].text
     assert [h.rank for h in result.hits] == [1, 2, 3, 4, 5]
-    assert set(result.timings_ms) == {"history", "retrieve", "fetch"}
+    assert set(result.timings_ms) == {"history", "retrieve", "fetch", "read"}
+    answer = result.answer
+    assert "Kubrick" in answer.text
+    assert answer.evidence.text[answer.start:answer.end] == answer.text
+    assert answer.passage_id in {p.id for p in result.passages}
 
 
 def test_follow_up_uses_the_history(pipeline):
@@ -34,6 +38,26 @@ def test_follow_up_uses_the_history(pipeline):
     follow = pipeline.answer("When was it released?", history)
     assert follow.query_text.startswith("When was it released? [SEP] Stanley Kubrick")
     assert follow.passages[0].title == "2001: A Space Odyssey"
+
+
+def test_retrieval_only_pipeline(cache):
+    result = Pipeline.default(cache_dir=cache, progress=False, retriever="bm25",
+                              reader=None).answer("Who painted the Mona Lisa?")
+    assert result.answer is None and result.passages[0].title == "Mona Lisa"
+    assert "read" not in result.timings_ms
+
+
+@pytest.mark.slow
+def test_dense_default_pipeline_answers(tmp_path_factory):
+    """The README's first command: the shipped DPR-IHN adapter encodes the embedded corpus
+    (a few minutes on 2 cores), then the shipped reader answers."""
+    pipe = Pipeline.default(cache_dir=tmp_path_factory.mktemp("dense-cache"), progress=False)
+    result = pipe.answer("Who directed 2001: A Space Odyssey?")
+    assert result.passages[0].title == "2001: A Space Odyssey"
+    assert "Kubrick" in result.answer.text
+    follow = pipe.answer("When was it released?",
+                         [Turn("Who directed 2001: A Space Odyssey?", result.answer.text)])
+    assert "1968" in follow.answer.text
 
 
 def test_empty_question_raises(pipeline):
@@ -52,6 +76,7 @@ def test_cli_json_output_and_interactive(cache, capsys, monkeypatch, tmp_path):
     monkeypatch.setattr("builtins.input", lambda prompt="": next(lines))
     assert main(["answer", "--top-k", "1", "--cache-dir", str(cache), "--retriever", "bm25"]) == 0
     out = capsys.readouterr().out
-    # the follow-up query carries the earlier question
-    assert "query: where is it displayed? [SEP] who painted the Mona Lisa?" in out
+    # the follow-up query carries the earlier answer and question (current-first)
+    query = next(line for line in out.splitlines() if line.startswith("query: where is it"))
+    assert query.endswith("[SEP] who painted the Mona Lisa?") and query.count("[SEP]") == 2
     assert "(new conversation)" in out

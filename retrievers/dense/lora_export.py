@@ -24,6 +24,7 @@ from .model import DualEncoder
 
 LINEAR_TARGETS = ("query", "key", "value", "dense")
 EXACT_MODULES = ("LayerNorm",)
+SMALL_EMBEDDINGS = ("token_type_embeddings", "position_embeddings")
 
 
 @dataclass
@@ -44,22 +45,26 @@ class ExportReport:
 
 
 def lora_from_finetuned(base: DualEncoder, tuned: DualEncoder, r: int = 64,
-                        alpha: int | None = None) -> tuple[DualEncoder, ExportReport]:
+                        alpha: int | None = None, exact_modules: tuple[str, ...] = EXACT_MODULES
+                        ) -> tuple[DualEncoder, ExportReport]:
     """`base` with LoRA adapters that reproduce `tuned` up to rank `r` (base is modified)."""
     if not base.shared or not tuned.shared:
         raise ConvQAError("LoRA export supports shared-tower dual encoders only")
     if base.has_adapters or tuned.has_adapters:
         raise ConvQAError("LoRA export needs two plain models (merge adapters first)")
     base.query_encoder, report = encoder_lora_from_finetuned(
-        base.query_encoder, tuned.query_encoder, r, alpha)
+        base.query_encoder, tuned.query_encoder, r, alpha, exact_modules)
     return base, report
 
 
 def encoder_lora_from_finetuned(base: torch.nn.Module, tuned: torch.nn.Module, r: int = 64,
-                                alpha: int | None = None
+                                alpha: int | None = None,
+                                exact_modules: tuple[str, ...] = EXACT_MODULES
                                 ) -> tuple[torch.nn.Module, ExportReport]:
     """A peft model over `base` (a plain HF encoder, modified) reproducing `tuned` up to
-    rank `r`; for any model holding an encoder (dual encoder, extractive reader)."""
+    rank `r`; for any model holding an encoder (dual encoder, extractive reader).
+    `exact_modules` are copied whole (default the LayerNorms; add "token_type_embeddings" and
+    "position_embeddings", small tables, when fine-tuning moved them, as a reader's does)."""
     from peft import LoraConfig, get_peft_model
 
     if r < 1:
@@ -72,7 +77,7 @@ def encoder_lora_from_finetuned(base: torch.nn.Module, tuned: torch.nn.Module, r
     alpha = alpha if alpha is not None else r
     config = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=0.0, bias="lora_only",
                         target_modules=list(LINEAR_TARGETS),
-                        modules_to_save=list(EXACT_MODULES))
+                        modules_to_save=list(exact_modules))
     report = ExportReport(rank=r)
     energies: list[float] = []
     peft_model = get_peft_model(base, config)
@@ -96,7 +101,7 @@ def encoder_lora_from_finetuned(base: torch.nn.Module, tuned: torch.nn.Module, r
                for n, _ in peft_model.named_parameters() if "lora_" not in n}
     for name in base_params:
         covered_here = name in covered and (
-            name.endswith(".bias") or any(f"{m}." in name for m in EXACT_MODULES))
+            name.endswith(".bias") or any(f"{m}." in name for m in exact_modules))
         if not covered_here and not _is_lora_weight(name, peft_model):
             with torch.no_grad():
                 change = (tuned_params[name] - base_params[name]).float().norm()
