@@ -105,3 +105,15 @@ def test_in_a_pipeline(saved, tmp_path):
     assert answer.passage_id == "d#0" and answer.text == PASSAGES[2].text[answer.start:answer.end]
     assert "read" in result.timings_ms
     assert pipeline.reader.read("anything", [], []) is None
+
+
+def test_fingerprint_follows_weights_and_settings():
+    from reader_helpers import tiny_reader
+
+    from readers.extractive.reader import SpanReader
+
+    one = SpanReader.from_model(tiny_reader(seed=0))
+    assert one.fingerprint() == SpanReader.from_model(tiny_reader(seed=0)).fingerprint()
+    assert one.fingerprint() != SpanReader.from_model(tiny_reader(seed=1)).fingerprint()
+    assert one.fingerprint() != SpanReader.from_model(tiny_reader(seed=0),
+                                                      strategy="global").fingerprint()

@@ -95,6 +95,17 @@ class SpanReader:
         model.to(_device(options.device)).eval()
         return cls(model, options)
 
+    def fingerprint(self) -> str:
+        """The model's weights and everything that changes its answers (for result caches)."""
+        import hashlib
+        import json
+
+        settings = {"model": self.model.fingerprint(), "config": dataclasses.asdict(self.config),
+                    "history": self.history.to_dict(), "strategy": self.options.strategy,
+                    "precision": self.options.precision}
+        text = json.dumps(settings, sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:24]
+
     @classmethod
     def from_model(cls, model: ExtractiveReader, **options: Any) -> "SpanReader":
         """Wrap a reader model in memory (e.g. during training) with `options`."""
