@@ -34,6 +34,7 @@ import torch
 from convqa.errors import ConfigError, ConvQAError, DataError
 from convqa.io import load_json, write_json
 from convqa.metrics.answer import score_answers
+from convqa.training_log import append_log, trim_log
 # The generic pieces of the dual-encoder trainer: step planning, schedule, accelerator, and
 # reading checkpoint tensors without unpickling code.
 from retrievers.training.data import example_rng, global_batches
@@ -305,26 +306,11 @@ class FiDTrainer:
 
     # -- log ----------------------------------------------------------------------------------
     def _log(self, record: dict[str, Any]) -> None:
-        if self.accelerator.is_main_process:
-            self.out.mkdir(parents=True, exist_ok=True)
-            with open(self.out / LOG, "a", encoding="utf-8") as handle:
-                handle.write(json.dumps(record) + "\n")
+        append_log(self.out, record, self.accelerator.is_main_process)
 
     def _trim_log(self, step: int) -> None:
         """Drop log lines past the checkpoint we resume from (they will be redone)."""
-        path = self.out / LOG
-        if not self.accelerator.is_main_process or not path.exists():
-            return
-        keep = []
-        with open(path, encoding="utf-8") as handle:
-            for line in handle:
-                try:
-                    if json.loads(line).get("step", 0) <= step:
-                        keep.append(line)
-                except json.JSONDecodeError:
-                    break  # a line cut by the kill
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.writelines(keep)
+        trim_log(self.out, step, self.accelerator.is_main_process)
 
 
 def _jsonable(value: Any) -> Any:

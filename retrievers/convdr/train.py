@@ -26,7 +26,6 @@ examples slightly differently from one big batch (documented, not corrected).
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import shutil
@@ -41,9 +40,10 @@ import torch
 
 from convqa.errors import ConfigError, ConvQAError, DataError
 from convqa.io import load_json, write_json
+from convqa.training_log import append_log, trim_log
 from retrievers.training.data import example_rng, global_batches
 from retrievers.training.loss import default_scale
-from retrievers.training.trainer import (CHECKPOINT, LOG, MODEL, STATE, TRAINING_JSON,
+from retrievers.training.trainer import (CHECKPOINT, MODEL, STATE, TRAINING_JSON,
                                          linear_schedule, make_accelerator, plan_steps)
 
 from .loss import MODES, convdr_loss
@@ -443,26 +443,11 @@ class ConvDRTrainer:
 
     # -- log --------------------------------------------------------------------------------
     def _log(self, record: dict[str, Any]) -> None:
-        if self.accelerator.is_main_process:
-            self.out.mkdir(parents=True, exist_ok=True)
-            with open(self.out / LOG, "a", encoding="utf-8") as handle:
-                handle.write(json.dumps(record) + "\n")
+        append_log(self.out, record, self.accelerator.is_main_process)
 
     def _trim_log(self, step: int) -> None:
         """Drop log lines past the checkpoint we resume from (they will be redone)."""
-        path = self.out / LOG
-        if not self.accelerator.is_main_process or not path.exists():
-            return
-        keep = []
-        with open(path, encoding="utf-8") as handle:
-            for line in handle:
-                try:
-                    if json.loads(line).get("step", 0) <= step:
-                        keep.append(line)
-                except json.JSONDecodeError:
-                    break  # a line cut by the kill
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.writelines(keep)
+        trim_log(self.out, step, self.accelerator.is_main_process)
 
 
 def train_convdr(model, data: TrainingSet, out: str | os.PathLike,
