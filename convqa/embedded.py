@@ -64,11 +64,14 @@ def ensure_embedded(cache: str | os.PathLike | None = None, progress: bool = Tru
                                                show_progress=progress).save(bm25_path)
     if retriever in ("dense", "hybrid"):
         from retrievers.dense.build import build_dense_index
+        from retrievers.dense.index import META_FILE
 
-        if progress:
-            print(f"preparing the embedded dense index under {root} (once)", file=sys.stderr)
-        with PassageStore.open(store_path) as store:
-            build_dense_index(DEFAULT_DENSE_MODEL, store, root / _dense_dir(), progress=progress)
+        dense_path = root / _dense_dir()
+        if not (dense_path / META_FILE).exists():  # built (or resumed after a stop) once
+            if progress:
+                print(f"preparing the embedded dense index under {root} (once)", file=sys.stderr)
+            with PassageStore.open(store_path) as store:
+                build_dense_index(DEFAULT_DENSE_MODEL, store, dense_path, progress=progress)
     return root
 
 
