@@ -26,7 +26,6 @@ and scoring it on held-out examples.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import os
 import shutil
@@ -43,6 +42,7 @@ from torch import Tensor
 from convqa.errors import ConfigError, ConvQAError, DataError
 from convqa.io import load_json, write_json
 from convqa.types import Passage
+from convqa.training_log import append_log, trim_log
 from retrievers.training.data import example_rng, global_batches
 from retrievers.training.trainer import (_load_tensors, _rng_state, _set_rng_state,
                                          linear_schedule, make_accelerator, plan_steps)
@@ -54,7 +54,6 @@ from .model import ExtractiveReader
 
 CHECKPOINT = "checkpoint"
 MODEL = "model"
-LOG = "log.jsonl"
 TRAINING_JSON = "training.json"
 STATE = "state.json"
 # Current question first, then the newest history: a reader reads the question before all else,
@@ -439,26 +438,11 @@ class ReaderTrainer:
 
     # -- log --------------------------------------------------------------------------------
     def _log(self, record: dict[str, Any]) -> None:
-        if self.accelerator.is_main_process:
-            self.out.mkdir(parents=True, exist_ok=True)
-            with open(self.out / LOG, "a", encoding="utf-8") as handle:
-                handle.write(json.dumps(record) + "\n")
+        append_log(self.out, record, self.accelerator.is_main_process)
 
     def _trim_log(self, step: int) -> None:
         """Drop log lines past the checkpoint resumed from (they are redone)."""
-        path = self.out / LOG
-        if not self.accelerator.is_main_process or not path.exists():
-            return
-        keep = []
-        with open(path, encoding="utf-8") as handle:
-            for line in handle:
-                try:
-                    if json.loads(line).get("step", 0) <= step:
-                        keep.append(line)
-                except json.JSONDecodeError:
-                    break  # a line cut by the kill
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.writelines(keep)
+        trim_log(self.out, step, self.accelerator.is_main_process)
 
 
 def train_reader(reader: ExtractiveReader, examples: Sequence[ReaderExample],

@@ -46,7 +46,6 @@ from .model import FiDReader
 
 CHECKPOINT = "checkpoint"
 MODEL = "model"
-LOG = "log.jsonl"
 TRAINING_JSON = "training.json"
 STATE = "state.json"
 

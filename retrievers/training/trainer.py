@@ -41,7 +41,6 @@ from .loss import default_scale, dpr_loss, passage_key
 
 CHECKPOINT = "checkpoint"
 MODEL = "model"
-LOG = "log.jsonl"
 TRAINING_JSON = "training.json"
 STATE = "state.json"
 
