@@ -5,6 +5,8 @@ base model.
         --out convqa/assets/retriever-dpr-ihn
     python scripts/export_lora.py --tuned runs/reader-v1/model --rank 64 \\
         --out convqa/assets/reader-extractive
+    python scripts/export_lora.py --tuned runs/convdr-kd-minilm/model --rank 32 \\
+        --out convqa/assets/retriever-convdr
 
 Writes the adapter folder (a reader's keeps its heads exactly) and export_report.json: the
 kept SVD energy per layer and the relative change of the embedding tables left at the base.
@@ -51,6 +53,27 @@ def export_reader(tuned_path: str, rank: int, out: str, base_name: str | None,
     return tuned.fingerprint(), report
 
 
+def export_convdr(tuned_path: str, rank: int, out: str, base_name: str | None,
+                  exact: tuple[str, ...]):
+    """A ConvDR student as an adapter over its teacher's query tower (its starting point)."""
+    import copy
+
+    from retrievers.convdr.model import ConvDR
+
+    if base_name:
+        raise ConvQAError("a ConvDR student's base is its teacher; --base does not apply")
+    tuned = ConvDR.from_pretrained(tuned_path)
+    if tuned.has_adapters:
+        raise ConvQAError(f"{tuned_path}: already a LoRA student; nothing to export")
+    base_tower = copy.deepcopy(tuned.teacher.query_encoder)
+    tower, report = encoder_lora_from_finetuned(base_tower, tuned.query_encoder, r=rank,
+                                                exact_modules=exact)
+    adapted = ConvDR(tuned.config, tuned.teacher, tower,
+                     teacher_fingerprint=tuned.teacher_fingerprint)
+    adapted.save_pretrained(out, adapter_only=True)
+    return tuned.fingerprint(), report
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tuned", required=True, help="fully fine-tuned model folder")
@@ -64,8 +87,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     exact = EXACT_MODULES + (SMALL_EMBEDDINGS if args.exact_embeddings else ())
     try:
-        is_reader = (Path(args.tuned) / "convqa_reader.json").exists()
-        export = export_reader if is_reader else export_dual_encoder
+        folder = Path(args.tuned)
+        if (folder / "convqa_reader.json").exists():
+            export = export_reader
+        elif (folder / "convqa_convdr.json").exists():
+            export = export_convdr
+        else:
+            export = export_dual_encoder
         fingerprint, report = export(args.tuned, args.rank, args.out, args.base, exact)
         write_json(Path(args.out) / "export_report.json",
                    {"tuned": args.tuned, "tuned_fingerprint": fingerprint, **report.to_dict()})

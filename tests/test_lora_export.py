@@ -126,3 +126,41 @@ def test_reader_export_keeps_heads_and_reproduces_logits(tmp_path):
     # a reader that is already an adapter is refused with one line
     assert module.main(["--tuned", str(tmp_path / "adapter"), "--rank", "2",
                         "--out", str(tmp_path / "again")]) == 2
+
+
+def test_convdr_student_export_reloads_as_adapter_and_keeps_its_queries(tmp_path):
+    """scripts/export_lora.py on a ConvDR folder: the student becomes a LoRA adapter over the
+    teacher's query tower, and the reloaded adapter encodes queries like the full student."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from convdr_helpers import make_teacher
+    from retrievers.convdr.model import ConvDR
+
+    teacher = make_teacher(tmp_path / "teacher", dropout=0.0)
+    model = ConvDR.build(str(teacher))
+    generator = torch.Generator().manual_seed(5)
+    with torch.no_grad():  # a rank-2 change of every linear weight: exact at rank 2
+        for name, param in model.query_encoder.named_parameters():
+            if name.endswith(".weight") and param.dim() == 2 and "embeddings" not in name:
+                out_dim, in_dim = param.shape
+                param += (torch.randn(out_dim, 2, generator=generator) * 0.05
+                          @ torch.randn(2, in_dim, generator=generator))
+    model.save_pretrained(tmp_path / "full")
+    script = Path(__file__).resolve().parents[1] / "scripts" / "export_lora.py"
+    done = subprocess.run([sys.executable, str(script), "--tuned", str(tmp_path / "full"),
+                           "--rank", "2", "--out", str(tmp_path / "adapter")],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    full = ConvDR.from_pretrained(tmp_path / "full").eval()
+    adapter = ConvDR.from_pretrained(tmp_path / "adapter").eval()
+    assert adapter.has_adapters and not full.has_adapters
+    texts = ["who built the eiffel tower?", "what is photosynthesis? [SEP] what does it reflect?"]
+    with torch.no_grad():
+        a = full.encode_query(full.tokenize_queries(texts))
+        b = adapter.encode_query(adapter.tokenize_queries(texts))
+        teacher_view = adapter.encode_teacher_query(adapter.tokenize_teacher_queries(texts))
+    assert torch.allclose(a, b, atol=1e-4)
+    assert not torch.allclose(a, teacher_view, atol=1e-3)  # the student did move
+    assert (tmp_path / "adapter" / "adapter_model.safetensors").exists()
