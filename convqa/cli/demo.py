@@ -1,0 +1,66 @@
+"""`convqa demo`: the Gradio chat demo, served on 127.0.0.1 (no share link, no analytics)."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from convqa.errors import ConvQAError
+
+RETRIEVERS = ("dense", "bm25", "hybrid")
+INSTALL_HINT = 'the demo needs gradio: pip install "convqa[demo]"'
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "demo", help="run the Gradio chat demo on 127.0.0.1",
+        description="Serve a chat page where each answer shows its evidence passage, the "
+                    "retrieved passages and the latency of each stage. Every browser session "
+                    "holds its own conversation. Binds 127.0.0.1 unless --host says otherwise; "
+                    "makes no share link and sends no analytics.")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to bind (default 127.0.0.1; 0.0.0.0 exposes the demo to "
+                        "your network)")
+    p.add_argument("--port", type=int, default=7860, help="port (default 7860)")
+    p.add_argument("--config", metavar="PIPELINE.yaml",
+                   help="serve this pipeline instead of the embedded default corpus")
+    p.add_argument("--retriever", choices=RETRIEVERS, default="dense",
+                   help="retriever selected at start (embedded default; the others are built "
+                        "when first chosen in the page); ignored with --config")
+    p.add_argument("--no-reader", action="store_true",
+                   help="start with retrieval only (the reader can still be chosen in the page)")
+    p.add_argument("--cache-dir", help="where the embedded indexes live (default ~/.cache/convqa)")
+    p.set_defaults(func=run)
+
+
+def make_pipelines(args: argparse.Namespace):
+    """The answering paths the page offers, with the one chosen on the command line first."""
+    from apps.pipelines import NO_READER, config_pipelines, embedded_pipelines
+
+    reader = NO_READER if args.no_reader else None
+    if args.config:
+        return config_pipelines(args.config, reader=reader)
+    return embedded_pipelines(args.cache_dir, progress=True, retriever=args.retriever,
+                              reader=reader or "extractive")
+
+
+def run(args: argparse.Namespace) -> int:
+    if not 0 < args.port < 65536:
+        raise ConvQAError(f"--port must be between 1 and 65535, got {args.port}")
+    os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"  # read by gradio at import
+    try:
+        import gradio  # noqa: F401
+    except ImportError as exc:
+        raise ConvQAError(f"{INSTALL_HINT} ({exc})") from None
+    from apps.demo import build_demo, launch
+
+    pipelines = make_pipelines(args)
+    retriever, reader = pipelines.default
+    print(f"convqa demo: preparing the {retriever} + {reader} pipeline", file=sys.stderr)
+    pipelines.get(retriever, reader)  # errors in the config show here, not in the page
+    demo = build_demo(pipelines)
+    try:
+        launch(demo, host=args.host, port=args.port)
+    except OSError as exc:  # port taken, address not available
+        raise ConvQAError(f"cannot serve on {args.host}:{args.port}: {exc}") from None
+    return 0
