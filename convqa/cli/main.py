@@ -15,17 +15,16 @@ from convqa.errors import ConvQAError
 BUILT = {
     "data": ("convqa.cli.data", "build benchmarks from the official data files"),
     "answer": ("convqa.cli.answer", "answer a question in a conversation, with evidence"),
-    "index": ("convqa.cli.index", "build a BM25 or dense (FAISS) index over a passage collection"),
+    "index": ("convqa.cli.index", "build a BM25, dense (FAISS) or phrase index over a passage collection"),
     "retrieve": ("convqa.cli.retrieve",
                  "retrieve passages for conversational queries with any retriever"),
     "train": ("convqa.cli.train", "train DPR-IHN, ConvDR, the readers or the phrase model"),
+    "demo": ("convqa.cli.demo", "run the Gradio chat demo on 127.0.0.1"),
+    "eval": ("convqa.cli.eval", "produce the QReCC / TopiOCQA retrieval and end-to-end tables"),
+    "reproduce": ("convqa.cli.reproduce", "rerun a named run of the reproduction matrix"),
 }
 # Planned subcommands: listed in --help, and they say plainly that they do not exist yet.
-PLANNED = {
-    "eval": ("produce the QReCC / TopiOCQA retrieval and end-to-end tables",
-             "the evaluation issue"),
-    "demo": ("run the Gradio chat demo on 127.0.0.1", "the demo issue"),
-}
+PLANNED: dict[str, tuple[str, str]] = {}
 
 
 def _not_built(name: str, where: str):
@@ -40,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="convqa", description="Open-domain conversational question answering.")
     parser.add_argument("--version", action="version", version=f"convqa {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in ("data", "index", "retrieve", "train", "answer", "eval", "demo"):
+    for name in ("data", "index", "retrieve", "train", "answer", "eval", "reproduce", "demo"):
         if name in BUILT:
             module, _ = BUILT[name]
             importlib.import_module(module).add_parser(subparsers)

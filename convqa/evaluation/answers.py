@@ -23,15 +23,16 @@ import os
 import statistics
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
-from convqa.benchmark import load_labelled_turns
+from convqa.benchmark import LabelledTurns, load_labelled_turns
 from convqa.corpus import PassageStore
 from convqa.errors import ConfigError, DataError
 from convqa.io import iter_jsonl, write_jsonl
 from convqa.metrics import group_means
 from convqa.metrics.answer import score_answer
 from convqa.registry import READERS
+from convqa.types import Hit
 
 from .retrieval import GROUPS, evaluate_retrieval
 from .runs import read_run
@@ -63,63 +64,80 @@ def evaluate_answers(benchmark: str | os.PathLike, retriever: Any, reader: Any,
                      history: Any = "oldest_first", split: str = "dev",
                      top_ks: Sequence[int] = TOP_KS, cache_dir: str | os.PathLike | None = None,
                      progress: bool = True, label: str | None = None,
-                     use_cache: bool = True) -> dict[str, Any]:
+                     use_cache: bool = True, data: LabelledTurns | None = None
+                     ) -> dict[str, Any]:
     """Retrieve (history strategy `history`), read the top k for each k, score. The reader
-    formats the conversation itself (its own history strategy). Returns a JSON-ready dict."""
-    from tqdm.auto import tqdm
-
+    formats the conversation itself (its own history strategy). `data`: the benchmark's
+    labelled turns when already loaded. Returns a JSON-ready dict."""
     if not top_ks or any(k < 1 for k in top_ks):
         raise ConfigError(f"top_ks must be positive, got {list(top_ks)}")
     folder = Path(benchmark)
     retrieval = evaluate_retrieval(folder, retriever, history, split=split,
                                    k=max(100, max(top_ks)), cache_dir=cache_dir,
-                                   progress=progress, label=label, use_cache=use_cache)
+                                   progress=progress, label=label, use_cache=use_cache,
+                                   data=data)
     if retrieval["run_file"] is None:
         raise ConfigError("end-to-end evaluation needs a cacheable retriever (a spec)")
     run = read_run(retrieval["run_file"]).hits
-    data = load_labelled_turns(folder)
+    data = data if data is not None else load_labelled_turns(folder)
     turns = [t for t in data.turns if t.answer_evaluable and (split == "all" or t.split == split)]
     if not turns:
         raise DataError(f"no answer-evaluable turns in split {split!r}", folder / "turns.jsonl")
     model = READERS.build(reader) if isinstance(reader, (str, dict)) else reader
     key = _reader_key(reader, model) if use_cache else None
-    types = {t.qid: t.question_type for t in turns}
     out: dict[str, Any] = {"label": label, "benchmark": str(folder), "split": split,
                            "retriever": retrieval["retriever"], "history": retrieval["history"],
                            "reader": reader if isinstance(reader, (str, dict)) else
                            type(model).__name__, "convention": CONVENTION, "turns": len(turns),
-                           "retrieval_run": retrieval["run_file"], "by_k": {}}
+                           "retrieval_run": retrieval["run_file"]}
     with PassageStore.open(folder / "passages") as store:
-        for k in top_ks:
-            cache = (Path(f"{retrieval['run_file']}.answers-{key}-k{k}.jsonl")
-                     if key is not None else None)
-            predictions = _cached_predictions(cache, turns) if cache is not None else None
-            cached = predictions is not None
-            if predictions is None:
-                predictions = {}
-                for turn in tqdm(turns, desc=f"read top-{k}", unit=" q", disable=not progress):
-                    conversation = data.conversations[turn.conversation_id]
-                    passages = [_passage(store, hit.passage_id, retrieval["run_file"])
-                                for hit in run.get(turn.qid, [])[:k]]
-                    started = time.perf_counter()
-                    answer = model.read(turn.question, conversation.history(turn.turn), passages)
-                    ms = (time.perf_counter() - started) * 1000
-                    predictions[turn.qid] = {
-                        "qid": turn.qid, "prediction": answer.text if answer else "",
-                        "passage_id": answer.passage_id if answer else None, "ms": round(ms, 2)}
-                if cache is not None:
-                    write_jsonl(cache, [predictions[t.qid] for t in turns])
-            per_query = {}
-            for turn in turns:
-                scores = score_answer(predictions[turn.qid]["prediction"], turn.answers,
-                                      CONVENTION)
-                per_query[turn.qid] = {"em": 100.0 * scores["em"], "f1": 100.0 * scores["f1"]}
-            groups = group_means(per_query, types)
-            out["by_k"][str(k)] = {
-                "groups": {g: groups[g] for g in GROUPS if g in groups},
-                "reader_ms": _percentiles([p["ms"] for p in predictions.values()]),
-                "cached": cached, "predictions": str(cache) if cache else None}
+        out["by_k"] = read_and_score(turns, data.conversations, run, retrieval["run_file"],
+                                     store, model, top_ks, key, progress)
     return out
+
+
+def read_and_score(turns: Sequence[Any], conversations: Mapping[str, Any],
+                   run: Mapping[str, Sequence[Hit]], run_file: str, store: PassageStore,
+                   model: Any, top_ks: Sequence[int], key: str | None = None,
+                   progress: bool = True, convention: str = CONVENTION) -> dict[str, Any]:
+    """For each k: the reader reads the top k passages of `run` for every turn and is scored.
+
+    `turns` have `qid`, `conversation_id`, `turn`, `question`, `answers` and `question_type`
+    (a benchmark's LabelledTurn or an official file's turn). With a `key` (what the predictions
+    depend on) they are cached next to `run_file`. Returns {str(k): {"groups", "reader_ms",
+    "cached", "predictions"}}."""
+    from tqdm.auto import tqdm
+
+    types = {t.qid: t.question_type for t in turns}
+    by_k: dict[str, Any] = {}
+    for k in top_ks:
+        cache = Path(f"{run_file}.answers-{key}-k{k}.jsonl") if key is not None else None
+        predictions = _cached_predictions(cache, turns) if cache is not None else None
+        cached = predictions is not None
+        if predictions is None:
+            predictions = {}
+            for turn in tqdm(turns, desc=f"read top-{k}", unit=" q", disable=not progress):
+                conversation = conversations[turn.conversation_id]
+                passages = [_passage(store, hit.passage_id, run_file)
+                            for hit in run.get(turn.qid, [])[:k]]
+                started = time.perf_counter()
+                answer = model.read(turn.question, conversation.history(turn.turn), passages)
+                ms = (time.perf_counter() - started) * 1000
+                predictions[turn.qid] = {
+                    "qid": turn.qid, "prediction": answer.text if answer else "",
+                    "passage_id": answer.passage_id if answer else None, "ms": round(ms, 2)}
+            if cache is not None:
+                write_jsonl(cache, [predictions[t.qid] for t in turns])
+        per_query = {}
+        for turn in turns:
+            scores = score_answer(predictions[turn.qid]["prediction"], turn.answers, convention)
+            per_query[turn.qid] = {"em": 100.0 * scores["em"], "f1": 100.0 * scores["f1"]}
+        groups = group_means(per_query, types)
+        by_k[str(k)] = {
+            "groups": {g: groups[g] for g in GROUPS if g in groups},
+            "reader_ms": _percentiles([p["ms"] for p in predictions.values()]),
+            "cached": cached, "predictions": str(cache) if cache else None}
+    return by_k
 
 
 def _passage(store: PassageStore, pid: str, run_file: str):

@@ -28,9 +28,9 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
-from convqa.benchmark import LabelledTurn, load_labelled_turns, qrels
+from convqa.benchmark import LabelledTurn, LabelledTurns, load_labelled_turns, qrels
 from convqa.errors import ConfigError, ConvQAError, DataError
 from convqa.history import build_history_strategy
 from convqa.io import load_json, write_json
@@ -90,15 +90,15 @@ def retrieve_all(retriever, queries: dict[str, str], k: int, batch_size: int = 6
     return run
 
 
-def score_run(run: dict[str, Sequence[Hit]], turns: Sequence[LabelledTurn],
-              ks: Sequence[int] = KS) -> dict[str, Any]:
-    """Hits@k and MRR per level and question type: {level: {"num_queries", "groups"}}."""
-    types = {t.qid: t.question_type for t in turns}
+def score_levels(run: dict[str, Sequence[Hit]], relevance: Mapping[str, Mapping[str, Any]],
+                 types: Mapping[str, str], ks: Sequence[int] = KS) -> dict[str, Any]:
+    """Hits@k and MRR for each level's qrels `{level: {qid: {passage_id: 1}}}`, per question
+    type (`types`: {qid: "first" | "no-switch" | "switch"}): {level: {"num_queries",
+    "num_missing", "groups"}}. Any relevance (a benchmark's or an official file's) scores here."""
     wanted = [f"hits@{k}" for k in ks] + ["mrr"]
     out: dict[str, Any] = {}
-    for level in LEVELS:
-        relevance = qrels(turns, level=level)
-        report = evaluate_run(run, relevance, ks=ks, ndcg_ks=(), queries=list(relevance))
+    for level, qrel_map in relevance.items():
+        report = evaluate_run(run, qrel_map, ks=ks, ndcg_ks=(), queries=list(qrel_map))
         per_query = {qid: {name: values[name] for name in wanted}
                      for qid, values in report.per_query.items()}
         groups = group_means(per_query, types) if per_query else {"all": {"count": 0}}
@@ -106,6 +106,13 @@ def score_run(run: dict[str, Sequence[Hit]], turns: Sequence[LabelledTurn],
         out[level] = {"num_queries": report.num_queries, "num_missing": report.num_missing,
                       "groups": ordered}
     return out
+
+
+def score_run(run: dict[str, Sequence[Hit]], turns: Sequence[LabelledTurn],
+              ks: Sequence[int] = KS) -> dict[str, Any]:
+    """Hits@k and MRR per level and question type: {level: {"num_queries", "groups"}}."""
+    types = {t.qid: t.question_type for t in turns}
+    return score_levels(run, {level: qrels(turns, level=level) for level in LEVELS}, types, ks)
 
 
 def benchmark_digest(folder: Path) -> str:
@@ -123,31 +130,33 @@ def run_key(config: dict[str, Any]) -> str:
     return hashlib.sha256(data.encode()).hexdigest()[:24]
 
 
-def evaluate_retrieval(benchmark: str | os.PathLike, retriever: Any, history: Any = "oldest_first",
-                       split: str = "dev", k: int = 100, ks: Sequence[int] = KS,
-                       cache_dir: str | os.PathLike | None = None, batch_size: int = 64,
-                       progress: bool = True, label: str | None = None,
-                       use_cache: bool = True) -> dict[str, Any]:
-    """Retrieve for the retrieval-evaluable turns of `split` and score (see module doc).
+class CachedRun(NamedTuple):
+    """A retrieval run and where it came from (see `retrieve_cached`)."""
 
-    `retriever` is a spec (name, dict) or an already built retriever (then cached by its
-    `fingerprint()` if it has one, else not cached). Returns a JSON-ready dict."""
-    folder = Path(benchmark)
-    if not (folder / "turns.jsonl").is_file():
-        raise DataError("not a benchmark folder (no turns.jsonl; build one with `convqa data "
-                        "topiocqa-wiki`)", folder)
-    if k < max(ks):
-        raise ConfigError(f"k={k} is smaller than the largest cutoff {max(ks)}")
-    data = load_labelled_turns(folder)
-    turns = select_turns(data.turns, split)
-    if not turns:
-        raise DataError(f"no retrieval-evaluable turns in split {split!r}", folder / "turns.jsonl")
+    hits: dict[str, list[Hit]]
+    config: dict[str, Any]       # what the run depends on (hashed into `key`)
+    key: str | None              # None: not cacheable
+    path: Path | None            # the run file in the cache
+    cached: bool                 # read from the cache instead of retrieving
+    timing: dict[str, Any]
+
+
+def retrieve_cached(dataset_digest: str, split: str, qids: Sequence[str],
+                    make_queries: Callable[[Any], dict[str, str]], retriever: Any,
+                    history: Any, k: int, cache_dir: str | os.PathLike | None = None,
+                    batch_size: int = 64, progress: bool = True, label: str | None = None,
+                    use_cache: bool = True) -> CachedRun:
+    """Retrieve the top `k` for the queries `qids`, or read the run from the cache.
+
+    The cache key hashes `dataset_digest` (what the query texts come from), `split`, `k`, the
+    retriever (spec and fingerprint) and the history strategy with all its options.
+    `make_queries(strategy)` gives {qid: query text}; it is called only when retrieving."""
     strategy = build_history_strategy(history)
     spec = retriever if isinstance(retriever, (str, dict)) else None
     model = build_retriever(retriever) if spec is not None else retriever
     cacheable = use_cache and (spec is not None or callable(getattr(model, "fingerprint", None)))
     config = {
-        "version": CACHE_VERSION, "benchmark": benchmark_digest(folder), "split": split, "k": k,
+        "version": CACHE_VERSION, "benchmark": dataset_digest, "split": split, "k": k,
         "retriever": spec if spec is not None else type(model).__name__,
         "retriever_fingerprint": retriever_fingerprint(model, spec) if cacheable else None,
         "history": strategy.to_dict(),
@@ -159,13 +168,13 @@ def evaluate_retrieval(benchmark: str | os.PathLike, retriever: Any, history: An
     if cached:
         meta = load_json(meta_path)
         run = read_run(run_path).hits
-        missing = [t.qid for t in turns if t.qid not in run]
+        missing = [qid for qid in qids if qid not in run]
         if missing:
             raise DataError(f"cached run lacks query {missing[0]!r} (delete it to rerun)", run_path)
-        timing = meta.get("timing", {})
+        timing = meta.get("timing", {}) if isinstance(meta, dict) else {}
     else:
         started = time.perf_counter()
-        queries = query_texts(turns, data.conversations, strategy)
+        queries = make_queries(strategy)
         formatted = time.perf_counter()
         run = retrieve_all(model, queries, k, batch_size, progress,
                            desc=f"retrieve {label or config['retriever']}")
@@ -176,14 +185,43 @@ def evaluate_retrieval(benchmark: str | os.PathLike, retriever: Any, history: An
         if cacheable:
             write_run(run_path, run, queries)
             write_json(meta_path, {"config": config, "timing": timing})
-    result = {
+    return CachedRun(run, config, key if cacheable else None,
+                     run_path if cacheable else None, cached, timing)
+
+
+def evaluate_retrieval(benchmark: str | os.PathLike, retriever: Any, history: Any = "oldest_first",
+                       split: str = "dev", k: int = 100, ks: Sequence[int] = KS,
+                       cache_dir: str | os.PathLike | None = None, batch_size: int = 64,
+                       progress: bool = True, label: str | None = None,
+                       use_cache: bool = True, data: LabelledTurns | None = None
+                       ) -> dict[str, Any]:
+    """Retrieve for the retrieval-evaluable turns of `split` and score (see module doc).
+
+    `retriever` is a spec (name, dict) or an already built retriever (then cached by its
+    `fingerprint()` if it has one, else not cached). `data`: the benchmark's labelled turns
+    when already loaded (a table of many systems reads them once). Returns a JSON-ready dict."""
+    folder = Path(benchmark)
+    if not (folder / "turns.jsonl").is_file():
+        raise DataError("not a benchmark folder (no turns.jsonl; build one with `convqa data "
+                        "topiocqa-wiki`)", folder)
+    if k < max(ks):
+        raise ConfigError(f"k={k} is smaller than the largest cutoff {max(ks)}")
+    data = data if data is not None else load_labelled_turns(folder)
+    turns = select_turns(data.turns, split)
+    if not turns:
+        raise DataError(f"no retrieval-evaluable turns in split {split!r}", folder / "turns.jsonl")
+    result = retrieve_cached(
+        benchmark_digest(folder), split, [t.qid for t in turns],
+        lambda strategy: query_texts(turns, data.conversations, strategy), retriever, history,
+        k, cache_dir, batch_size, progress, label, use_cache)
+    return {
         "label": label, "benchmark": str(folder), "corpus": data.meta.get("corpus"),
-        "split": split, "retriever": config["retriever"], "history": config["history"],
-        "k": k, "ks": list(ks), "run_key": key if cacheable else None,
-        "run_file": str(run_path) if cacheable else None, "cached": cached, "timing": timing,
-        "levels": score_run(run, turns, ks),
+        "split": split, "retriever": result.config["retriever"],
+        "history": result.config["history"], "k": k, "ks": list(ks), "run_key": result.key,
+        "run_file": str(result.path) if result.path is not None else None,
+        "cached": result.cached, "timing": result.timing,
+        "levels": score_run(result.hits, turns, ks),
     }
-    return result
 
 
 def format_row(groups: dict[str, Any], group: str, ks: Sequence[int] = KS) -> list[str]:
@@ -201,8 +239,8 @@ def markdown_table(result: dict[str, Any]) -> str:
     ks = result.get("ks", KS)
     header = ["level", "turns", "n"] + [f"Hits@{k}" for k in ks] + ["MRR"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for level in LEVELS:
-        groups = result["levels"][level]["groups"]
+    for level, scores in result["levels"].items():
+        groups = scores["groups"]
         for group in GROUPS:
             if group in groups:
                 lines.append("| " + " | ".join([level, group] + format_row(groups, group, ks))
