@@ -70,6 +70,7 @@ def add_parser(subparsers) -> None:
     _add_reader_eval(jobs)
     _add_convdr(jobs)
     _add_convdr_fidelity(jobs)
+    _add_phrase(jobs)
     from readers.fid.cli import add_fid_parser
 
     add_fid_parser(jobs)
@@ -568,4 +569,121 @@ def run_convdr_fidelity(args: argparse.Namespace) -> int:
     if args.out:
         write_json(args.out, result)
     print(json.dumps({k: v for k, v in result.items() if k != "by_source"}))
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# The phrase model (PRO-ConvQA)
+
+
+def _add_phrase(jobs) -> None:
+    p = jobs.add_parser(
+        "phrase", help="the PRO-ConvQA phrase model on SQuAD-format files and/or a TopiOCQA x "
+        "Wikipedia benchmark",
+        description="Train the phrase model (phrase_index/train.py): the phrase stage (span, "
+        "distillation from the extractive reader, filter, in-batch and pre-batch negatives, "
+        "L_turn) into OUT/phrase, then query-side fine-tuning against frozen phrase vectors "
+        "into OUT/query; the final model is OUT/model, held-out scores OUT/eval.json. Rerun "
+        "the same command to resume. Several processes: torchrun ... -m convqa.cli.main train "
+        "phrase ... (the same flags).")
+    p.add_argument("--out", required=True, metavar="DIR", help="output folder")
+    p.add_argument("--squad", action="append", default=[], metavar="FILE",
+                   help="SQuAD-format file (repeatable); articles held out by "
+                        "--heldout-fraction")
+    p.add_argument("--benchmark", action="append", default=[], metavar="DIR",
+                   help="benchmark folder of `convqa data topiocqa-wiki` (repeatable): train "
+                        "turns train, dev turns are held out")
+    p.add_argument("--examples", action="append", default=[], metavar="JSONL",
+                   help="prepared reader examples (readers/extractive/data.py format)")
+    p.add_argument("--init-model", default="all-MiniLM-L6-v2", metavar="ID_OR_PATH",
+                   help="checkpoint both towers start from (default all-MiniLM-L6-v2)")
+    p.add_argument("--teacher", default="convqa-reader", metavar="READER",
+                   help="extractive reader to distil from (default convqa-reader; 'none' "
+                        "to train without distillation)")
+    p.add_argument("--shared-query-encoder", action="store_true",
+                   help="encode queries with the phrase tower (default: a separate tower)")
+    p.add_argument("--encoder-layers", type=_positive_int, metavar="N",
+                   help="keep only the first N layers of each tower")
+    p.add_argument("--max-answer-tokens", type=_positive_int, default=10, metavar="N")
+    p.add_argument("--max-passage-tokens", type=_int_at_least(16), default=256, metavar="N")
+    p.add_argument("--max-query-tokens", type=_int_at_least(4), default=128, metavar="N")
+    p.add_argument("--lora", type=_count, default=0, metavar="R",
+                   help="train LoRA adapters of rank R (heads fully trained); 0 = all weights")
+    p.add_argument("--export-lora", type=_count, default=0, metavar="R",
+                   help="after training all weights, also write OUT/adapter: a rank-R LoRA "
+                        "export (what ships)")
+    p.add_argument("--turn-weight", type=float, default=0.5,
+                   help="lambda2, the weight of L_turn (0 = the ablation without it)")
+    p.add_argument("--neg-weight", type=float, default=1.0,
+                   help="lambda1, the weight of the in-batch and pre-batch negative losses")
+    p.add_argument("--span-weight", type=float, default=1.0)
+    p.add_argument("--distill-weight", type=float, default=1.0)
+    p.add_argument("--filter-weight", type=float, default=0.5)
+    p.add_argument("--pre-batch", type=_count, default=2, metavar="C",
+                   help="previous batches whose gold phrases are negatives (default 2)")
+    p.add_argument("--no-query-finetune", action="store_true",
+                   help="skip query-side fine-tuning (the ablation)")
+    p.add_argument("--query-max-steps", type=_positive_int, metavar="N",
+                   help="cap on query-side fine-tuning steps")
+    p.add_argument("--query-lr", type=_positive_float, default=2e-5)
+    p.add_argument("--pool-passages", type=_positive_int, default=2000, metavar="N",
+                   help="passages of the frozen phrase matrix in query-side fine-tuning")
+    p.add_argument("--epochs", type=_positive_int, default=1)
+    p.add_argument("--max-steps", type=_positive_int, metavar="N",
+                   help="cap on phrase-stage steps")
+    p.add_argument("--batch-size", type=_positive_int, default=16,
+                   help="questions per process per step (default 16)")
+    p.add_argument("--grad-accum", type=_positive_int, default=1, metavar="N")
+    p.add_argument("--lr", type=_positive_float, default=5e-5, help="phrase-stage learning rate")
+    p.add_argument("--warmup-ratio", type=_fraction, default=0.1)
+    p.add_argument("--max-examples", type=_positive_int, metavar="N",
+                   help="training examples per source (a seeded sample)")
+    p.add_argument("--heldout-fraction", type=_fraction, default=0.1)
+    p.add_argument("--eval-examples", type=_count, default=300, metavar="N",
+                   help="held-out questions scored per source, gold passage only (default 300)")
+    p.add_argument("--bf16", action="store_true", help="bf16 autocast in training")
+    p.add_argument("--checkpoint-every", type=_count, default=100, metavar="STEPS")
+    p.add_argument("--seed", type=_count, default=0)
+    p.add_argument("--cpu", action="store_true", help="train on the CPU even if a GPU exists")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(func=run_phrase)
+
+
+def run_phrase(args: argparse.Namespace) -> int:
+    from phrase_index.train import PhraseRunConfig, PhraseTrainConfig, run_phrase_training
+    from retrievers.training.trainer import make_accelerator
+
+    teacher = None if args.teacher.lower() == "none" else args.teacher
+    weights = {"span": args.span_weight, "distill": args.distill_weight if teacher else 0.0,
+               "filter": args.filter_weight, "in_batch": args.neg_weight,
+               "pre_batch": args.neg_weight, "turn": args.turn_weight}
+    common = dict(epochs=args.epochs, batch_size=args.batch_size, grad_accum=args.grad_accum,
+                  warmup_ratio=args.warmup_ratio, bf16=args.bf16, seed=args.seed,
+                  checkpoint_every=args.checkpoint_every, progress=not args.quiet)
+    phrase = PhraseTrainConfig(stage="phrase", lr=args.lr, max_steps=args.max_steps,
+                               weights=weights, pre_batch=args.pre_batch, **common)
+    query = None if args.no_query_finetune else PhraseTrainConfig(
+        stage="query", lr=args.query_lr, max_steps=args.query_max_steps,
+        weights={"query_side": 1.0, "turn": args.turn_weight},
+        pool_passages=args.pool_passages, **common)
+    model = {"base": args.init_model, "shared_query_encoder": args.shared_query_encoder,
+             "encoder_layers": args.encoder_layers, "max_answer_tokens": args.max_answer_tokens,
+             "max_passage_tokens": args.max_passage_tokens,
+             "max_query_tokens": args.max_query_tokens}
+    config = PhraseRunConfig(
+        squad=list(args.squad), benchmarks=list(args.benchmark), examples=list(args.examples),
+        model=model, teacher=teacher, lora_r=args.lora, export_rank=args.export_lora,
+        max_examples=args.max_examples, heldout_fraction=args.heldout_fraction,
+        eval_examples=args.eval_examples, phrase=phrase, query=query)
+    if args.quiet:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    began = time.perf_counter()
+
+    def say(message: str) -> None:
+        print(f"[{time.perf_counter() - began:7.1f}s] {message}", flush=True)
+
+    final = run_phrase_training(config, args.out, make_accelerator(cpu=args.cpu), say)
+    say(f"model: {final}")
     return 0

@@ -1,0 +1,294 @@
+"""Phrase-model training data: questions with their gold phrase in one passage, batched so that
+turns of one conversation sit together (L_turn), with the teacher reader's view aligned.
+
+Sources (all through the extractive reader's builders, readers/extractive/data.py, so the
+phrase model and its teacher see the same examples, spans and train/held-out splits):
+- SQuAD-format files (`squad_phrase_examples`): one question, no history;
+- the TopiOCQA x Wikipedia benchmark (`benchmark_phrase_examples`): its answer-evaluable turns
+  with their history; `conversation` and `turn` come from the query id;
+- a reader-examples JSONL (`load_phrase_examples`, e.g. what `convqa train reader` saved).
+An example keeps its first positive passage and that passage's gold spans (every occurrence
+of the answer); a batch trains on the first span that fits the passage window.
+
+Batches (`conversation_batches`): the examples of a conversation, in turn order, are cut into
+runs of at most `run_length` consecutive examples; runs are shuffled (seeded by seed and epoch)
+and packed into batches, so a batch holds consecutive turns of a conversation. L_turn also
+needs turn t-1, which need not be a training example itself: `make_phrase_batch` encodes the
+previous turn's query of every example with t >= 2 next to the batch's own queries.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from convqa.errors import ConvQAError, DataError
+from convqa.types import Passage, QueryId, Turn
+from readers.extractive.data import ReaderExample
+from readers.extractive.inputs import ReaderFeatures, build_features, char_span_to_tokens
+
+BENCHMARK_SOURCE = "topiocqa-wiki"
+
+
+@dataclass
+class PhraseExample:
+    id: str
+    question: str
+    history: list[tuple[str, str | None]]     # earlier (question, answer) pairs, oldest first
+    passage: Passage
+    spans: list[tuple[int, int]]              # gold (start, end) character offsets, end exclusive
+    answers: list[str] = field(default_factory=list)
+    conversation: str = ""                    # the conversation key ("" -> its own)
+    turn: int = 1
+    split: str = "train"
+    source: str = ""
+
+    def history_turns(self) -> list[Turn]:
+        return [Turn(q, a) for q, a in self.history]
+
+    def previous(self) -> tuple[str, list[Turn]] | None:
+        """(question, history) of turn t-1, None at turn 1."""
+        if self.turn < 2 or not self.history:
+            return None
+        question, _ = self.history[-1]
+        return question, [Turn(q, a) for q, a in self.history[:-1]]
+
+
+def from_reader_example(example: ReaderExample) -> PhraseExample:
+    """The example's first positive with its gold spans; benchmark ids give the conversation."""
+    if not example.positives:
+        raise DataError(f"example {example.id!r} has no positive passage", field="positives")
+    positive = example.positives[0]
+    spans = [(s.start, s.end) for s in positive.spans]
+    conversation, turn = example.id, len(example.history) + 1
+    if example.source.startswith(BENCHMARK_SOURCE):
+        _, _, qid = example.id.rpartition("/")
+        try:
+            query = QueryId.parse(qid)
+        except ValueError as exc:
+            raise DataError(f"example {example.id!r}: {exc}", field="id") from None
+        conversation = f"{example.source}/{query.conversation_id}"
+        turn = query.turn
+        if turn != len(example.history) + 1:
+            raise DataError(f"example {example.id!r} is turn {turn} but has "
+                            f"{len(example.history)} history turns", field="history")
+    return PhraseExample(example.id, example.question, list(example.history), positive.passage,
+                         spans, example.golds(), conversation, turn, example.split,
+                         example.source)
+
+
+def load_phrase_examples(path: str | os.PathLike) -> list[PhraseExample]:
+    """A reader-examples JSONL (readers/extractive/data.py format)."""
+    from readers.extractive.data import load_examples
+
+    return [from_reader_example(e) for e in load_examples(path)]
+
+
+def squad_phrase_examples(path: str | os.PathLike, heldout_fraction: float = 0.1, seed: int = 0,
+                          max_examples: int | None = None, **kwargs: Any) -> list[PhraseExample]:
+    """Train and held-out examples of a SQuAD-format file (the reader's split by article)."""
+    from readers.extractive.data import squad_examples
+
+    return [from_reader_example(e) for e in squad_examples(
+        path, heldout_fraction, seed, negatives=0, max_examples=max_examples, **kwargs)]
+
+
+def benchmark_phrase_examples(folder: str | os.PathLike, max_examples: int | None = None,
+                              seed: int = 0, **kwargs: Any) -> list[PhraseExample]:
+    """The benchmark's answer-evaluable turns (train split -> "train", dev -> "heldout")."""
+    from readers.extractive.data import benchmark_examples
+
+    return [from_reader_example(e) for e in benchmark_examples(
+        folder, negatives=0, max_examples=max_examples, seed=seed, **kwargs)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Batches
+
+
+def conversation_batches(examples: Sequence[PhraseExample], batch_size: int, seed: int,
+                         epoch: int, run_length: int = 4) -> list[list[int]]:
+    """The epoch's batches of example numbers (see the module doc); the ragged tail is dropped
+    so every batch is full."""
+    if batch_size < 1 or run_length < 1:
+        raise ConvQAError("batch_size and run_length must be >= 1")
+    by_conversation: dict[str, list[int]] = {}
+    for index, example in enumerate(examples):
+        by_conversation.setdefault(example.conversation or example.id, []).append(index)
+    runs: list[list[int]] = []
+    for members in by_conversation.values():
+        members.sort(key=lambda i: (examples[i].turn, i))
+        runs.extend(members[i:i + run_length] for i in range(0, len(members), run_length))
+    order = np.random.default_rng([seed, epoch, 7]).permutation(len(runs))
+    flat = [index for r in order for index in runs[int(r)]]
+    full = len(flat) // batch_size
+    return [flat[i * batch_size:(i + 1) * batch_size] for i in range(full)]
+
+
+@dataclass
+class TeacherInputs:
+    """The teacher reader's windows (one per example) and, for each of our tokens, the position
+    of the same text token in the teacher's window (-1: the teacher did not see it)."""
+
+    features: ReaderFeatures
+    alignment: Tensor        # [B, L] long
+
+
+@dataclass
+class PhraseBatch:
+    passages: dict[str, Tensor]    # input_ids, attention_mask [B, L]
+    mask: Tensor                   # [B, L] bool: passage-text tokens
+    offsets: Tensor                # [B, L, 2] character offsets into each passage text
+    start_positions: Tensor        # [B]
+    end_positions: Tensor          # [B]
+    groups: Tensor                 # [B]: equal for examples with the same gold phrase
+    queries: dict[str, Tensor]     # input_ids, attention_mask [U, Lq] (unique queries)
+    current: Tensor                # [B]: the row in `queries` of each example's own query
+    previous: Tensor               # [B]: the row of its turn t-1 query, -1 if none
+    teacher: TeacherInputs | None = None
+    indices: list[int] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return int(self.start_positions.shape[0])
+
+    def turn_exclude(self) -> Tensor:
+        """[B, U]: for each example, its own query row (never a negative of itself)."""
+        exclude = torch.zeros(len(self), self.queries["input_ids"].shape[0], dtype=torch.bool)
+        exclude[torch.arange(len(self)), self.current] = True
+        return exclude
+
+
+def _features(encoding: Any) -> ReaderFeatures:
+    """Our passage encoding seen as reader features, to reuse the reader's span helpers."""
+    mapping = encoding.get("overflow_to_sample_mapping")
+    rows = encoding["input_ids"].shape[0]
+    return ReaderFeatures({"input_ids": encoding["input_ids"],
+                           "attention_mask": encoding["attention_mask"]},
+                          mapping.long() if mapping is not None else torch.arange(rows),
+                          encoding["phrase_mask"], encoding["offset_mapping"].clamp(min=0))
+
+
+def _first_fitting(features: ReaderFeatures, passage: int,
+                   spans: Sequence[tuple[int, int]]) -> tuple[int, int, int] | None:
+    """(window, first token, last token) of the first gold span wholly inside a window."""
+    for start, end in spans:
+        for window in features.windows_of(passage):
+            tokens = char_span_to_tokens(features, window, start, end)
+            if tokens is not None:
+                return window, tokens[0], tokens[1]
+    return None
+
+
+def make_phrase_batch(examples: Sequence[PhraseExample], indices: Sequence[int], model: Any,
+                      stride: int = 64, teacher: Any = None,
+                      teacher_query: Callable[[PhraseExample], str] | None = None
+                      ) -> PhraseBatch:
+    """Tensors for the examples `indices`. `model` is a PhraseModel (tokenizer, formatting);
+    `teacher` an ExtractiveReader and `teacher_query(example)` its query text, for
+    distillation. An example none of whose spans fits a window is a DataError naming it."""
+    chosen = [examples[int(i)] for i in indices]
+    encoding = model.tokenize_passages([e.passage.title for e in chosen],
+                                       [e.passage.text for e in chosen], stride=stride)
+    features = _features(encoding)
+    windows, starts, ends, groups = [], [], [], []
+    group_ids: dict[tuple[str, int, int], int] = {}
+    for number, example in enumerate(chosen):
+        found = _first_fitting(features, number, example.spans)
+        if found is None:
+            raise DataError(f"example {example.id!r}: no gold span fits a passage window",
+                            field="spans")
+        window, first, last = found
+        windows.append(window)
+        starts.append(first)
+        ends.append(last)
+        key = (example.passage.id, int(features.offsets[window, first, 0]),
+               int(features.offsets[window, last, 1]))
+        groups.append(group_ids.setdefault(key, len(group_ids)))
+    selected = features.select(windows)
+    texts: list[str] = []
+    rows: dict[tuple[str, int], int] = {}
+
+    def row(key: tuple[str, int], text: Callable[[], str]) -> int:
+        if key not in rows:
+            rows[key] = len(texts)
+            texts.append(text())
+        return rows[key]
+
+    current, previous = [], []
+    for example in chosen:
+        key = (example.conversation or example.id, example.turn)
+        current.append(row(key, lambda e=example: model.format_query(e.question,
+                                                                     e.history_turns())))
+        before = example.previous()
+        previous.append(-1 if before is None else row(
+            (key[0], example.turn - 1), lambda b=before: model.format_query(*b)))
+    queries = model.tokenize_queries(texts)
+    batch = PhraseBatch(
+        passages=dict(selected.tensors), mask=selected.context, offsets=selected.offsets,
+        start_positions=torch.tensor(starts), end_positions=torch.tensor(ends),
+        groups=torch.tensor(groups),
+        queries={"input_ids": queries["input_ids"], "attention_mask": queries["attention_mask"]},
+        current=torch.tensor(current), previous=torch.tensor(previous),
+        indices=[int(i) for i in indices])
+    if teacher is not None:
+        if teacher_query is None:
+            raise ConvQAError("distillation needs the teacher's query texts")
+        batch.teacher = teacher_inputs(teacher, [teacher_query(e) for e in chosen], chosen,
+                                       batch)
+    return batch
+
+
+def teacher_inputs(teacher: Any, queries: Sequence[str], chosen: Sequence[PhraseExample],
+                   batch: PhraseBatch) -> TeacherInputs:
+    """The teacher's window of each passage that holds our gold span, and the alignment of our
+    text tokens to its tokens by character offsets (the same tokenizer cuts the same text the
+    same way; a token the teacher's window lacks is -1)."""
+    passages = [e.passage for e in chosen]
+    features = build_features(teacher.tokenizer, list(queries), passages, teacher.config)
+    windows = []
+    for number in range(len(chosen)):
+        first = int(batch.offsets[number, batch.start_positions[number], 0])
+        last = int(batch.offsets[number, batch.end_positions[number], 1])
+        options = features.windows_of(number)
+        fitting = [w for w in options if char_span_to_tokens(features, w, first, last)]
+        windows.append(fitting[0] if fitting else options[0])
+    features = features.select(windows)
+    alignment = torch.full(batch.mask.shape, -1, dtype=torch.long)
+    for number in range(len(chosen)):
+        where = {int(s): t for t, s in enumerate(features.offsets[number, :, 0].tolist())
+                 if features.context[number, t]}
+        ours = torch.nonzero(batch.mask[number]).flatten().tolist()
+        for position in ours:
+            alignment[number, position] = where.get(int(batch.offsets[number, position, 0]), -1)
+    return TeacherInputs(features, alignment)
+
+
+def align_teacher_logits(logits: Tensor, alignment: Tensor) -> tuple[Tensor, Tensor]:
+    """Teacher logits [B, Lt] moved onto our tokens [B, L], and the mask of those it saw."""
+    seen = alignment >= 0
+    moved = logits.gather(1, alignment.clamp(min=0).to(logits.device))
+    return moved.masked_fill(~seen.to(logits.device), 0.0), seen.to(logits.device)
+
+
+def build_examples(squad: Sequence[str] = (), benchmarks: Sequence[str] = (),
+                   examples: Sequence[str] = (), max_examples: int | None = None,
+                   heldout_fraction: float = 0.1, seed: int = 0) -> list[PhraseExample]:
+    """Train and held-out examples of every source (SQuAD-format files, benchmark folders,
+    reader-example JSONL files); `max_examples` caps each source's training examples."""
+    result: list[PhraseExample] = []
+    for path in squad:
+        result += squad_phrase_examples(path, heldout_fraction, seed, max_examples)
+    for folder in benchmarks:
+        result += benchmark_phrase_examples(folder, max_examples, seed)
+    for path in examples:
+        result += load_phrase_examples(path)
+    seen: set[str] = set()
+    for example in result:
+        if example.id in seen:
+            raise DataError(f"example id {example.id!r} occurs in two inputs", field="id")
+        seen.add(example.id)
+    return result

@@ -1,0 +1,809 @@
+"""Training the phrase model under `accelerate` (one CPU process to many GPUs, same code).
+
+Two stages, each a resumable run in its own folder:
+- "phrase": span loss on the question's own passage, distillation from the extractive reader
+  (KL on its start/end distributions), filter loss, phrase-level in-batch negatives,
+  pre-batch negatives from the C previous batches, and PRO-ConvQA's L_turn; the total is the
+  weighted sum (losses.py). PRO-ConvQA's "lambda1 * L_neg + lambda2 * L_turn" is
+  `weights["in_batch"] = weights["pre_batch"] = lambda1`, `weights["turn"] = lambda2`.
+- "query": query-side fine-tuning. The phrase tower and filter are frozen (so the model's
+  `fingerprint()`, and any index built from it, stays valid); the phrase vectors of a pool of
+  training passages are computed once into an in-memory matrix, and each query is trained to
+  put the mass of its top retrieved phrases (start-vector MIPS, then the best end within
+  `max_answer_tokens`, plus its gold phrase) on those whose text is a gold answer (SQuAD
+  exact match), with L_turn kept.
+
+Conventions as readers/extractive/train.py: AdamW with linear warm-up/decay, clipping,
+gradient accumulation, optional bf16 autocast (heads and losses fp32); checkpoints every
+`checkpoint_every` steps in OUT/checkpoint (model safetensors, optimizer, scheduler, RNG and
+pre-batch queue, swapped in atomically), so a rerun after a kill resumes and ends with the
+same weights; OUT/log.jsonl per step; OUT/model and OUT/training.json at the end.
+`train_phrase_model` runs both stages (OUT/phrase, OUT/query) and writes OUT/model.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import shutil
+import time
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from convqa.errors import ConfigError, ConvQAError, DataError
+from convqa.io import load_json, write_json
+from convqa.training_log import append_log, trim_log
+from retrievers.training.trainer import (_load_tensors, _rng_state, _set_rng_state,
+                                         linear_schedule, make_accelerator, plan_steps)
+
+from .data import (PhraseBatch, PhraseExample, align_teacher_logits, conversation_batches,
+                   make_phrase_batch)
+from .losses import (LOSS_NAMES, PreBatchQueue, combine, distill_loss, filter_loss, gather_gold,
+                     in_batch_negative_loss, pre_batch_negative_loss, query_side_loss,
+                     span_loss, token_scores, turn_loss)
+from .model import PhraseModel
+
+CHECKPOINT = "checkpoint"
+MODEL = "model"
+TRAINING_JSON = "training.json"
+STATE = "state.json"
+STAGES = ("phrase", "query")
+PHRASE_WEIGHTS = {"span": 1.0, "distill": 1.0, "filter": 0.5, "in_batch": 1.0,
+                  "pre_batch": 1.0, "turn": 0.5}
+QUERY_WEIGHTS = {"query_side": 1.0, "turn": 0.5}
+
+__all__ = ["PhraseTrainConfig", "PhraseTrainResult", "PhraseTrainer", "FrozenPhrases",
+           "evaluate_in_passage", "export_adapter", "make_accelerator", "train_phrase_model",
+           "train_stage"]
+
+
+@dataclass
+class PhraseTrainConfig:
+    stage: str = "phrase"
+    epochs: int = 1
+    batch_size: int = 16              # questions per process per micro-step
+    grad_accum: int = 1
+    lr: float = 5e-5
+    weight_decay: float = 0.0
+    warmup_ratio: float = 0.1
+    max_steps: int | None = None
+    max_grad_norm: float | None = 2.0
+    weights: dict = field(default_factory=dict)   # loss name -> weight; {} = the stage default
+    pre_batch: int = 2                # C: previous batches whose gold phrases are negatives
+    distill_temperature: float = 1.0
+    turn_temperature: float = 0.1
+    run_length: int = 4               # consecutive turns of a conversation kept together
+    stride: int = 64                  # tokens shared by the windows of a long passage
+    pool_passages: int = 2000         # query stage: passages in the frozen phrase matrix
+    start_candidates: int = 64        # query stage: starts taken from the MIPS per query
+    candidates: int = 16              # query stage: retrieved phrases per query
+    bf16: bool = False
+    seed: int = 0
+    checkpoint_every: int = 100       # optimizer steps; 0 = only at the end
+    keep_checkpoint: bool = False
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.stage not in STAGES:
+            raise ConfigError(f"stage must be one of {', '.join(STAGES)}, got {self.stage!r}")
+        for name in ("epochs", "batch_size", "grad_accum", "run_length", "pool_passages",
+                     "start_candidates", "candidates"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
+        for name in ("checkpoint_every", "seed", "pre_batch", "stride"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(f"{name} must be an integer >= 0, got {value!r}")
+        if self.max_steps is not None and (isinstance(self.max_steps, bool) or
+                                           not isinstance(self.max_steps, int)
+                                           or self.max_steps < 1):
+            raise ConfigError(f"max_steps must be an integer >= 1, got {self.max_steps!r}")
+        if not isinstance(self.lr, (int, float)) or not self.lr > 0 or not math.isfinite(self.lr):
+            raise ConfigError(f"lr must be a positive number, got {self.lr!r}")
+        if not 0.0 <= self.warmup_ratio < 1.0:
+            raise ConfigError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio!r}")
+        for name in ("distill_temperature", "turn_temperature"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        default = PHRASE_WEIGHTS if self.stage == "phrase" else QUERY_WEIGHTS
+        weights = {**default, **(self.weights or {})}
+        for name, value in weights.items():
+            if name not in LOSS_NAMES:
+                raise ConfigError(f"unknown loss '{name}' (known: {', '.join(LOSS_NAMES)})")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 \
+                    or not math.isfinite(value):
+                raise ConfigError(f"weight of loss '{name}' must be a number >= 0, got {value!r}")
+        allowed = set(PHRASE_WEIGHTS if self.stage == "phrase" else QUERY_WEIGHTS)
+        extra = sorted(n for n, v in weights.items() if n not in allowed and v)
+        if extra:
+            raise ConfigError(f"loss '{extra[0]}' is not part of the {self.stage} stage")
+        self.weights = {name: float(weights[name]) for name in sorted(allowed)}
+
+    def schedule_key(self) -> dict[str, Any]:
+        """The settings a checkpoint must share with the run that resumes it."""
+        volatile = {"progress", "checkpoint_every", "keep_checkpoint"}
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in volatile}
+
+
+@dataclass
+class PhraseTrainResult:
+    model_dir: Path
+    steps: int
+    seconds: float
+    last_loss: float | None
+    resumed_from: int = 0
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def _digest(examples: Sequence[PhraseExample]) -> str:
+    digest = hashlib.sha256()
+    for example in examples:
+        digest.update(example.id.encode() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+# ---------------------------------------------------------------------------------------------
+# The frozen phrase matrix of the query stage
+
+
+class FrozenPhrases:
+    """Phrase vectors of a pool of passages, computed once with the frozen phrase tower:
+    `vectors` [N, d] (fp16) over every text token, in window order, with each token's window
+    and character offsets; searched by start-vector MIPS then the best end within
+    `max_answer_tokens` of the same window."""
+
+    def __init__(self, model: PhraseModel, passages: Sequence[Any], batch_size: int = 32,
+                 bf16: bool = False, stride: int = 64):
+        self.passages = list(passages)
+        self.max_answer_tokens = model.config.max_answer_tokens
+        vectors, windows, offsets, owners = [], [], [], []
+        window_count = 0
+        was_training = model.training
+        model.eval()
+        with torch.no_grad():
+            for first in range(0, len(self.passages), batch_size):
+                chunk = self.passages[first:first + batch_size]
+                encoding = model.tokenize_passages([p.title for p in chunk],
+                                                   [p.text for p in chunk], stride=stride)
+                with torch.autocast(device_type=model.device.type, dtype=torch.bfloat16,
+                                    enabled=bf16):
+                    out = model.encode_passages(encoding["input_ids"], encoding["attention_mask"])
+                mask = encoding["phrase_mask"]
+                mapping = encoding["overflow_to_sample_mapping"]
+                for row in range(mask.shape[0]):
+                    keep = mask[row]
+                    count = int(keep.sum())
+                    vectors.append(out.start[row][keep.to(out.start.device)].to("cpu",
+                                                                                 torch.float16))
+                    offsets.append(encoding["offset_mapping"][row][keep])
+                    windows.append(torch.full((count,), window_count, dtype=torch.long))
+                    owners.append(torch.full((count,), first + int(mapping[row]),
+                                             dtype=torch.long))
+                    window_count += 1
+        model.train(was_training)
+        self.vectors = torch.cat(vectors) if vectors else torch.zeros(0, model.dim)
+        self.windows = torch.cat(windows) if windows else torch.zeros(0, dtype=torch.long)
+        self.offsets = torch.cat(offsets) if offsets else torch.zeros(0, 2, dtype=torch.long)
+        self.owners = torch.cat(owners) if owners else torch.zeros(0, dtype=torch.long)
+
+    def __len__(self) -> int:
+        return int(self.vectors.shape[0])
+
+    def search(self, q_start: Tensor, q_end: Tensor, starts: int, k: int
+               ) -> list[list[tuple[int, int]]]:
+        """For each query, its top `k` phrases as (start row, end row) into `vectors`,
+        distinct by (passage, character span)."""
+        n, span = len(self), self.max_answer_tokens
+        if n == 0:
+            return [[] for _ in range(len(q_start))]
+        matrix = self.vectors.float()
+        start_scores = q_start.detach().float().cpu() @ matrix.T
+        top = start_scores.topk(min(starts, n), dim=1)
+        ends = top.indices.unsqueeze(-1) + torch.arange(span)             # [B, S, A]
+        valid = ends < n
+        ends = ends.clamp(max=n - 1)
+        valid &= self.windows[ends] == self.windows[top.indices].unsqueeze(-1)
+        end_scores = torch.einsum("bd,bsad->bsa", q_end.detach().float().cpu(), matrix[ends])
+        totals = (top.values.unsqueeze(-1) + end_scores).masked_fill(~valid, float("-inf"))
+        results = []
+        for b in range(len(q_start)):
+            flat = totals[b].flatten()
+            order = torch.argsort(flat, descending=True)
+            chosen, seen = [], set()
+            for position in order.tolist():
+                if not math.isfinite(float(flat[position])) or len(chosen) == k:
+                    break
+                s, a = divmod(position, span)
+                first, last = int(top.indices[b, s]), int(ends[b, s, a])
+                key = (int(self.owners[first]), int(self.offsets[first, 0]),
+                       int(self.offsets[last, 1]))
+                if key not in seen:
+                    seen.add(key)
+                    chosen.append((first, last))
+            results.append(chosen)
+        return results
+
+    def text(self, first: int, last: int) -> str:
+        passage = self.passages[int(self.owners[first])]
+        return passage.text[int(self.offsets[first, 0]):int(self.offsets[last, 1])]
+
+
+def _pool(examples: Sequence[PhraseExample], size: int, seed: int) -> list[Any]:
+    """The distinct passages of the examples (by id), a seeded sample of at most `size`."""
+    unique = {}
+    for example in examples:
+        unique.setdefault(example.passage.id, example.passage)
+    ids = sorted(unique)
+    if len(ids) > size:
+        keep = np.random.default_rng([seed, 11]).choice(len(ids), size=size, replace=False)
+        ids = [ids[i] for i in sorted(keep)]
+    return [unique[i] for i in ids]
+
+
+# ---------------------------------------------------------------------------------------------
+# The loop
+
+
+class PhraseTrainer:
+    """Trains `model` on `examples` for one stage, writing to `out`. `teacher` (an
+    ExtractiveReader) is needed when the distillation weight is not 0."""
+
+    def __init__(self, model: PhraseModel, examples: Sequence[PhraseExample],
+                 out: str | os.PathLike, config: PhraseTrainConfig, teacher: Any = None,
+                 accelerator: Any = None, info: dict[str, Any] | None = None):
+        if not examples:
+            raise ConvQAError("no phrase training examples")
+        self.model = model
+        self.examples = list(examples)
+        self.out = Path(out)
+        self.config = config
+        self.accelerator = accelerator if accelerator is not None else make_accelerator()
+        self.info = dict(info or {})
+        self.weights = dict(config.weights)
+        self.teacher = teacher if self.weights.get("distill", 0.0) else None
+        if self.weights.get("distill", 0.0) and teacher is None:
+            raise ConfigError("distillation weight > 0 but no teacher reader given "
+                              "(give one, or set the distill weight to 0)")
+        self.teacher_strategy = None
+        if self.teacher is not None:
+            from convqa.history import build_history_strategy
+
+            self.teacher.eval()
+            self.teacher_strategy = build_history_strategy(
+                self.teacher.config.history or "current_first")
+        self.queue = PreBatchQueue(config.pre_batch if self.weights.get("pre_batch") else 0)
+        self.frozen: FrozenPhrases | None = None
+        self.data_key = {"examples": len(self.examples), "ids_sha256": _digest(self.examples),
+                         "teacher": self.teacher.fingerprint() if self.teacher else None}
+        self.last_batch: PhraseBatch | None = None
+        self._set_trainable()
+
+    def _set_trainable(self) -> None:
+        """Query stage: only the query side trains. Phrase stage: a head with no loss on it is
+        frozen (an unused parameter would break DDP)."""
+        model = self.model
+        if self.config.stage == "query":
+            for param in model.phrase_parameters():
+                param.requires_grad_(False)
+        elif not self.weights.get("filter"):
+            for param in model.filter_head.parameters():
+                param.requires_grad_(False)
+
+    @property
+    def model_dir(self) -> Path:
+        return self.out / MODEL
+
+    def _schedule(self) -> dict[str, Any]:
+        return {**self.config.schedule_key(), "data": self.data_key,
+                "start_model": self.info.get("start_fingerprint")}
+
+    def teacher_query(self, example: PhraseExample) -> str:
+        return self.teacher_strategy.format(example.question, example.history_turns())
+
+    def finished(self) -> dict[str, Any] | None:
+        path = self.out / TRAINING_JSON
+        if not path.exists() or not self.model_dir.is_dir():
+            return None
+        record = load_json(path)
+        if record.get("config", {}).get("schedule") != self._schedule():
+            raise ConfigError(f"{self.out} holds a phrase model trained with different "
+                              "settings or data; use another output folder")
+        return record
+
+    def train(self, on_step: Callable[[int, float], None] | None = None) -> PhraseTrainResult:
+        done = self.finished()
+        if done is not None:
+            return PhraseTrainResult(self.model_dir, done["steps"], done["seconds"],
+                                     done.get("last_loss"), info=done)
+        acc, config = self.accelerator, self.config
+        world, rank = acc.num_processes, acc.process_index
+        per_epoch, total = plan_steps(len(self.examples), config, world)
+        warmup = round(config.warmup_ratio * total)
+        torch.manual_seed(config.seed + rank)
+        start = self._restore_model()
+        if config.stage == "query":
+            self.frozen = FrozenPhrases(self.model, _pool(self.examples, config.pool_passages,
+                                                          config.seed),
+                                        bf16=config.bf16, stride=config.stride)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_schedule(warmup, total))
+        model, optimizer = acc.prepare(self.model, optimizer)
+        if start:
+            self._restore_optimizer(optimizer, scheduler, start)
+        trim_log(self.out, start, acc.is_main_process)
+        bar = None
+        if config.progress and acc.is_main_process:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=total, initial=start, desc=f"training phrases ({config.stage})",
+                       unit=" steps")
+        model.train()
+        if config.stage == "query":  # frozen: no dropout, the same vectors as the pool's
+            self.model.phrase_encoder.eval()
+        began = time.perf_counter()
+        last_loss = None
+        cached: tuple[int, list] | None = None
+        step = start
+        try:
+            while step < total:
+                epoch = step // per_epoch
+                if cached is None or cached[0] != epoch:
+                    cached = (epoch, conversation_batches(
+                        self.examples, config.batch_size * world, config.seed, epoch,
+                        config.run_length))
+                batches = cached[1]
+                tick = time.perf_counter()
+                sums: dict[str, float] = {}
+                for micro in range(config.grad_accum):
+                    indices = batches[(step % per_epoch) * config.grad_accum + micro]
+                    mine = indices[rank * config.batch_size:(rank + 1) * config.batch_size]
+                    batch = make_phrase_batch(self.examples, mine, self.model, config.stride,
+                                              self.teacher, self.teacher_query
+                                              if self.teacher is not None else None)
+                    self.last_batch = batch
+                    last = micro == config.grad_accum - 1
+                    sync = acc.no_sync(model) if not last and world > 1 else nullcontext()
+                    with sync:
+                        losses = self._losses(model, batch)
+                        total_loss = combine(losses, self.weights)
+                        acc.backward(total_loss / config.grad_accum)
+                    for name, value in {"loss": total_loss, **losses}.items():
+                        if value is not None:
+                            sums[name] = sums.get(name, 0.0) + float(value.detach())
+                if config.max_grad_norm:
+                    acc.clip_grad_norm_(params, config.max_grad_norm)
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+                step += 1
+                names = sorted(sums)
+                means = acc.reduce(torch.tensor([sums[n] / config.grad_accum for n in names],
+                                                device=acc.device), "mean").cpu().tolist()
+                record = dict(zip(names, means))
+                last_loss = record["loss"]
+                append_log(self.out, {
+                    "step": step, "epoch": epoch, "stage": config.stage,
+                    **{k: round(v, 6) for k, v in record.items()},
+                    "lr": scheduler.get_last_lr()[0],
+                    "seconds": round(time.perf_counter() - tick, 4)}, acc.is_main_process)
+                if bar is not None:
+                    bar.update(1)
+                    bar.set_postfix(loss=f"{last_loss:.4f}")
+                if config.checkpoint_every and step % config.checkpoint_every == 0 \
+                        and step < total:
+                    self._save_checkpoint(model, optimizer, scheduler, step)
+                if on_step is not None:
+                    on_step(step, last_loss)
+        finally:
+            if bar is not None:
+                bar.close()
+        seconds = time.perf_counter() - began
+        self._save_final(model, step, seconds, last_loss, start, total, warmup)
+        acc.free_memory()
+        return PhraseTrainResult(self.model_dir, step, seconds, last_loss, start,
+                                 load_json(self.out / TRAINING_JSON))
+
+    # -- losses ------------------------------------------------------------------------------
+    def _losses(self, model, batch: PhraseBatch) -> dict[str, Tensor | None]:
+        device = self.accelerator.device
+        queries = {k: v.to(device) for k, v in batch.queries.items()}
+        autocast = torch.autocast(device_type=device.type, dtype=torch.bfloat16,
+                                  enabled=self.config.bf16)
+        if self.config.stage == "query":
+            with autocast:
+                _, qv = model(queries=queries)
+            return self._query_losses(batch, qv)
+        passages = {k: v.to(device) for k, v in batch.passages.items()}
+        with autocast:
+            pv, qv = model(passages=passages, queries=queries)
+        current = batch.current.to(device)
+        q_start, q_end = qv.start[current], qv.end[current]
+        mask = batch.mask.to(device)
+        starts, ends = batch.start_positions.to(device), batch.end_positions.to(device)
+        start_logits, end_logits = token_scores(q_start, pv.start), token_scores(q_end, pv.end)
+        gold_start, gold_end = gather_gold(pv.start, starts), gather_gold(pv.end, ends)
+        w = self.weights
+        losses: dict[str, Tensor | None] = {
+            "span": span_loss(start_logits, end_logits, mask, starts, ends),
+            "filter": filter_loss(pv.start_filter, pv.end_filter, mask, starts, ends)
+            if w.get("filter") else None,
+            "in_batch": in_batch_negative_loss(q_start, q_end, gold_start, gold_end,
+                                               batch.groups.to(device))
+            if w.get("in_batch") else None,
+            "pre_batch": pre_batch_negative_loss(q_start, q_end, gold_start, gold_end,
+                                                 self.queue) if w.get("pre_batch") else None,
+            "turn": self._turn(qv, batch) if w.get("turn") else None,
+            "distill": self._distill(start_logits, end_logits, mask, batch)
+            if self.teacher is not None else None,
+        }
+        self.queue.push(gold_start, gold_end)
+        return losses
+
+    def _turn(self, qv, batch: PhraseBatch) -> Tensor:
+        device = self.accelerator.device
+        reps = torch.cat([qv.start, qv.end], dim=-1)
+        return turn_loss(reps[batch.current.to(device)], reps, batch.previous.to(device),
+                         batch.turn_exclude().to(device), self.config.turn_temperature)
+
+    def _distill(self, start_logits: Tensor, end_logits: Tensor, mask: Tensor,
+                 batch: PhraseBatch) -> Tensor:
+        teacher = self.teacher
+        with torch.no_grad(), torch.autocast(device_type=self.accelerator.device.type,
+                                             dtype=torch.bfloat16, enabled=self.config.bf16):
+            logits = teacher(**teacher.model_inputs(batch.teacher.features.tensors))
+        t_start, seen = align_teacher_logits(logits.start.float(), batch.teacher.alignment)
+        t_end, _ = align_teacher_logits(logits.end.float(), batch.teacher.alignment)
+        return distill_loss(start_logits, end_logits, t_start.to(mask.device),
+                            t_end.to(mask.device), mask, seen.to(mask.device),
+                            self.config.distill_temperature)
+
+    def _query_losses(self, batch: PhraseBatch, qv) -> dict[str, Tensor | None]:
+        """Candidates: the gold phrase (frozen vectors of its passage) + the top retrieved."""
+        from convqa.metrics.answer import normalize_answer
+
+        device = self.accelerator.device
+        current = batch.current.to(device)
+        q_start, q_end = qv.start[current], qv.end[current]
+        with torch.no_grad():
+            unwrapped = self.accelerator.unwrap_model(self.model)
+            pv = unwrapped.encode_passages(batch.passages["input_ids"],
+                                           batch.passages["attention_mask"])
+            gold_start = gather_gold(pv.start, batch.start_positions.to(pv.start.device))
+            gold_end = gather_gold(pv.end, batch.end_positions.to(pv.end.device))
+        found = self.frozen.search(q_start, q_end, self.config.start_candidates,
+                                   self.config.candidates)
+        k = self.config.candidates + 1
+        dim = q_start.shape[-1]
+        cand_start = torch.zeros(len(batch), k, dim)
+        cand_end = torch.zeros(len(batch), k, dim)
+        positive = torch.zeros(len(batch), k, dtype=torch.bool)
+        present = torch.zeros(len(batch), k, dtype=torch.bool)
+        for b, phrases in enumerate(found):
+            example = self.examples[batch.indices[b]]
+            golds = {normalize_answer(a) for a in example.answers} - {""}
+            cand_start[b, 0], cand_end[b, 0] = gold_start[b].float().cpu(), \
+                gold_end[b].float().cpu()
+            positive[b, 0] = present[b, 0] = True
+            for slot, (first, last) in enumerate(phrases, start=1):
+                cand_start[b, slot] = self.frozen.vectors[first].float()
+                cand_end[b, slot] = self.frozen.vectors[last].float()
+                present[b, slot] = True
+                positive[b, slot] = normalize_answer(self.frozen.text(first, last)) in golds
+        scores = (q_start.float().unsqueeze(1) * cand_start.to(device)).sum(-1) + \
+            (q_end.float().unsqueeze(1) * cand_end.to(device)).sum(-1)
+        scores = scores.masked_fill(~present.to(device), float("-inf"))
+        return {"query_side": query_side_loss(scores, positive.to(device)),
+                "turn": self._turn(qv, batch) if self.weights.get("turn") else None}
+
+    # -- checkpoints ---------------------------------------------------------------------------
+    def _checkpoint_state(self) -> dict[str, Any] | None:
+        path = self.out / CHECKPOINT / STATE
+        if not path.exists():
+            return None
+        state = load_json(path)
+        if state.get("schedule") != self._schedule():
+            raise ConfigError(f"{self.out / CHECKPOINT} was written with different training "
+                              "settings or data; use another output folder or delete it")
+        if state.get("processes") != self.accelerator.num_processes:
+            raise ConfigError(f"{self.out / CHECKPOINT} was written by "
+                              f"{state.get('processes')} processes, this run has "
+                              f"{self.accelerator.num_processes}")
+        return state
+
+    def _restore_model(self) -> int:
+        state = self._checkpoint_state()
+        if state is None:
+            return 0
+        saved = PhraseModel.load(self.out / CHECKPOINT / MODEL)
+        self.model.load_state_dict(saved.state_dict())
+        return int(state["step"])
+
+    def _restore_optimizer(self, optimizer, scheduler, step: int) -> None:
+        folder = self.out / CHECKPOINT
+        rank = self.accelerator.process_index
+        optimizer.load_state_dict(_load_tensors(folder / "optimizer.pt"))
+        scheduler.load_state_dict(_load_tensors(folder / "scheduler.pt"))
+        _set_rng_state(_load_tensors(folder / f"rng-{rank}.pt"))
+        queued = _load_tensors(folder / f"prebatch-{rank}.pt")
+        self.queue.clear()
+        for start, end in queued:
+            self.queue.push(start, end)
+        if scheduler.last_epoch != step:
+            raise DataError(f"scheduler is at step {scheduler.last_epoch}, state.json says "
+                            f"{step} (checkpoint damaged?)", folder / STATE)
+
+    def _save_checkpoint(self, model, optimizer, scheduler, step: int) -> None:
+        """OUT/checkpoint.partial, then swapped in: a kill leaves the old or the new one."""
+        acc = self.accelerator
+        partial = self.out / f"{CHECKPOINT}.partial"
+        if acc.is_main_process:
+            shutil.rmtree(partial, ignore_errors=True)
+            partial.mkdir(parents=True)
+        acc.wait_for_everyone()
+        torch.save(_rng_state(), partial / f"rng-{acc.process_index}.pt")
+        torch.save(list(self.queue._batches), partial / f"prebatch-{acc.process_index}.pt")
+        acc.wait_for_everyone()
+        if acc.is_main_process:
+            acc.unwrap_model(model).save(partial / MODEL)
+            torch.save(optimizer.state_dict(), partial / "optimizer.pt")
+            torch.save(scheduler.state_dict(), partial / "scheduler.pt")
+            write_json(partial / STATE, {"step": step, "schedule": self._schedule(),
+                                         "processes": acc.num_processes})
+            final, old = self.out / CHECKPOINT, self.out / f"{CHECKPOINT}.old"
+            shutil.rmtree(old, ignore_errors=True)
+            if final.exists():
+                os.rename(final, old)
+            os.rename(partial, final)
+            shutil.rmtree(old, ignore_errors=True)
+        acc.wait_for_everyone()
+
+    def _save_final(self, model, step: int, seconds: float, last_loss: float | None,
+                    start: int, total: int, warmup: int) -> None:
+        acc = self.accelerator
+        acc.wait_for_everyone()
+        if acc.is_main_process:
+            trained = acc.unwrap_model(model)
+            trained.save(self.model_dir)
+            write_json(self.out / TRAINING_JSON, {
+                "steps": step, "total_steps": total, "resumed_from": start,
+                "seconds": round(seconds, 2), "last_loss": last_loss,
+                "processes": acc.num_processes, "device": str(acc.device),
+                "examples": len(self.examples), "warmup_steps": warmup,
+                "lora": trained.has_adapters, "fingerprint": trained.fingerprint(),
+                "full_fingerprint": trained.full_fingerprint(),
+                "pool_phrases": len(self.frozen) if self.frozen is not None else None,
+                "config": {**asdict(self.config), "schedule": self._schedule()},
+                **self.info})
+            if not self.config.keep_checkpoint:
+                shutil.rmtree(self.out / CHECKPOINT, ignore_errors=True)
+        acc.wait_for_everyone()
+
+
+def train_stage(model: PhraseModel, examples: Sequence[PhraseExample], out: str | os.PathLike,
+                config: PhraseTrainConfig, teacher: Any = None, accelerator: Any = None,
+                info: dict[str, Any] | None = None,
+                on_step: Callable[[int, float], None] | None = None) -> PhraseTrainResult:
+    """Train (or resume, or return the finished result of) one stage into `out`."""
+    info = {"start_fingerprint": model.full_fingerprint(), **(info or {})}
+    return PhraseTrainer(model, examples, out, config, teacher, accelerator, info).train(on_step)
+
+
+def train_phrase_model(model: PhraseModel, examples: Sequence[PhraseExample],
+                       out: str | os.PathLike, phrase: PhraseTrainConfig,
+                       query: PhraseTrainConfig | None, teacher: Any = None,
+                       accelerator: Any = None, say: Callable[[str], None] = print
+                       ) -> Path:
+    """The "phrase" stage into OUT/phrase, then (unless `query` is None) query-side fine-tuning
+    into OUT/query starting from its model; the final model is copied to OUT/model."""
+    out = Path(out)
+    acc = accelerator if accelerator is not None else make_accelerator()
+    result = train_stage(model, examples, out / "phrase", phrase, teacher, acc)
+    say(f"phrase stage: {result.steps} steps, last loss {result.last_loss}")
+    final = result.model_dir
+    if query is not None:
+        tuned = PhraseModel.load(final)
+        result = train_stage(tuned, examples, out / "query", query, None, acc)
+        say(f"query stage: {result.steps} steps, last loss {result.last_loss}")
+        final = result.model_dir
+    if acc.is_main_process:
+        PhraseModel.load(final).save(out / MODEL)
+    acc.wait_for_everyone()
+    return out / MODEL
+
+
+# ---------------------------------------------------------------------------------------------
+# Exporting and scoring
+
+
+def export_adapter(base: PhraseModel, tuned: PhraseModel, rank: int = 64) -> tuple[PhraseModel,
+                                                                                   dict]:
+    """`base` (a plain model from the same checkpoint) with LoRA adapters that reproduce
+    `tuned`'s towers up to rank `rank` (retrievers/dense/lora_export.py) and `tuned`'s heads;
+    returns it with the export report of each tower."""
+    from retrievers.dense.lora_export import encoder_lora_from_finetuned
+
+    if base.has_adapters or tuned.has_adapters:
+        raise ConvQAError("LoRA export needs two plain models (merge adapters first)")
+    if base.config.shared_query_encoder != tuned.config.shared_query_encoder:
+        raise ConvQAError("base and tuned phrase models differ in their query tower")
+    report = {}
+    base.phrase_encoder, phrase_report = encoder_lora_from_finetuned(
+        base.phrase_encoder, tuned.phrase_encoder, rank)
+    report["phrase"] = phrase_report.to_dict()
+    if tuned.separate_query_encoder is not None:
+        base.separate_query_encoder, query_report = encoder_lora_from_finetuned(
+            base.separate_query_encoder, tuned.separate_query_encoder, rank)
+        report["query"] = query_report.to_dict()
+    for name in ("filter_head", "query_start_head", "query_end_head"):
+        getattr(base, name).load_state_dict(getattr(tuned, name).state_dict())
+    base.config = tuned.config
+    return base, report
+
+
+def best_span_in_passage(start_logits: Tensor, end_logits: Tensor, mask: Tensor,
+                         max_tokens: int) -> tuple[int, int, float]:
+    """(first, last, score) of the best phrase of one window: last - first < max_tokens."""
+    length = start_logits.shape[0]
+    scores = start_logits.view(-1, 1) + end_logits.view(1, -1)
+    band = torch.ones(length, length, dtype=torch.bool).triu() & \
+        ~torch.ones(length, length, dtype=torch.bool).triu(max_tokens)
+    valid = band & mask.view(-1, 1) & mask.view(1, -1)
+    scores = scores.masked_fill(~valid, float("-inf"))
+    best = int(scores.flatten().argmax())
+    first, last = divmod(best, length)
+    return first, last, float(scores[first, last])
+
+
+def evaluate_in_passage(model: PhraseModel, examples: Sequence[PhraseExample],
+                        convention: str = "topiocqa", batch_size: int = 16) -> dict[str, Any]:
+    """EM/F1 (percent) of the best phrase of each example's gold passage (its first window),
+    scored q_start . h_i + q_end . h_j with j - i < max_answer_tokens: the phrase model as a
+    reader of one passage, a quick check that needs no index."""
+    from convqa.metrics.answer import score_answer
+
+    model.eval()
+    em = f1 = 0.0
+    predictions = {}
+    with torch.no_grad():
+        for first in range(0, len(examples), batch_size):
+            chunk = list(examples[first:first + batch_size])
+            enc = model.tokenize_passages([e.passage.title for e in chunk],
+                                          [e.passage.text for e in chunk])
+            queries = model.tokenize_queries([model.format_query(e.question, e.history_turns())
+                                              for e in chunk])
+            pv = model.encode_passages(enc["input_ids"], enc["attention_mask"])
+            qv = model.encode_queries(queries["input_ids"], queries["attention_mask"])
+            starts, ends = token_scores(qv.start, pv.start), token_scores(qv.end, pv.end)
+            for row, example in enumerate(chunk):
+                a, b, _ = best_span_in_passage(starts[row], ends[row], enc["phrase_mask"][row],
+                                               model.config.max_answer_tokens)
+                offsets = enc["offset_mapping"][row]
+                text = example.passage.text[int(offsets[a, 0]):int(offsets[b, 1])]
+                predictions[example.id] = text
+                scores = score_answer(text, example.answers, convention)
+                em += scores["em"]
+                f1 += scores["f1"]
+    count = len(examples)
+    return {"em": 100 * em / count if count else 0.0, "f1": 100 * f1 / count if count else 0.0,
+            "count": count, "convention": convention, "predictions": predictions}
+
+
+def chance_in_passage(model: PhraseModel, examples: Sequence[PhraseExample],
+                      convention: str = "topiocqa", samples: int = 20,
+                      seed: int = 0) -> dict[str, Any]:
+    """Chance level of `evaluate_in_passage`: the mean EM/F1 (percent) of uniformly random
+    phrases (first <= last < first + max_answer_tokens, text tokens of the same window as the
+    model reads), `samples` per example, seeded."""
+    from convqa.metrics.answer import score_answer
+
+    rng = np.random.default_rng([seed, 5])
+    em = f1 = 0.0
+    span = model.config.max_answer_tokens
+    for example in examples:
+        enc = model.tokenize_passages([example.passage.title], [example.passage.text])
+        positions = torch.nonzero(enc["phrase_mask"][0]).flatten().tolist()
+        offsets = enc["offset_mapping"][0]
+        pairs = [(a, b) for i, a in enumerate(positions) for b in positions[i:i + span]]
+        for choice in rng.integers(len(pairs), size=samples) if pairs else []:
+            a, b = pairs[int(choice)]
+            text = example.passage.text[int(offsets[a, 0]):int(offsets[b, 1])]
+            scores = score_answer(text, example.answers, convention)
+            em += scores["em"] / samples
+            f1 += scores["f1"] / samples
+    count = len(examples)
+    return {"em": 100 * em / count if count else 0.0, "f1": 100 * f1 / count if count else 0.0,
+            "count": count, "samples_per_example": samples, "convention": convention}
+
+
+# ---------------------------------------------------------------------------------------------
+# One run, as `convqa train phrase` does it
+
+
+@dataclass
+class PhraseRunConfig:
+    squad: list[str] = field(default_factory=list)        # SQuAD-format files
+    benchmarks: list[str] = field(default_factory=list)   # TopiOCQA x Wikipedia folders
+    examples: list[str] = field(default_factory=list)     # reader-example JSONL files
+    model: dict = field(default_factory=dict)             # PhraseModelConfig options
+    teacher: str | None = "convqa-reader"                 # extractive reader to distil from
+    lora_r: int = 0                   # 0: train all weights
+    export_rank: int = 0              # > 0: also write OUT/adapter, a rank-r LoRA export
+    max_examples: int | None = None   # training examples per source (seeded sample)
+    heldout_fraction: float = 0.1
+    eval_examples: int = 300          # held-out examples scored per source (0: none)
+    phrase: PhraseTrainConfig = field(default_factory=PhraseTrainConfig)
+    query: PhraseTrainConfig | None = field(
+        default_factory=lambda: PhraseTrainConfig(stage="query"))
+
+
+def run_phrase_training(config: PhraseRunConfig, out: str | os.PathLike, accelerator: Any = None,
+                        say: Callable[[str], None] = print) -> Path:
+    """Examples -> phrase stage -> query stage -> OUT/model (+ OUT/adapter) -> OUT/eval.json.
+    Rerunning resumes (each stage skips what is finished)."""
+    from convqa.models import DEFAULT_MODEL
+
+    from .data import build_examples
+    from .model import PhraseModelConfig
+
+    out = Path(out)
+    acc = accelerator if accelerator is not None else make_accelerator()
+    if not (config.squad or config.benchmarks or config.examples):
+        raise ConfigError("no training data: give --squad, --benchmark or --examples")
+    examples = build_examples(config.squad, config.benchmarks, config.examples,
+                              config.max_examples, config.heldout_fraction, config.phrase.seed)
+    train = [e for e in examples if e.split == "train"]
+    heldout = [e for e in examples if e.split != "train"]
+    say(f"data: {len(train)} training and {len(heldout)} held-out examples")
+    try:
+        model_config = PhraseModelConfig(**{"base": DEFAULT_MODEL, **config.model})
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"phrase model: {exc}") from None
+    torch.manual_seed(config.phrase.seed)
+    model = PhraseModel.build(model_config)
+    if config.lora_r:
+        model.add_lora(r=config.lora_r, alpha=2 * config.lora_r)
+    teacher = None
+    if config.teacher and config.phrase.weights.get("distill"):
+        from readers.extractive.model import ExtractiveReader
+
+        teacher = ExtractiveReader.from_pretrained(config.teacher)
+        if teacher.has_adapters:
+            teacher.merge_adapters()
+        say(f"teacher: {config.teacher} ({teacher.fingerprint()})")
+    final = train_phrase_model(model, train, out, config.phrase, config.query, teacher, acc, say)
+    if not acc.is_main_process:
+        return final
+    tuned = PhraseModel.load(final)
+    if config.export_rank and not tuned.has_adapters:
+        adapter, report = export_adapter(PhraseModel.build(model_config), tuned,
+                                         config.export_rank)
+        adapter.save(out / "adapter")
+        write_json(out / "adapter_export.json", report)
+        say(f"adapter: {out / 'adapter'} (rank {config.export_rank})")
+    if config.eval_examples and heldout:
+        by_source: dict[str, list[PhraseExample]] = {}
+        for example in heldout:
+            by_source.setdefault(example.source, []).append(example)
+        scores = {"model_fingerprint": tuned.full_fingerprint(), "sources": {}}
+        for source, items in sorted(by_source.items()):
+            items = items[:config.eval_examples]
+            convention = "topiocqa" if source.startswith("topiocqa") else "squad"
+            result = evaluate_in_passage(tuned, items, convention)
+            chance = chance_in_passage(tuned, items, convention)
+            scores["sources"][source] = {
+                "em": round(result["em"], 2), "f1": round(result["f1"], 2),
+                "count": result["count"], "convention": convention,
+                "chance_em": round(chance["em"], 2), "chance_f1": round(chance["f1"], 2)}
+            say(f"held-out {source}: EM {result['em']:.1f} F1 {result['f1']:.1f} "
+                f"(chance EM {chance['em']:.1f} F1 {chance['f1']:.1f}, {result['count']} "
+                "questions, gold passage only)")
+        write_json(out / "eval.json", scores)
+    return final

@@ -1,0 +1,244 @@
+"""Phrase-model training on tiny random models: both stages, exact resume after a kill, the
+ablation switches, the frozen phrase matrix, scoring, LoRA export, the CLI, refusals."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from convqa.errors import ConfigError, ConvQAError
+from phrase_index.data import benchmark_phrase_examples
+from phrase_index.model import PhraseModel
+from phrase_index.train import (FrozenPhrases, PhraseTrainConfig, PhraseTrainer,
+                                best_span_in_passage, chance_in_passage, evaluate_in_passage,
+                                export_adapter, train_phrase_model, train_stage)
+from phrase_model_helpers import one_thread, phrase_config, tiny_base, tiny_phrase_model
+from reader_helpers import tiny_reader
+from training_helpers import make_benchmark
+
+
+@pytest.fixture(autouse=True)
+def _threads():
+    with one_thread():
+        yield
+
+
+@pytest.fixture(scope="module")
+def examples(tmp_path_factory):
+    bench = make_benchmark(tmp_path_factory.mktemp("phrase-train") / "bench")
+    return [e for e in benchmark_phrase_examples(bench) if e.split == "train"]   # 7 turns
+
+
+def config(**overrides) -> PhraseTrainConfig:
+    base = dict(batch_size=2, epochs=2, lr=5e-3, warmup_ratio=0.0, progress=False,
+                checkpoint_every=0)
+    return PhraseTrainConfig(**{**base, **overrides})
+
+
+def state(model) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def log(folder) -> list[dict]:
+    return [json.loads(line) for line in (folder / "log.jsonl").read_text().splitlines()]
+
+
+def test_phrase_stage_trains_every_loss_and_resumes_exactly(examples, tmp_path):
+    teacher = tiny_reader(seed=5)
+    # 7 examples / batch 2 = 3 steps per epoch, 2 epochs
+    straight = tiny_phrase_model(seed=1)
+    done = train_stage(straight, examples, tmp_path / "a", config(), teacher)
+    assert done.steps == 6 and (tmp_path / "a" / "model").is_dir()
+    records = log(tmp_path / "a")
+    assert [r["step"] for r in records] == list(range(1, 7))
+    assert {"span", "distill", "filter", "in_batch", "pre_batch", "turn"} <= set(records[0])
+    assert records[0]["pre_batch"] == 0.0 and records[1]["pre_batch"] > 0  # queue filled
+    assert any(r["turn"] > 0 for r in records)  # c1_2, c1_3, c3_2... have turn t-1
+    assert all(r["distill"] > 0 for r in records)
+    start = state(tiny_phrase_model(seed=1))
+    trained = state(straight)
+    assert max((start[k] - trained[k]).abs().max().item() for k in start) > 1e-3
+
+    class Killed(Exception):
+        pass
+
+    def kill(step, loss):
+        if step == 5:
+            raise Killed
+
+    resumed = tiny_phrase_model(seed=1)
+    with pytest.raises(Killed):
+        train_stage(resumed, examples, tmp_path / "b", config(checkpoint_every=2), teacher,
+                    on_step=kill)
+    assert (tmp_path / "b" / "checkpoint").is_dir()
+    again = tiny_phrase_model(seed=1)
+    result = train_stage(again, examples, tmp_path / "b", config(checkpoint_every=2), teacher)
+    assert result.resumed_from == 4 and result.steps == 6
+    assert [r["step"] for r in log(tmp_path / "b")] == list(range(1, 7))
+    final = state(again)
+    assert max((final[k] - trained[k]).abs().max().item() for k in final) < 1e-5
+    # a finished run is returned as it is; other settings in the same folder are refused
+    assert train_stage(tiny_phrase_model(seed=1), examples, tmp_path / "b",
+                       config(checkpoint_every=2), teacher).steps == 6
+    with pytest.raises(ConfigError, match="different settings"):
+        train_stage(tiny_phrase_model(seed=1), examples, tmp_path / "b", config(lr=1e-3),
+                    teacher)
+
+
+def test_ablation_switches_and_refusals(examples, tmp_path):
+    no_turn = config(max_steps=2, weights={"turn": 0.0, "distill": 0.0, "filter": 0.0})
+    model = tiny_phrase_model()
+    filter_before = state(model.filter_head)
+    train_stage(model, examples, tmp_path / "no-turn", no_turn)
+    records = log(tmp_path / "no-turn")
+    assert "turn" not in records[0] and "distill" not in records[0]
+    # no filter loss: the filter head is frozen, not trained by accident
+    assert all(torch.equal(filter_before[k], v) for k, v in model.filter_head.state_dict().items())
+    with pytest.raises(ConfigError, match="no teacher"):
+        PhraseTrainer(tiny_phrase_model(), examples, tmp_path / "x", config())
+    with pytest.raises(ConfigError, match="unknown loss 'spam'"):
+        config(weights={"spam": 1.0})
+    with pytest.raises(ConfigError, match="not part of the query stage"):
+        config(stage="query", weights={"span": 1.0})
+    with pytest.raises(ConfigError, match="must be a number >= 0"):
+        config(weights={"turn": -1.0})
+    with pytest.raises(ConfigError, match="stage must be one of"):
+        config(stage="both")
+    with pytest.raises(ConvQAError, match="no phrase training examples"):
+        PhraseTrainer(tiny_phrase_model(), [], tmp_path / "y", no_turn)
+    with pytest.raises(ConfigError, match="too few"):
+        train_stage(tiny_phrase_model(), examples[:1], tmp_path / "z", no_turn)
+
+
+def test_frozen_phrases_search_within_one_window_and_max_tokens(examples):
+    model = tiny_phrase_model(max_answer_tokens=3)
+    passages = list({e.passage.id: e.passage for e in examples}.values())
+    frozen = FrozenPhrases(model, passages)
+    assert len(frozen) == sum(
+        int(model.tokenize_passages([p.title], [p.text])["phrase_mask"].sum()) for p in passages)
+    torch.manual_seed(0)
+    queries = torch.randn(3, 32)
+    found = frozen.search(queries, queries, starts=8, k=5)
+    assert [len(f) for f in found] == [5, 5, 5]
+    for q, phrases in zip(queries, found):
+        keys = {(int(frozen.owners[a]), frozen.text(a, b)) for a, b in phrases}
+        assert len(keys) == len(phrases)  # distinct phrases
+        scores = []
+        for a, b in phrases:
+            assert 0 <= b - a < 3 and frozen.windows[a] == frozen.windows[b]
+            scores.append(float(q @ frozen.vectors[a].float() + q @ frozen.vectors[b].float()))
+        assert scores == sorted(scores, reverse=True)
+        # the best phrase is the best pair among the top starts, checked by brute force
+        matrix = frozen.vectors.float()
+        best = max((float(q @ matrix[a] + q @ matrix[b]), a, b)
+                   for a in (q @ matrix.T).topk(8).indices.tolist()
+                   for b in range(a, min(a + 3, len(frozen)))
+                   if frozen.windows[b] == frozen.windows[a])
+        assert abs(best[0] - scores[0]) < 1e-4
+
+
+def test_query_stage_freezes_the_phrase_side(examples, tmp_path):
+    model = tiny_phrase_model(seed=2)
+    fingerprint, full = model.fingerprint(), model.full_fingerprint()
+    result = train_stage(model, examples, tmp_path / "q",
+                         config(stage="query", max_steps=3, candidates=4, start_candidates=8))
+    assert result.steps == 3
+    records = log(tmp_path / "q")
+    assert all("query_side" in r for r in records)
+    assert any(r["query_side"] > 0 for r in records)
+    assert model.fingerprint() == fingerprint  # an index built before stays valid
+    assert model.full_fingerprint() != full
+    saved = json.loads((tmp_path / "q" / "training.json").read_text())
+    assert saved["fingerprint"] == fingerprint and saved["pool_phrases"] > 0
+
+
+def test_both_stages_and_the_no_query_finetune_ablation(examples, tmp_path):
+    teacher = tiny_reader(seed=5)
+    final = train_phrase_model(tiny_phrase_model(), examples, tmp_path / "run",
+                               config(max_steps=2), config(stage="query", max_steps=2),
+                               teacher, say=lambda _: None)
+    assert final == tmp_path / "run" / "model"
+    phrase = PhraseModel.load(tmp_path / "run" / "phrase" / "model")
+    both = PhraseModel.load(final)
+    assert both.fingerprint() == phrase.fingerprint()
+    assert both.full_fingerprint() != phrase.full_fingerprint()
+    only = train_phrase_model(tiny_phrase_model(), examples, tmp_path / "only",
+                              config(max_steps=2), None, teacher, say=lambda _: None)
+    assert not (tmp_path / "only" / "query").exists()
+    assert PhraseModel.load(only).full_fingerprint() == phrase.full_fingerprint()
+
+
+def test_best_span_in_passage_by_hand():
+    start = torch.tensor([0.0, 5.0, 1.0, 0.0, 9.0])
+    end = torch.tensor([0.0, 0.0, 2.0, 7.0, 0.0])
+    mask = torch.tensor([True, True, True, True, False])  # token 4 is not text
+    assert best_span_in_passage(start, end, mask, 3) == (1, 3, 12.0)
+    assert best_span_in_passage(start, end, mask, 2) == (2, 3, 8.0)   # 1..3 is 3 tokens long
+
+
+def test_in_passage_scores_and_chance(examples):
+    model = tiny_phrase_model(max_answer_tokens=4)
+    result = evaluate_in_passage(model, examples, convention="squad")
+    assert result["count"] == 7 and set(result["predictions"]) == {e.id for e in examples}
+    for example in examples:
+        assert result["predictions"][example.id] in example.passage.text
+    chance = chance_in_passage(model, examples, convention="squad", samples=50)
+    assert 0.0 < chance["f1"] < 60.0 and chance["em"] < chance["f1"]
+    # a "model" whose vectors pick the gold span is perfect: check the scorer with the gold
+    gold = [e.passage.text[slice(*e.spans[0])] for e in examples]
+    from convqa.metrics.answer import score_answer
+    assert all(score_answer(g, e.answers, "squad")["em"] == 1.0 for g, e in zip(gold, examples))
+
+
+def test_lora_export_reproduces_the_tuned_model(tmp_path):
+    base_dir = tiny_base(tmp_path / "base")
+    cfg = phrase_config(base=str(base_dir))
+    tuned = PhraseModel.build(cfg)
+    torch.manual_seed(3)
+    with torch.no_grad():
+        for name, param in tuned.named_parameters():
+            if "encoder.layer" in name and name.endswith("weight") and param.dim() == 2:
+                param.add_(0.02 * torch.randn_like(param))
+        tuned.query_end_head.bias.add_(0.5)
+    adapter, report = export_adapter(PhraseModel.build(cfg), tuned, rank=32)
+    assert report["phrase"]["rank"] == 32 and "query" in report
+    adapter.save(tmp_path / "adapter")
+    loaded = PhraseModel.load(tmp_path / "adapter")
+    assert loaded.has_adapters
+    enc = tuned.tokenize_passages(["Danube"], ["The Danube is 2850 kilometres long."])
+    q = tuned.tokenize_queries(["how long is the danube?"])
+    tuned.eval()
+    loaded.eval()
+    with torch.no_grad():
+        a = tuned.encode_passages(enc["input_ids"], enc["attention_mask"]).start
+        b = loaded.encode_passages(enc["input_ids"], enc["attention_mask"]).start
+        qa = tuned.encode_queries(q["input_ids"], q["attention_mask"]).end
+        qb = loaded.encode_queries(q["input_ids"], q["attention_mask"]).end
+    assert torch.allclose(a, b, atol=1e-3) and torch.allclose(qa, qb, atol=1e-3)
+    with pytest.raises(ConvQAError, match="two plain models"):
+        export_adapter(loaded, tuned)
+
+
+def test_cli_trains_both_stages_and_scores_held_out(tmp_path, capsys):
+    from convqa.cli.main import main
+
+    bench = make_benchmark(tmp_path / "bench")
+    base = tiny_base(tmp_path / "base")
+    out = tmp_path / "run"
+    code = main(["train", "phrase", "--out", str(out), "--benchmark", str(bench),
+                 "--init-model", str(base), "--teacher", "none", "--batch-size", "2",
+                 "--max-steps", "2", "--query-max-steps", "1", "--max-passage-tokens", "64",
+                 "--max-query-tokens", "32", "--turn-weight", "0", "--quiet"])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "held-out topiocqa-wiki:bench" in printed
+    scores = json.loads((out / "eval.json").read_text())
+    assert scores["sources"]["topiocqa-wiki:bench"]["count"] == 2   # c4_1, c4_2
+    model = PhraseModel.load(out / "model")
+    assert model.config.max_passage_tokens == 64
+    phrase_log = log(out / "phrase")
+    assert "turn" not in phrase_log[0] and "distill" not in phrase_log[0]
+    assert main(["train", "phrase", "--out", str(tmp_path / "none"), "--benchmark", str(bench),
+                 "--init-model", str(base), "--turn-weight", "-1", "--quiet"]) != 0
+    assert "turn" in capsys.readouterr().err
