@@ -28,6 +28,9 @@ def add_parser(subparsers) -> None:
                         "hybrid (reciprocal-rank fusion of both); ignored with --config")
     p.add_argument("--no-reader", action="store_true",
                    help="retrieval only: show the passages, extract no answer (embedded default)")
+    p.add_argument("--phrase-index", metavar="DIR",
+                   help="answer with a phrase index (`convqa index --phrase`) instead of a "
+                        "retriever and a reader")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--prepare", action="store_true", help="build the embedded index and exit")
     p.set_defaults(func=run)
@@ -38,6 +41,12 @@ def build_pipeline(args: argparse.Namespace):
     from convqa.embedded import default_config, ensure_embedded
     from convqa.pipeline import Pipeline
 
+    if args.phrase_index:
+        from phrase_index.answerer import PhrasePipeline
+
+        if args.config or args.overrides:
+            raise ConvQAError("--phrase-index does not go with --config or --set")
+        return PhrasePipeline.from_folder(args.phrase_index)
     if args.config:
         config = load_yaml(args.config)
     else:

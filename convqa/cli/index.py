@@ -1,9 +1,12 @@
-"""`convqa index`: build a BM25 or dense (FAISS) index over a passage collection.
+"""`convqa index`: build a BM25, dense (FAISS) or phrase index over a passage collection.
 
     convqa index --bm25 --passages STORE_OR_FILE --out DIR [--preset default|topiocqa|qrecc]
                  [--k1 X] [--b Y] [--store DIR] [--overwrite]
     convqa index --dense --passages STORE_OR_FILE --out DIR [--model PATH_OR_ID]
                  [--factory Flat] [--batch-size 64] [--no-fast]
+    convqa index --phrase --model PHRASE_MODEL --passages STORE_OR_FILE --out DIR [--int8]
+                 [--factory Flat|IVF4096,PQ48] [--keep FRACTION | --threshold LOGIT|none]
+                 [--flat-max N]
 
 `--passages` is a passage store folder (e.g. a benchmark's passages/) or a JSONL/TSV(.gz)
 collection (see convqa.corpus.readers); a file is first written as a passage store, by default
@@ -21,12 +24,14 @@ from convqa.errors import ConvQAError
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
-        "index", help="build a BM25 or dense (FAISS) index over a passage collection",
-        description="Build a BM25 (bm25s) or dense (dual encoder + FAISS) index over a passage "
-                    "store or a JSONL/TSV passage file.")
+        "index", help="build a BM25, dense (FAISS) or phrase index over a passage collection",
+        description="Build a BM25 (bm25s), dense (dual encoder + FAISS) or phrase (phrase model "
+                    "+ FAISS) index over a passage store or a JSONL/TSV passage file.")
     kind = p.add_mutually_exclusive_group(required=True)
     kind.add_argument("--bm25", action="store_true", help="a BM25 index (bm25s, no Java)")
     kind.add_argument("--dense", action="store_true", help="a dense FAISS index")
+    kind.add_argument("--phrase", action="store_true",
+                      help="a PRO-ConvQA phrase index (phrase vectors + FAISS; no reader)")
     p.add_argument("--passages", required=True, metavar="PATH",
                    help="passage store folder, or a .jsonl/.tsv(.gz) passage file")
     p.add_argument("--format", choices=("auto", "jsonl", "tsv"), default="auto",
@@ -45,11 +50,24 @@ def add_parser(subparsers) -> None:
     dense = p.add_argument_group("dense options")
     dense.add_argument("--model", default=None, metavar="PATH_OR_ID",
                        help="dual encoder folder or checkpoint (default: all-MiniLM-L6-v2)")
-    dense.add_argument("--factory", default="Flat",
-                       help="FAISS index factory string: Flat, HNSW32, IVF4096,PQ48 ...")
+    dense.add_argument("--factory", default=None,
+                       help="FAISS index factory string: Flat, HNSW32, IVF4096,PQ48 ... "
+                            "(default: Flat for --dense, chosen by size for --phrase)")
     dense.add_argument("--batch-size", type=int, default=64, help="passages per encoder batch")
     dense.add_argument("--no-fast", action="store_true",
                        help="encode in fp32 instead of the fast path (bf16, length-sorted)")
+    phrase = p.add_argument_group("phrase options (--model is a phrase model folder)")
+    phrase.add_argument("--int8", action="store_true",
+                        help="store phrase vectors as int8 with per-vector scale and offset "
+                             "(default float16)")
+    phrase.add_argument("--threshold", default=None, metavar="LOGIT",
+                        help="keep tokens whose start/end filter logit exceeds this; 'none' "
+                             "keeps every word-boundary token")
+    phrase.add_argument("--keep", type=float, default=None, metavar="FRACTION",
+                        help="instead of --threshold: keep this fraction of the tokens, the "
+                             "thresholds set from a sample of passages (default 1: all)")
+    phrase.add_argument("--flat-max", type=int, default=None, metavar="N",
+                        help="vectors per side up to which the automatic factory is Flat")
     p.set_defaults(func=run)
 
 
@@ -74,6 +92,8 @@ def open_or_build_store(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     if args.dense:
         return run_dense(args)
+    if args.phrase:
+        return run_phrase(args)
     out = Path(args.out)
     if out.exists() and not args.overwrite:
         raise ConvQAError(f"{out}: already exists; add --overwrite to replace it")
@@ -120,6 +140,7 @@ def run_dense(args: argparse.Namespace) -> int:
         shutil.rmtree(out)
     store = open_or_build_store(args)
     started = time.perf_counter()
+    args.factory = args.factory or "Flat"
     index = build_dense_index(args.model or DEFAULT_MODEL, store, out, factory=args.factory,
                               batch_size=args.batch_size, fast=not args.no_fast,
                               progress=not args.quiet)
@@ -127,4 +148,64 @@ def run_dense(args: argparse.Namespace) -> int:
     print(f"dense index ({args.factory}) of {index.count} passages written to {out} "
           f"in {seconds:.1f} s")
     print(f"use it with: --retriever '{{name: dense, index: {out}}}'")
+    return 0
+
+
+# Fraction of candidate tokens a phrase index keeps by default: all of them. With the first
+# trained filter (runs/phrase-v1) keeping half halved the index but cost 6 F1 points on the
+# vital dev turns (23.0 -> 16.9); pass --keep or --threshold for a smaller index.
+DEFAULT_KEEP = 1.0
+
+
+def run_phrase(args: argparse.Namespace) -> int:
+    """Dump the store's phrase vectors with a phrase model and index them (phrase_index).
+
+    Like --dense, an existing output folder is resumed (the dump is sharded); --overwrite
+    starts over."""
+    import shutil
+
+    from phrase_index.index import DUMP_DIR, META_FILE, build_phrase_index
+    from phrase_index.model import PhraseModel
+
+    if not args.model:
+        raise ConvQAError("--phrase needs --model: a phrase model folder (convqa train phrase)")
+    if args.k1 is not None or args.b is not None or args.preset != "default":
+        raise ConvQAError("--preset, --k1 and --b are BM25 options; they do not go with --phrase")
+    if args.batch_size < 1:
+        raise ConvQAError("--batch-size must be at least 1")
+    if args.flat_max is not None and args.flat_max < 0:
+        raise ConvQAError("--flat-max must be at least 0")
+    if args.threshold is not None and args.keep is not None:
+        raise ConvQAError("--threshold and --keep do not go together")
+    threshold, keep = None, args.keep
+    if args.threshold is None and keep is None:
+        keep = DEFAULT_KEEP
+    if args.threshold is not None:
+        try:
+            threshold = None if args.threshold.lower() == "none" else float(args.threshold)
+        except ValueError:
+            raise ConvQAError(f"--threshold must be a number or 'none', got {args.threshold!r}"
+                              ) from None
+    out = Path(args.out)
+    if out.exists() and args.overwrite:
+        if not ((out / META_FILE).exists() or (out / DUMP_DIR).is_dir()):
+            raise ConvQAError(f"{out}: exists and is not a phrase index; not replacing it")
+        shutil.rmtree(out)
+    model = PhraseModel.load(args.model)
+    if model.has_adapters:
+        model.merge_adapters()
+    store = open_or_build_store(args)
+    started = time.perf_counter()
+    options = {} if args.flat_max is None else {"flat_max": args.flat_max}
+    index = build_phrase_index(model, store, out, dtype="int8" if args.int8 else "float16",
+                               factory=args.factory, start_threshold=threshold,
+                               end_threshold=threshold, keep_fraction=keep,
+                               batch_size=args.batch_size,
+                               fast=not args.no_fast, progress=not args.quiet, **options)
+    seconds = time.perf_counter() - started
+    vectors, factories = index.meta["vectors"], index.meta["factory"]
+    print(f"phrase index of {index.count} passages written to {out} in {seconds:.1f} s: "
+          f"{vectors['start']} start ({factories['start']}) + {vectors['end']} end "
+          f"({factories['end']}) vectors, {index.bytes_per_passage():,.0f} bytes per passage")
+    print(f"use it with: convqa answer --phrase-index {out}")
     return 0

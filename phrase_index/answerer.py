@@ -1,0 +1,135 @@
+"""Answering with the phrase index: the same `answer()` as `convqa.pipeline.Pipeline`, so the
+CLI (`convqa answer --phrase-index DIR`), the demo and the evaluation scripts use it unchanged.
+
+    pipe = PhrasePipeline.from_folder("runs/phrase-index")
+    result = pipe.answer("where was he born?", history)     # PipelineResult
+    result.answer.text, result.answer.passage_id, result.answer.start
+
+The conversation is formatted by the model's history strategy, encoded into a start and an end
+query vector, and the best phrases of the whole corpus are found by `phrase_index.search`; there
+is no reader. `hits` are the passages of the best phrases (each passage once, ranked by its best
+phrase), so retrieval metrics apply too.
+"""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from convqa.errors import ConfigError, ConvQAError
+from convqa.pipeline import PipelineResult
+from convqa.types import Answer, Hit, Turn
+
+from .index import PhraseIndex
+from .search import PhraseSearcher
+
+
+class PhrasePipeline:
+    """Phrase model (query side) + phrase index + passage store."""
+
+    def __init__(self, model, index: PhraseIndex, store, top_k: int = 5,
+                 candidates: int | None = None, max_answer_tokens: int | None = None):
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+            raise ConfigError(f"top_k must be a positive int, got {top_k!r}")
+        index.check(fingerprint=model.fingerprint(), model_name=model.source)
+        self.model = model.eval()
+        self.index = index
+        self.store = store
+        self.passages = store  # as Pipeline: the store answers .get(passage_id)
+        self.top_k = top_k
+        self.searcher = PhraseSearcher(index, store, candidates, max_answer_tokens)
+        self.format_query("warm up", [])  # load the history tokenizer now, not in turn one
+
+    @classmethod
+    def from_folder(cls, index_dir: str | os.PathLike, model: str | os.PathLike | None = None,
+                    passages: str | os.PathLike | None = None, *, top_k: int = 5,
+                    candidates: int | None = None, nprobe: int | None = None,
+                    device: str = "cpu", mmap: bool = False) -> "PhrasePipeline":
+        """Open a folder made by `convqa index --phrase`: the model and passage store it
+        records (or the ones given), checked against the index (one-line error otherwise)."""
+        from convqa.corpus import PassageStore
+
+        from .model import PhraseModel
+
+        index = PhraseIndex.load(index_dir, mmap=mmap)
+        model_name = model or index.meta.get("model")
+        store_path = passages or index.meta.get("passages")
+        if not model_name:
+            raise ConfigError(f"phrase index {index_dir} records no model; pass one")
+        if not store_path:
+            raise ConfigError(f"phrase index {index_dir} records no passage store; pass one")
+        phrase_model = PhraseModel.load(Path(model_name))
+        if phrase_model.has_adapters:
+            phrase_model.merge_adapters()
+        try:
+            phrase_model.to(torch.device(device))
+        except RuntimeError:
+            raise ConfigError(f"bad device {device!r}") from None
+        index.set_nprobe(nprobe)
+        return cls(phrase_model, index, PassageStore.open(Path(store_path)), top_k, candidates)
+
+    def format_query(self, question: str, history: Sequence[Turn]) -> str:
+        return self.model.format_query(question, list(history))
+
+    def encode(self, query_texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """float32 start and end query vectors `[n, d]`."""
+        batch = self.model.tokenize_queries(list(query_texts))
+        with torch.inference_mode():
+            vectors = self.model.encode_queries(batch["input_ids"], batch["attention_mask"])
+        return vectors.start.float().cpu().numpy(), vectors.end.float().cpu().numpy()
+
+    def answer(self, question: str, history: Sequence[Turn] = (), top_k: int | None = None
+               ) -> PipelineResult:
+        return self.answer_batch([question], [history], top_k)[0]
+
+    def answer_batch(self, questions: Sequence[str], histories: Sequence[Sequence[Turn]],
+                     top_k: int | None = None) -> list[PipelineResult]:
+        """Several conversations at once (one encoder pass, one FAISS call per side); the
+        timings of each result are the batch's divided by its size."""
+        if len(questions) != len(histories):
+            raise ConvQAError(f"{len(questions)} questions but {len(histories)} histories")
+        questions = [(q or "").strip() for q in questions]
+        if any(not q for q in questions):
+            raise ConvQAError("the question is empty")
+        k = top_k or self.top_k
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ConfigError(f"top_k must be a positive int, got {k!r}")
+        timings: dict[str, float] = {}
+        began = time.perf_counter()
+        texts = [self.format_query(q, h) for q, h in zip(questions, histories)]
+        timings["history"] = _since(began)
+        began = time.perf_counter()
+        q_start, q_end = self.encode(texts)
+        timings["encode"] = _since(began)
+        began = time.perf_counter()
+        # more phrases than passages asked for: several phrases may share a passage
+        spans = self.searcher.spans(q_start, q_end, 4 * k)
+        timings["search"] = _since(began)
+        began = time.perf_counter()
+        answers = [self.searcher.answers(s) for s in spans]
+        timings["fetch"] = _since(began)
+        share = {stage: ms / len(questions) for stage, ms in timings.items()}
+        return [_result(q, t, a, k, share) for q, t, a in zip(questions, texts, answers)]
+
+
+def _result(question: str, query_text: str, answers: list[Answer], k: int,
+            timings: dict[str, float]) -> PipelineResult:
+    hits, passages, seen = [], [], set()
+    for answer in answers:
+        if answer.passage_id in seen:
+            continue
+        seen.add(answer.passage_id)
+        hits.append(Hit(answer.passage_id, answer.score, len(hits) + 1))
+        passages.append(answer.evidence)
+        if len(hits) == k:
+            break
+    return PipelineResult(question, query_text, hits, passages, answers[0] if answers else None,
+                          dict(timings))
+
+
+def _since(began: float) -> float:
+    return (time.perf_counter() - began) * 1000

@@ -1,0 +1,268 @@
+"""The phrase index: FAISS over the start and the end vectors of a phrase dump, tied to the model
+and the corpus they came from.
+
+A saved phrase index is a folder:
+- `phrase_index.json`: model (path), its phrase fingerprint, corpus checksum and passage store,
+  the two factories, vector counts and the bytes each part takes;
+- `start/`, `end/`: one FAISS inner-product index per side, saved by the dense index code
+  (`retrievers.dense.index.DenseIndex`: atomic writes, size check on load); FAISS row g is
+  vector g of that side of the dump;
+- the dump itself (`dump/` when built by `build_phrase_index`), which the search reads to score
+  the other end of a phrase and to rescore candidates exactly (FAISS only proposes them, so a
+  compressed IVF-PQ index loses recall but never distorts a score).
+
+Small corpora get `Flat` (exact, 4 bytes per dimension per vector); above `flat_max` vectors per
+side an IVF-PQ index (`IVF{lists},PQ{d/8}`: d/8 bytes per vector) is chosen; any FAISS factory
+string overrides the choice.
+"""
+from __future__ import annotations
+
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from convqa.errors import ConfigError, ConvQAError, DataError
+from convqa.io import load_format_json, write_json
+from retrievers.dense.index import (DEFAULT_NPROBE, FORMAT as DENSE_FORMAT, VERSION as
+                                    DENSE_VERSION, DenseIndex, _ivf_lists, _make_index,
+                                    _skip_polysemous_training)
+
+from .dump import PhraseDump
+from .vectors import SIDES
+
+META_FILE = "phrase_index.json"
+FORMAT = "convqa-phrase-index"
+VERSION = 1
+FLAT_MAX = 500_000        # vectors per side up to which Flat is chosen (~0.75 GB fp32 at 384-d)
+DEFAULT_TRAIN_SIZE = 100_000
+DUMP_DIR = "dump"
+
+
+def choose_factory(count: int, dim: int, flat_max: int = FLAT_MAX) -> str:
+    """`Flat` up to `flat_max` vectors, else IVF-PQ with up to 4 sqrt(n) lists (a power of two,
+    at least 39 training vectors each) and d/8 sub-quantizers of 8 bits (the largest divisor of d
+    not above d/8)."""
+    if count <= flat_max:
+        return "Flat"
+    lists = 2 ** math.floor(math.log2(max(16.0, 4 * math.sqrt(count))))
+    while lists > 16 and count < 39 * lists:
+        lists //= 2
+    m = max(k for k in range(1, max(1, dim // 8) + 1) if dim % k == 0)
+    return f"IVF{lists},PQ{m}"
+
+
+def _build_side(dump: PhraseDump, side: str, factory: str, train_size: int | None, seed: int,
+                progress: bool) -> DenseIndex:
+    vectors = dump.side(side)
+    count, dim = vectors.count, dump.dim
+    if count == 0:
+        raise ConvQAError(f"the phrase dump {dump.folder} kept no {side} vectors (filter "
+                          f"threshold {dump.manifest.get(f'{side}_threshold')}); dump again "
+                          "with a lower threshold or a larger keep fraction")
+    index = _make_index(factory, dim)
+    if not index.is_trained:
+        _skip_polysemous_training(index)
+        lists = _ivf_lists(index) or 1
+        if count < lists:
+            raise ConfigError(f"factory {factory!r} needs at least {lists} {side} vectors to "
+                              f"train its {lists} lists; the dump has {count}: use fewer lists")
+        size = min(count, train_size or max(DEFAULT_TRAIN_SIZE, 39 * lists))
+        rows = np.sort(np.random.default_rng(seed).choice(count, size, replace=False))
+        index.train(np.ascontiguousarray(vectors.vectors(rows)))
+    from tqdm.auto import tqdm
+
+    with tqdm(total=count, desc=f"FAISS {factory} ({side})", unit=" vec",
+              disable=not progress) as bar:
+        for batch in vectors.batches():
+            index.add(np.ascontiguousarray(batch))
+            bar.update(len(batch))
+    import faiss
+
+    meta = {"format": DENSE_FORMAT, "version": DENSE_VERSION, "factory": factory,
+            "metric": "inner_product", "encoder": dump.manifest.get("model"),
+            "fingerprint": dump.fingerprint, "dim": dim, "count": count,
+            "corpus_checksum": dump.corpus_checksum, "vector_dtype": dump.dtype,
+            "faiss_version": faiss.__version__, "phrase_side": side,
+            "nprobe": DEFAULT_NPROBE if _ivf_lists(index) else None,
+            "ef_search": 128 if hasattr(index, "hnsw") else None}
+    return DenseIndex(index, meta)
+
+
+class PhraseIndex:
+    """Two FAISS indexes (start, end) over a phrase dump; `build`, `save`, `load`, `check`."""
+
+    def __init__(self, dump: PhraseDump, sides: dict[str, DenseIndex], meta: dict[str, Any]):
+        self.dump = dump
+        self.sides = sides
+        self.meta = meta
+
+    @classmethod
+    def build(cls, dump: PhraseDump | str | os.PathLike, factory: str | None = None, *,
+              flat_max: int = FLAT_MAX, train_size: int | None = None, seed: int = 0,
+              passages: str | None = None, progress: bool = False) -> "PhraseIndex":
+        """FAISS indexes of both sides of a finished dump; `factory` None chooses by size
+        (`choose_factory`), the same factory string is used for both sides otherwise."""
+        began = time.perf_counter()
+        if not isinstance(dump, PhraseDump):
+            dump = PhraseDump.open(dump)
+        factories = {side: factory or choose_factory(dump.side(side).count, dump.dim, flat_max)
+                     for side in SIDES}
+        sides = {side: _build_side(dump, side, factories[side], train_size, seed, progress)
+                 for side in SIDES}
+        manifest = dump.manifest
+        meta = {"format": FORMAT, "version": VERSION, "model": manifest.get("model"),
+                "fingerprint": dump.fingerprint, "corpus_checksum": dump.corpus_checksum,
+                "passages": passages, "count": dump.count, "dim": dump.dim,
+                "dtype": dump.dtype, "factory": factories,
+                "vectors": {side: sides[side].count for side in SIDES},
+                "max_answer_tokens": manifest.get("max_answer_tokens"),
+                "build_seconds": round(time.perf_counter() - began, 2)}
+        return cls(dump, sides, meta)
+
+    # -- saving and loading ---------------------------------------------------------------
+    def save(self, folder: str | os.PathLike) -> None:
+        """Write `start/`, `end/` then `phrase_index.json` (last, so a half-saved index is
+        never loaded). The dump is referenced, relative to `folder` when inside it."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        for side in SIDES:
+            self.sides[side].save(folder / side)
+        dump_path = Path(self.dump.folder).resolve()
+        try:
+            dump_ref = str(dump_path.relative_to(folder.resolve()))
+        except ValueError:
+            dump_ref = str(dump_path)
+        index_bytes = {side: int(self.sides[side].meta["index_bytes"]) for side in SIDES}
+        dump_bytes = self.dump.nbytes()
+        total = dump_bytes + sum(index_bytes.values())
+        self.meta.update({"dump": dump_ref, "bytes": {"dump": dump_bytes, **index_bytes,
+                                                      "total": total},
+                          "bytes_per_passage": round(total / max(1, self.count), 1)})
+        write_json(folder / META_FILE, self.meta)
+
+    @classmethod
+    def load(cls, folder: str | os.PathLike, mmap: bool = False) -> "PhraseIndex":
+        """Open a saved phrase index (its dump memory-mapped); `mmap` maps Flat indexes too."""
+        folder = Path(folder)
+        path = folder / META_FILE
+        if not path.exists():
+            raise DataError(f"not a phrase index (no {META_FILE})", folder)
+        meta = load_format_json(path, FORMAT, VERSION, "phrase index")
+        dump_ref = meta.get("dump")
+        if not isinstance(dump_ref, str):
+            raise DataError("missing or not a string", path, None, "dump")
+        dump = PhraseDump.open(folder / dump_ref)
+        sides = {side: DenseIndex.load(folder / side, mmap=mmap) for side in SIDES}
+        for side in SIDES:
+            side_meta = sides[side].meta
+            expected = dump.side(side).count
+            if side_meta.get("fingerprint") != dump.fingerprint or sides[side].count != expected:
+                raise DataError(f"the {side} index ({sides[side].count} vectors, fingerprint "
+                                f"{side_meta.get('fingerprint')}) does not match the dump "
+                                f"({expected} vectors, fingerprint {dump.fingerprint}); "
+                                "rebuild the index", folder / side)
+        if meta.get("fingerprint") != dump.fingerprint:
+            raise DataError(f"index fingerprint {meta.get('fingerprint')} differs from its "
+                            f"dump's {dump.fingerprint}; rebuild the index", path)
+        return cls(dump, sides, meta)
+
+    # -- use ------------------------------------------------------------------------------
+    @property
+    def count(self) -> int:
+        """Passages covered."""
+        return int(self.meta["count"])
+
+    @property
+    def dim(self) -> int:
+        return int(self.meta["dim"])
+
+    @property
+    def fingerprint(self) -> str:
+        return str(self.meta["fingerprint"])
+
+    @property
+    def max_answer_tokens(self) -> int | None:
+        value = self.meta.get("max_answer_tokens")
+        return int(value) if value is not None else None
+
+    def bytes_per_passage(self) -> float:
+        """Dump + both FAISS indexes, per passage (as recorded by `save`; computed for an
+        index not saved yet)."""
+        if "bytes_per_passage" in self.meta:
+            return float(self.meta["bytes_per_passage"])
+        import faiss
+
+        index_bytes = sum(faiss.serialize_index(self.sides[s].index).size for s in SIDES)
+        return (self.dump.nbytes() + index_bytes) / max(1, self.count)
+
+    def set_nprobe(self, nprobe: int | None) -> None:
+        for side in SIDES:
+            self.sides[side].set_search_params(nprobe=nprobe)
+
+    def search_side(self, side: str, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """FAISS (scores, vector ids) `[n, k]` of one side; ids are -1 where fewer than k."""
+        return self.sides[side].search(queries, k)
+
+    def check(self, fingerprint: str | None = None, corpus_checksum: str | None = None,
+              model_name: str | None = None) -> None:
+        """ConvQAError unless the model and the passage store are the index's."""
+        where = f"phrase index (built with model {self.meta.get('model')!r}, fingerprint " \
+                f"{self.fingerprint})"
+        if fingerprint is not None and fingerprint != self.fingerprint:
+            raise ConvQAError(f"model mismatch: {where} cannot be searched with model "
+                              f"{model_name!r} (fingerprint {fingerprint}); use the index's "
+                              "model or rebuild the index with this one")
+        if corpus_checksum is not None and corpus_checksum != self.meta.get("corpus_checksum"):
+            raise ConvQAError(f"corpus mismatch: {where} was built over a corpus with checksum "
+                              f"{self.meta.get('corpus_checksum')}, the passage store has "
+                              f"{corpus_checksum}; rebuild the index")
+
+
+def build_phrase_index(model, store, out_dir: str | os.PathLike, *, dtype: str = "float16",
+                       factory: str | None = None, flat_max: int = FLAT_MAX,
+                       start_threshold: float | None = 0.0, end_threshold: float | None = 0.0,
+                       keep_fraction: float | None = None, batch_size: int = 16,
+                       shard_size: int = 512, fast: bool = True,
+                       accelerator=None, train_size: int | None = None,
+                       progress: bool = True) -> PhraseIndex:
+    """Dump `store` with `model` into `out_dir/dump` (resumable, sharded, parallel under
+    `accelerate launch`), then build and save the FAISS indexes in `out_dir`. A rerun resumes
+    the dump and rebuilds the FAISS part. Returns the loaded index (on every process)."""
+    from convqa.corpus import PassageStore
+
+    from retrievers.dense.encode import launched_accelerator
+
+    from .dump import dump_corpus
+
+    accelerator = accelerator if accelerator is not None else launched_accelerator()
+    if not isinstance(store, PassageStore):
+        store = PassageStore.open(store)
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise ConvQAError(f"{out}: exists and is not a folder")
+    if model.source is None:
+        raise ConfigError("the phrase model has no folder (save it first): the index records "
+                          "where to load it from")
+    dump = dump_corpus(model, store, out / DUMP_DIR, dtype=dtype, start_threshold=start_threshold,
+                       end_threshold=end_threshold, keep_fraction=keep_fraction,
+                       batch_size=batch_size,
+                       shard_size=shard_size, fast=fast, accelerator=accelerator,
+                       progress=progress)
+    rank = accelerator.process_index if accelerator is not None else 0
+    if rank == 0:
+        index = PhraseIndex.build(dump, factory, flat_max=flat_max, train_size=train_size,
+                                  passages=str(Path(store.path).resolve()), progress=progress)
+        index.meta["model"] = _source_name(model.source)
+        index.save(out)
+    if accelerator is not None:
+        accelerator.wait_for_everyone()
+    return PhraseIndex.load(out)
+
+
+def _source_name(source: str) -> str:
+    """An absolute path for a local folder, else the name as given."""
+    return str(Path(source).resolve()) if Path(source).is_dir() else source

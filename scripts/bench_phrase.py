@@ -1,0 +1,197 @@
+#!/usr/bin/env python
+"""Phrase index vs retriever + reader on the same corpus, machine and turns, in one run:
+questions per second, index bytes per passage, and EM/F1 on the turns asked.
+
+    python scripts/bench_phrase.py --phrase-index runs/phrase-index-vital \\
+        --dense-index /tmp/bench/vital/indexes/dpr-ihn3-lora32 --benchmark /tmp/bench/vital
+    # build the phrase index first (resumable) from a phrase model:
+    python scripts/bench_phrase.py --phrase-index runs/phrase-index-vital \\
+        --phrase-model runs/phrase-v1/model --build --benchmark /tmp/bench/vital
+
+The retriever + reader is `Pipeline.default()`: the shipped DPR-IHN adapter over the vital
+corpus (Flat FAISS), top 5 passages, the shipped extractive reader (bf16). `--dense-index` reuses
+an index of that encoder over the same passages instead of building the embedded one (the
+retriever checks encoder fingerprint and corpus checksum either way).
+
+Turns: the answer-evaluable dev turns of the benchmark, in file order. Both systems answer
+every turn one at a time (what `convqa answer` does), in alternating blocks so that load from
+other jobs on the machine hits both alike; the phrase pipeline is also timed in batches
+(`--batch-size`). EM/F1 use the TopiOCQA convention over the turns' gold answers.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+
+def answer_turns(benchmark: str, count: int):
+    """(question, history, golds) of the first `count` answer-evaluable dev turns."""
+    from convqa.benchmark import load_labelled_turns
+
+    data = load_labelled_turns(benchmark)
+    turns = [t for t in data.turns if t.split == "dev" and t.answer_evaluable][:count]
+    return [(t.question, data.conversations[t.conversation_id].history(t.turn), t.answers)
+            for t in turns]
+
+
+def timed_blocks(systems: dict, turns, blocks: int) -> dict[str, dict]:
+    """Each system answers every turn, one at a time; blocks of turns alternate systems."""
+    results = {name: {"seconds": 0.0, "cpu_seconds": 0.0, "answers": []} for name in systems}
+    size = max(1, -(-len(turns) // blocks))
+    for begin in range(0, len(turns), size):
+        block = turns[begin:begin + size]
+        for name, pipeline in systems.items():
+            started, cpu = time.perf_counter(), time.process_time()
+            answers = [pipeline.answer(q, h) for q, h, _ in block]
+            results[name]["seconds"] += time.perf_counter() - started
+            results[name]["cpu_seconds"] += time.process_time() - cpu
+            results[name]["answers"].extend(answers)
+    return results
+
+
+def stage_means(results) -> dict[str, float]:
+    """Mean milliseconds per pipeline stage (the pipelines' own timings)."""
+    stages: dict[str, list[float]] = {}
+    for result in results:
+        for stage, ms in result.timings_ms.items():
+            stages.setdefault(stage, []).append(ms)
+    return {stage: round(sum(v) / len(v), 1) for stage, v in stages.items()}
+
+
+def rates(result: dict, count: int) -> dict[str, float]:
+    """Questions per wall-clock second, and per CPU second of this process (all threads):
+    the second is what another job on the machine disturbs least."""
+    return {"questions_per_second": round(count / result["seconds"], 3),
+            "questions_per_cpu_second": round(count / result["cpu_seconds"], 3),
+            "ms_per_question": round(1000 * result["seconds"] / count, 1)}
+
+
+def scores(results, turns) -> dict[str, float]:
+    from convqa.metrics.answer import score_answer
+
+    per = [score_answer(r.answer.text if r.answer else "", golds, "topiocqa")
+           for r, (_, _, golds) in zip(results, turns)]
+    return {"em": round(100 * sum(s["em"] for s in per) / len(per), 2),
+            "f1": round(100 * sum(s["f1"] for s in per) / len(per), 2)}
+
+
+def dense_config(index: str | None) -> dict:
+    from convqa.embedded import default_config
+
+    config = default_config()
+    if index:
+        meta = json.loads((Path(index) / "dense_index.json").read_text(encoding="utf-8"))
+        config["retriever"]["index"] = index
+        config["retriever"]["passages"] = meta.get("passages") or config["passages"]
+        config["passages"] = config["retriever"]["passages"]
+    return config
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--phrase-index", required=True, help="phrase index folder")
+    parser.add_argument("--phrase-model", help="phrase model, to --build the index")
+    parser.add_argument("--build", action="store_true", help="build (or resume) the index")
+    parser.add_argument("--int8", action="store_true", help="with --build: int8 vectors")
+    parser.add_argument("--threshold", default="0", help="with --build: filter threshold/none")
+    parser.add_argument("--factory", default=None, help="with --build: FAISS factory")
+    parser.add_argument("--dense-index", help="prebuilt index of the shipped DPR-IHN encoder")
+    parser.add_argument("--benchmark", default="/tmp/bench/vital")
+    parser.add_argument("--turns", type=int, default=200)
+    parser.add_argument("--blocks", type=int, default=4)
+    parser.add_argument("--batch-size", type=int, default=16, help="phrase batches")
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--json", help="also write the numbers here")
+    args = parser.parse_args(argv)
+
+    import torch
+
+    from convqa.corpus import PassageStore
+    from convqa.pipeline import Pipeline
+    from phrase_index.answerer import PhrasePipeline
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    report: dict = {"machine": platform.machine(), "threads": torch.get_num_threads(),
+                    "cpus": os.cpu_count(), "load_average_start": os.getloadavg()[0]}
+    turns = answer_turns(args.benchmark, args.turns + 5)
+    warm, turns = turns[:5], turns[5:]
+    dense = Pipeline.from_config(dense_config(args.dense_index)) if args.dense_index else \
+        Pipeline.default(progress=True)
+    if args.build:
+        from phrase_index.index import build_phrase_index
+        from phrase_index.model import PhraseModel
+
+        model = PhraseModel.load(args.phrase_model)
+        if model.has_adapters:
+            model.merge_adapters()
+        threshold = None if args.threshold.lower() == "none" else float(args.threshold)
+        started = time.perf_counter()
+        build_phrase_index(model, PassageStore.open(dense.config["passages"]), args.phrase_index,
+                           dtype="int8" if args.int8 else "float16", factory=args.factory,
+                           start_threshold=threshold, end_threshold=threshold)
+        report["phrase_build_seconds"] = round(time.perf_counter() - started, 1)
+    phrase = PhrasePipeline.from_folder(args.phrase_index)
+    systems = {"retriever+reader": dense, "phrase": phrase}
+    for pipeline in systems.values():
+        for question, history, _ in warm:
+            pipeline.answer(question, history)
+    results = timed_blocks(systems, turns, args.blocks)
+    started, cpu = time.perf_counter(), time.process_time()
+    for begin in range(0, len(turns), args.batch_size):
+        block = turns[begin:begin + args.batch_size]
+        phrase.answer_batch([q for q, _, _ in block], [h for _, h, _ in block])
+    batched = {"seconds": time.perf_counter() - started, "cpu_seconds": time.process_time() - cpu}
+
+    dense_meta = dense.retriever.index.meta
+    report.update({
+        "turns": len(turns), "benchmark": args.benchmark,
+        "load_average_end": os.getloadavg()[0],
+        "retriever+reader": {
+            **rates(results["retriever+reader"], len(turns)),
+            "stages_ms": stage_means(results["retriever+reader"]["answers"]),
+            "index_bytes_per_passage": round(dense_meta["index_bytes"] / dense_meta["count"], 1),
+            "index": dense.config["retriever"]["index"], "reader": dense.config["reader"],
+            **scores(results["retriever+reader"]["answers"], turns)},
+        "phrase": {
+            **rates(results["phrase"], len(turns)),
+            "stages_ms": stage_means(results["phrase"]["answers"]),
+            "batched": {"batch_size": args.batch_size, **rates(batched, len(turns))},
+            "index_bytes_per_passage": phrase.index.bytes_per_passage(),
+            "bytes": phrase.index.meta.get("bytes"), "factory": phrase.index.meta["factory"],
+            "vectors": phrase.index.meta["vectors"], "dtype": phrase.index.meta["dtype"],
+            "model": phrase.index.meta.get("model"),
+            **scores(results["phrase"]["answers"], turns)},
+    })
+    rr, ph = report["retriever+reader"], report["phrase"]
+    report["speedup"] = {key: round(ph[key] / rr[key], 2)
+                         for key in ("questions_per_second", "questions_per_cpu_second")}
+    print(f"{len(turns)} answer-evaluable dev turns of {args.benchmark}, {report['threads']} "
+          f"threads, load average {report['load_average_start']:.1f} -> "
+          f"{report['load_average_end']:.1f}")
+    print("| system | questions/s | questions/CPU-s | index bytes/passage | EM | F1 |\n"
+          "|---|---:|---:|---:|---:|---:|")
+    print(f"| DPR-IHN + extractive reader | {rr['questions_per_second']} | "
+          f"{rr['questions_per_cpu_second']} | {rr['index_bytes_per_passage']:,.0f} | "
+          f"{rr['em']} | {rr['f1']} |")
+    print(f"| phrase index ({ph['dtype']}, {ph['factory']['start']}) | "
+          f"{ph['questions_per_second']} | {ph['questions_per_cpu_second']} | "
+          f"{ph['index_bytes_per_passage']:,.0f} | {ph['em']} | {ph['f1']} |")
+    print(f"| phrase index, batches of {args.batch_size} | {ph['batched']['questions_per_second']}"
+          f" | {ph['batched']['questions_per_cpu_second']} | | | |")
+    for name in ("retriever+reader", "phrase"):
+        print(f"{name} stages (mean ms): {report[name]['stages_ms']}")
+    print(f"phrase / retriever+reader: {report['speedup']['questions_per_second']}x per second, "
+          f"{report['speedup']['questions_per_cpu_second']}x per CPU second")
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1, default=str), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+"""Shared by tests/test_phrase_{search,dump,answer}.py: synthetic phrase dumps whose best phrase
+is known by construction, and the passages they stand for."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from convqa.io import write_json
+from convqa.types import Passage
+from phrase_index import dump as dump_module
+from phrase_index.vectors import pack_side, write_shard
+from retrievers.dense.encode import passages_checksum
+
+WORD = 5  # token t of a synthetic passage is the word "t000".."t999" at chars 5t .. 5t+4
+
+
+def synthetic_passages(count: int, tokens: int) -> list[Passage]:
+    return [Passage(f"p{row}", " ".join(f"t{t:03d}" for t in range(tokens)), f"P{row}")
+            for row in range(count)]
+
+
+def token_chars(token: int) -> tuple[int, int]:
+    return WORD * token, WORD * token + 4
+
+
+def write_dump(folder: Path, start: np.ndarray, end: np.ndarray, passages: list[Passage], *,
+               dtype: str = "float16", shard_size: int = 8, max_answer_tokens: int = 10,
+               fingerprint: str = "synthetic") -> Path:
+    """A finished dump of `start[row, token]` / `end[row, token]` vectors (`[P, T, d]`), every
+    token kept on both sides, written with the production shard code."""
+    count, tokens, dim = start.shape
+    folder.mkdir(parents=True)
+    for lo in range(0, count, shard_size):
+        hi = min(lo + shard_size, count)
+        rows = np.repeat(np.arange(lo, hi), tokens)
+        toks = np.tile(np.arange(tokens), hi - lo)
+        pos = np.column_stack([rows, toks, WORD * toks, WORD * toks + 4]).astype(np.int32)
+        sides = {side: pack_side(vectors[lo:hi].reshape(-1, dim), pos, lo, hi - lo, dtype)
+                 for side, vectors in (("start", start), ("end", end))}
+        write_shard(folder, lo, hi, sides, {"text_tokens": len(pos), "truncated": 0})
+    write_json(folder / dump_module.MANIFEST, {
+        "format": dump_module.FORMAT, "version": dump_module.VERSION, "model": None,
+        "fingerprint": fingerprint, "dim": dim, "count": count,
+        "corpus_checksum": passages_checksum(passages), "shard_size": shard_size,
+        "dtype": dtype, "start_threshold": None, "end_threshold": None,
+        "max_answer_tokens": max_answer_tokens, "complete": True})
+    return folder
+
+
+def noise(count: int, tokens: int, dim: int, seed: int = 0, scale: float = 0.05) -> np.ndarray:
+    return (np.random.default_rng(seed).normal(size=(count, tokens, dim)) * scale
+            ).astype(np.float32)
+
+
+def unit(dim: int, axis: int) -> np.ndarray:
+    vector = np.zeros(dim, dtype=np.float32)
+    vector[axis] = 1.0
+    return vector
