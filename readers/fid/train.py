@@ -38,8 +38,9 @@ from convqa.training_log import append_log, trim_log
 # The generic pieces of the dual-encoder trainer: step planning, schedule, accelerator, and
 # reading checkpoint tensors without unpickling code.
 from retrievers.training.data import example_rng, global_batches
-from retrievers.training.trainer import (TrainResult, _load_tensors, _rng_state, _set_rng_state,
-                                         linear_schedule, make_accelerator, plan_steps)
+from retrievers.training.trainer import (TrainResult, _load_tensors, _set_rng_state,
+                                         linear_schedule, make_accelerator, plan_steps,
+                                         write_checkpoint)
 
 from .data import FiDExample
 from .model import FiDReader
@@ -264,26 +265,10 @@ class FiDTrainer:
         """Write OUT/checkpoint.partial, then swap it in: a kill at any point leaves either
         the previous checkpoint or the new one."""
         acc = self.accelerator
-        partial = self.out / f"{CHECKPOINT}.partial"
-        if acc.is_main_process:
-            shutil.rmtree(partial, ignore_errors=True)
-            partial.mkdir(parents=True)
-        acc.wait_for_everyone()
-        torch.save(_rng_state(), partial / f"rng-{acc.process_index}.pt")
-        acc.wait_for_everyone()
-        if acc.is_main_process:
-            acc.unwrap_model(model).save_pretrained(partial / MODEL)
-            torch.save(optimizer.state_dict(), partial / "optimizer.pt")
-            torch.save(scheduler.state_dict(), partial / "scheduler.pt")
-            write_json(partial / STATE, {"step": step, "schedule": self.schedule(),
-                                         "processes": acc.num_processes})
-            final, old = self.out / CHECKPOINT, self.out / f"{CHECKPOINT}.old"
-            shutil.rmtree(old, ignore_errors=True)
-            if final.exists():
-                os.rename(final, old)
-            os.rename(partial, final)
-            shutil.rmtree(old, ignore_errors=True)
-        acc.wait_for_everyone()
+        write_checkpoint(acc, self.out / CHECKPOINT, acc.unwrap_model(model).save_pretrained,
+                         optimizer,
+                         scheduler, {"step": step, "schedule": self.schedule(),
+                                     "processes": acc.num_processes})
 
     def _save_final(self, model, step: int, seconds: float, last_loss: float | None,
                     start: int, total: int, warmup: int) -> None:

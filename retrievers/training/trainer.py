@@ -162,6 +162,38 @@ def _set_rng_state(state: Mapping[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+
+def write_checkpoint(accelerator, folder: Path, save_model: Callable[[Path], None], optimizer,
+                     scheduler, state: Mapping[str, Any],
+                     per_process: Mapping[str, Any] | None = None) -> None:
+    """Write `folder`.partial, then swap it in as `folder`: a kill at any point leaves either
+    the previous checkpoint or the new one. Every process writes its RNG state (and each
+    `per_process` object as NAME-{process}.pt); the main process the model (`save_model(path)`),
+    optimizer, scheduler and `state` (JSON). Shared by every convqa trainer."""
+    acc = accelerator
+    folder = Path(folder)
+    partial = folder.with_name(f"{folder.name}.partial")
+    if acc.is_main_process:
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+    acc.wait_for_everyone()
+    torch.save(_rng_state(), partial / f"rng-{acc.process_index}.pt")
+    for name, value in (per_process or {}).items():
+        torch.save(value, partial / f"{name}-{acc.process_index}.pt")
+    acc.wait_for_everyone()
+    if acc.is_main_process:
+        save_model(partial / MODEL)
+        torch.save(optimizer.state_dict(), partial / "optimizer.pt")
+        torch.save(scheduler.state_dict(), partial / "scheduler.pt")
+        write_json(partial / STATE, dict(state))
+        old = folder.with_name(f"{folder.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        if folder.exists():
+            os.rename(folder, old)
+        os.rename(partial, folder)
+        shutil.rmtree(old, ignore_errors=True)
+    acc.wait_for_everyone()
+
 class Trainer:
     """Trains `model` (a DualEncoder, or anything with its tokenize_* / forward / save and
     load methods) on `examples`, writing to `out`."""
@@ -344,27 +376,10 @@ class Trainer:
         """Write OUT/checkpoint.partial, then swap it in: a kill at any point leaves either
         the previous checkpoint or the new one."""
         acc = self.accelerator
-        partial = self.out / f"{CHECKPOINT}.partial"
-        if acc.is_main_process:
-            shutil.rmtree(partial, ignore_errors=True)
-            partial.mkdir(parents=True)
-        acc.wait_for_everyone()
-        torch.save(_rng_state(), partial / f"rng-{acc.process_index}.pt")
-        acc.wait_for_everyone()
-        if acc.is_main_process:
-            acc.unwrap_model(model).save_pretrained(partial / MODEL)
-            torch.save(optimizer.state_dict(), partial / "optimizer.pt")
-            torch.save(scheduler.state_dict(), partial / "scheduler.pt")
-            write_json(partial / STATE, {"step": step, "schedule": self.config.schedule_key(),
-                                         "processes": acc.num_processes})
-            final = self.out / CHECKPOINT
-            old = self.out / f"{CHECKPOINT}.old"
-            shutil.rmtree(old, ignore_errors=True)
-            if final.exists():
-                os.rename(final, old)
-            os.rename(partial, final)
-            shutil.rmtree(old, ignore_errors=True)
-        acc.wait_for_everyone()
+        write_checkpoint(acc, self.out / CHECKPOINT, acc.unwrap_model(model).save_pretrained,
+                         optimizer,
+                         scheduler, {"step": step, "schedule": self.config.schedule_key(),
+                                     "processes": acc.num_processes})
 
     def _save_final(self, model, step: int, seconds: float, last_loss: float | None,
                     start: int, total: int, scale: float, warmup: int) -> None:
