@@ -41,14 +41,15 @@ from convqa.types import Passage
 from retrievers.dense.encode import _Corpus, _same_device, launched_accelerator
 from retrievers.dense.precision import BF16, FP32, autocast, fast_path_agrees
 
-from .vectors import (DTYPES, SIDES, DumpSide, pack_side, read_shard, shard_dir_name,
+from .vectors import (DTYPES, SIDES, DumpSide, Shard, pack_shard, read_shard, shard_dir_name,
                       write_shard)
 
 MANIFEST = "manifest.json"
 FORMAT = "convqa-phrase-dump"
-VERSION = 1
+VERSION = 2             # 2: one token table per shard, sides refer to it (vectors.py)
 POS_BYTES = 16          # (row, token, char start, char end) as int32
 INT8_EXTRA_BYTES = 8    # scale + offset, float32 each
+REF_BYTES = 4           # a side's int32 reference into the token table
 _HEADER_FIELDS = ("fingerprint", "dim", "count", "corpus_checksum", "shard_size", "dtype",
                   "keep_fraction")
 _THRESHOLDS = ("start_threshold", "end_threshold")
@@ -57,7 +58,8 @@ log = logging.getLogger(__name__)
 
 
 def bytes_per_vector(dim: int, dtype: str) -> int:
-    """Dump bytes of one kept token on one side (vector, quantization constants, position)."""
+    """Dump bytes of one token-table row (vector, quantization constants, position); each side
+    that keeps the token adds `REF_BYTES`."""
     if dtype not in DTYPES:
         raise ConfigError(f"phrase vector dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     return (2 * dim if dtype == "float16" else dim + INT8_EXTRA_BYTES) + POS_BYTES
@@ -103,6 +105,7 @@ class PhraseDump:
         self.folder = folder
         self.manifest = manifest
         self._sides: dict[str, DumpSide] | None = None
+        self._shards: list[Shard] = []
 
     @classmethod
     def open(cls, folder: str | os.PathLike, require_complete: bool = True) -> "PhraseDump":
@@ -125,7 +128,7 @@ class PhraseDump:
         size = int(self.manifest["shard_size"])
         return [(s, min(s + size, self.count)) for s in range(0, self.count, size)]
 
-    def shard(self, start: int, end: int):
+    def shard(self, start: int, end: int) -> Shard:
         return read_shard(self.folder, start, end, self.dim, self.dtype)
 
     def side(self, name: str) -> DumpSide:
@@ -134,12 +137,15 @@ class PhraseDump:
             raise ValueError(f"side must be one of {SIDES}, got {name!r}")
         if self._sides is None:
             shards = [self.shard(s, e) for s, e in self.ranges()]
-            self._sides = {side: DumpSide([sh[side] for sh in shards], self.ranges())
+            self._shards = shards
+            self._sides = {side: DumpSide([sh.sides[side] for sh in shards], self.ranges())
                            for side in SIDES}
         return self._sides[name]
 
     def nbytes(self) -> int:
-        return sum(self.side(s).nbytes() for s in SIDES)
+        """Bytes of every array of the dump (token tables, side references, pointers)."""
+        self.side(SIDES[0])
+        return sum(shard.nbytes() for shard in self._shards)
 
 
 # -- encoding -----------------------------------------------------------------------------
@@ -241,11 +247,20 @@ def thresholds_for_fraction(sample: Sequence[DumpedPassage],
 
 
 def _estimate(sample: Sequence[DumpedPassage], thresholds: dict[str, float | None], dim: int,
-              dtype: str, count: int) -> DumpEstimate:
-    kept = {side: float(np.mean([
-        len(d.logits[side]) if thresholds[side] is None else
-        int((d.logits[side] > thresholds[side]).sum()) for d in sample])) for side in SIDES}
-    per_passage = (kept["start"] + kept["end"]) * bytes_per_vector(dim, dtype)
+              dtype: str, count: int, shared: bool) -> DumpEstimate:
+    """Sizes from a sample dumped with no threshold. `shared`: a token kept on both sides is
+    one token-table row (the model's start and end vectors are the same)."""
+    kept_tokens: dict[str, list[np.ndarray]] = {side: [] for side in SIDES}
+    for d in sample:
+        for side in SIDES:
+            tokens = d.pos[side][:, 1]
+            if thresholds[side] is not None:
+                tokens = tokens[d.logits[side] > thresholds[side]]
+            kept_tokens[side].append(tokens)
+    kept = {side: float(np.mean([len(t) for t in kept_tokens[side]])) for side in SIDES}
+    rows = float(np.mean([len(np.union1d(a, b)) if shared else len(a) + len(b)
+                          for a, b in zip(kept_tokens["start"], kept_tokens["end"])]))
+    per_passage = rows * bytes_per_vector(dim, dtype) + (kept["start"] + kept["end"]) * REF_BYTES
     return DumpEstimate(len(sample), float(np.mean([d.text_tokens for d in sample])),
                         kept["start"], kept["end"], per_passage, per_passage * count,
                         (kept["start"] + kept["end"]) * 4 * dim * count)
@@ -257,7 +272,7 @@ def estimate_dump(model, corpus: _Corpus, dtype: str, sample: int = 32, batch_si
     """Predict the dump size from `sample` passages spread evenly over the corpus."""
     return _estimate(_sample(model, corpus, sample, batch_size, precision),
                      {"start": start_threshold, "end": end_threshold}, model.dim, dtype,
-                     len(corpus))
+                     len(corpus), _shares_start_end(model))
 
 
 def _header(model, corpus: _Corpus, shard_size: int, dtype: str, start_threshold: float | None,
@@ -406,7 +421,8 @@ def _start(model, corpus: _Corpus, folder: Path, dtype: str, start_threshold: fl
     if keep_fraction is not None:
         thresholds = thresholds_for_fraction(sample, keep_fraction)
         header.update(start_threshold=thresholds["start"], end_threshold=thresholds["end"])
-    estimate = _estimate(sample, thresholds, model.dim, dtype, len(corpus))
+    estimate = _estimate(sample, thresholds, model.dim, dtype, len(corpus),
+                         _shares_start_end(model))
     if progress:
         print(estimate.describe(len(corpus), dtype), file=sys.stderr)
     write_json(folder / MANIFEST, {**header, "precision": precision,
@@ -414,20 +430,24 @@ def _start(model, corpus: _Corpus, folder: Path, dtype: str, start_threshold: fl
                                    "complete": False})
 
 
+def _shares_start_end(model) -> bool:
+    return bool(getattr(model, "shares_start_end", False))
+
+
 def _write(folder: Path, start: int, end: int, dumped: list[DumpedPassage], dtype: str) -> None:
     sides = {}
     for side in SIDES:
         vectors = [d.vectors[side] for d in dumped]
-        pos = [d.pos[side] for d in dumped]
         dim = vectors[0].shape[1] if vectors else 0
         stacked = np.concatenate(vectors) if vectors else np.zeros((0, dim), np.float32)
-        try:
-            sides[side] = pack_side(stacked, np.concatenate(pos), start, end - start, dtype)
-        except ValueError as exc:
-            raise ConvQAError(f"passages {start}-{end}: {exc}") from None
+        sides[side] = (stacked, np.concatenate([d.pos[side] for d in dumped]))
+    try:
+        tokens, packed = pack_shard(sides, start, end - start, dtype)
+    except ValueError as exc:
+        raise ConvQAError(f"passages {start}-{end}: {exc}") from None
     info = {"text_tokens": int(sum(d.text_tokens for d in dumped)),
             "truncated": int(sum(d.truncated for d in dumped))}
-    write_shard(folder, start, end, sides, info)
+    write_shard(folder, start, end, tokens, packed, info)
 
 
 def _valid(dump: PhraseDump, start: int, end: int) -> bool:
@@ -442,7 +462,8 @@ def _valid(dump: PhraseDump, start: int, end: int) -> bool:
 
 
 def _finish(dump: PhraseDump) -> None:
-    totals = {"text_tokens": 0, "truncated": 0, "start_count": 0, "end_count": 0}
+    totals = {"text_tokens": 0, "truncated": 0, "start_count": 0, "end_count": 0,
+              "tokens_count": 0}
     for start, end in dump.ranges():
         dump.shard(start, end)  # raises if any process left its part undone
         info = json.loads((dump.folder / shard_dir_name(start, end) / "shard.json").read_text())

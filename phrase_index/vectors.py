@@ -1,18 +1,24 @@
 """Storage of dumped phrase vectors: int8 quantization, the shard folder format, and reading
 shards back one passage or one batch at a time.
 
-A dump holds two *sides*, `start` and `end`: the vectors of the passage tokens whose filter
-logit passed the side's threshold. Per side and shard (a fixed range of passage rows):
+A dump holds two *sides*, `start` and `end`: the passage tokens whose filter logit passed the
+side's threshold. The phrase model uses one vector per token as both its start and its end
+representation, so a token kept on both sides would be stored twice; instead each shard (a fixed
+range of passage rows) holds one *token table* and two lists of references into it:
 
-- `{side}_vectors.npy`: `[n, d]` float16, or int8 codes;
-- `{side}_scale.npy`, `{side}_offset.npy`: `[n]` float32, int8 only (see `quantize_int8`);
-- `{side}_pos.npy`: `[n, 4]` int32 = (passage row, token index, char start, char end), sorted
-  by (row, token); char offsets index the passage *text*, end exclusive;
-- `{side}_ptr.npy`: `[rows + 1]` int64, passage `start + k` owns vectors `ptr[k]:ptr[k+1]`;
+- `tokens_vectors.npy`: `[u, d]` float16, or int8 codes; `tokens_scale.npy`,
+  `tokens_offset.npy`: `[u]` float32, int8 only (see `quantize_int8`);
+- `tokens_pos.npy`: `[u, 4]` int32 = (passage row, token index, char start, char end); char
+  offsets index the passage *text*, end exclusive;
+- `{side}_ref.npy`: `[n]` int32, the token-table rows of the side's vectors, in (row, token)
+  order;
+- `{side}_ptr.npy`: `[rows + 1]` int64, passage `start + k` owns side vectors `ptr[k]:ptr[k+1]`;
 - `shard.json`: counts, written last. A shard is a folder written under a temporary name and
   renamed into place, so it exists complete or not at all.
 
-Vector `g` of a side (the FAISS row) is the g-th vector of the shards concatenated in row order.
+A token kept on both sides is stored once when its two vectors are identical (always, for our
+model); a model with distinct start and end vectors gets two table rows, so the format serves
+both. Vector `g` of a side (the FAISS row) is the g-th side vector of the shards in row order.
 
 int8 is per-vector min/max (asymmetric) quantization: `x ~ offset + scale * code` with
 `scale = (max - min) / 255`, so each component is off by at most `scale / 2`, and 8 bytes of
@@ -40,6 +46,7 @@ SIDES = ("start", "end")
 DTYPES = ("float16", "int8")
 SHARD_META = "shard.json"
 POS_FIELDS = ("row", "token", "char_start", "char_end")
+_TOKEN_KEY = 1 << 20  # (row, token) -> row * _TOKEN_KEY + token; passages are far shorter
 _FP16_MAX = 65504.0
 
 
@@ -76,79 +83,144 @@ def dequantize_int8(codes: np.ndarray, scale: np.ndarray, offset: np.ndarray) ->
 
 
 @dataclass
-class SideArrays:
-    """One side of one shard, in memory (being written) or memory-mapped (being read)."""
+class TokenArrays:
+    """The token table of one shard: vectors (float16, or int8 codes with scale and offset) and
+    their (row, token, char start, char end) positions."""
 
-    vectors: np.ndarray            # [n, d] float16 or int8
-    pos: np.ndarray                # [n, 4] int32
-    ptr: np.ndarray                # [rows + 1] int64
+    vectors: np.ndarray            # [u, d] float16 or int8
+    pos: np.ndarray                # [u, 4] int32
     scale: np.ndarray | None = None
     offset: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.pos)
 
-    def floats(self, lo: int = 0, hi: int | None = None) -> np.ndarray:
-        """float32 vectors `lo:hi` (dequantized for int8)."""
-        hi = len(self) if hi is None else hi
-        if self.vectors.dtype == np.int8:
-            return dequantize_int8(self.vectors[lo:hi], self.scale[lo:hi], self.offset[lo:hi])
-        return _float32(self.vectors[lo:hi])
-
     def take(self, index: np.ndarray) -> np.ndarray:
-        """float32 vectors at local positions `index`."""
+        """float32 vectors at table rows `index` (dequantized for int8)."""
         if self.vectors.dtype == np.int8:
             return dequantize_int8(self.vectors[index], self.scale[index], self.offset[index])
         return _float32(self.vectors[index])
 
     def scores_at(self, index: np.ndarray, query: np.ndarray) -> np.ndarray:
-        """Inner products of the vectors at local positions `index` with a float32 `query`,
-        without materialising dequantized int8 vectors: `scale * (codes . q) + offset * sum(q)`."""
+        """Inner products of the vectors at table rows `index` with a float32 `query`, without
+        materialising dequantized int8 vectors: `scale * (codes . q) + offset * sum(q)`."""
         if self.vectors.dtype == np.int8:
             codes = self.vectors[index].astype(np.float32)
             return (codes @ query) * self.scale[index] + self.offset[index] * query.sum()
         return _float32(self.vectors[index]) @ query
 
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {name: value for name in ("vectors", "pos", "scale", "offset")
+                if (value := getattr(self, name)) is not None}
+
     @classmethod
-    def _with_ptr(cls, vectors, pos, counts, dtype) -> "SideArrays":
-        ptr = np.zeros(len(counts) + 1, dtype=np.int64)
-        np.cumsum(counts, out=ptr[1:])
+    def quantized(cls, vectors: np.ndarray, pos: np.ndarray, dtype: str) -> "TokenArrays":
         if dtype == "int8":
             codes, scale, offset = quantize_int8(vectors)
-            return cls(codes, pos, ptr, scale, offset)
+            return cls(codes, pos, scale, offset)
         if dtype != "float16":
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
         if len(vectors) and np.abs(vectors).max() > _FP16_MAX:
             raise ValueError("phrase vectors exceed the float16 range; dump them as int8")
-        return cls(vectors.astype(np.float16), pos, ptr)
+        return cls(vectors.astype(np.float16), pos)
 
 
-def pack_side(vectors: np.ndarray, pos: np.ndarray, first_row: int, rows: int,
-              dtype: str) -> SideArrays:
-    """`SideArrays` for a shard of `rows` passages starting at global row `first_row`."""
-    pos = np.asarray(pos, dtype=np.int32).reshape(-1, 4)
-    local = pos[:, 0].astype(np.int64) - first_row
-    if len(local) and (local.min() < 0 or local.max() >= rows or np.any(np.diff(local) < 0)):
-        raise ValueError("phrase positions must be sorted by row and inside the shard")
-    counts = np.bincount(local, minlength=rows)
-    return SideArrays._with_ptr(np.asarray(vectors, dtype=np.float32), pos, counts, dtype)
+@dataclass
+class SideArrays:
+    """One side of one shard: references into the shard's token table, per passage."""
+
+    tokens: TokenArrays
+    ref: np.ndarray                # [n] int32: table rows, (row, token) order
+    ptr: np.ndarray                # [rows + 1] int64
+
+    def __len__(self) -> int:
+        return len(self.ref)
+
+    def floats(self, lo: int = 0, hi: int | None = None) -> np.ndarray:
+        """float32 vectors `lo:hi` of this side (dequantized for int8)."""
+        return self.tokens.take(self.ref[lo:hi])
+
+    def take(self, index: np.ndarray) -> np.ndarray:
+        """float32 vectors at side positions `index`."""
+        return self.tokens.take(self.ref[index])
+
+    def scores_at(self, index: np.ndarray, query: np.ndarray) -> np.ndarray:
+        return self.tokens.scores_at(self.ref[index], query)
+
+    def positions(self, index: np.ndarray | slice) -> np.ndarray:
+        """`[m, 4]` (row, token, char start, char end) at side positions `index`."""
+        return self.tokens.pos[self.ref[index]]
 
 
-def write_shard(folder: Path, start: int, end: int, sides: dict[str, SideArrays],
-                info: dict) -> Path:
+def pack_shard(sides: dict[str, tuple[np.ndarray, np.ndarray]], first_row: int, rows: int,
+               dtype: str) -> tuple[TokenArrays, dict[str, SideArrays]]:
+    """The token table and the side references of a shard of `rows` passages starting at global
+    row `first_row`, from per-side float32 `(vectors [n, d], pos [n, 4])` sorted by (row,
+    token). A (row, token) kept on several sides with bitwise-equal vectors is stored once."""
+    keyed, counts = [], {}
+    for side, (vectors, pos) in sides.items():
+        vectors = np.asarray(vectors, dtype=np.float32)
+        pos = np.asarray(pos, dtype=np.int32).reshape(-1, 4)
+        local = pos[:, 0].astype(np.int64) - first_row
+        if len(local) and (local.min() < 0 or local.max() >= rows):
+            raise ValueError("phrase positions must be inside the shard")
+        keys = local * _TOKEN_KEY + pos[:, 1]
+        if np.any(np.diff(keys) <= 0):
+            raise ValueError("phrase positions must be sorted by row and token, each once")
+        keyed.append((side, vectors, pos, keys))
+        counts[side] = np.bincount(local, minlength=rows)
+    table_vectors, table_pos, table_keys, refs = [], [], [], {}
+    size = 0
+    for side, vectors, pos, keys in keyed:
+        ref = np.full(len(keys), -1, dtype=np.int64)
+        if size:  # reuse an identical vector already in the table for this (row, token)
+            known = np.concatenate(table_keys)
+            order = np.argsort(known, kind="stable")
+            at = np.minimum(np.searchsorted(known[order], keys), len(known) - 1)
+            candidate = order[at]
+            same = known[candidate] == keys
+            stored = np.concatenate(table_vectors)
+            same[same] = np.all(stored[candidate[same]] == vectors[same], axis=1)
+            ref[same] = candidate[same]
+        new = ref < 0
+        ref[new] = size + np.arange(int(new.sum()))
+        size += int(new.sum())
+        table_vectors.append(vectors[new])
+        table_pos.append(pos[new])
+        table_keys.append(keys[new])
+        refs[side] = ref
+    dim = keyed[0][1].shape[1] if keyed and keyed[0][1].ndim == 2 else 0
+    vectors = np.concatenate(table_vectors) if table_vectors else np.zeros((0, dim), np.float32)
+    pos = np.concatenate(table_pos) if table_pos else np.zeros((0, 4), np.int32)
+    keys = np.concatenate(table_keys) if table_keys else np.zeros(0, np.int64)
+    order = np.argsort(keys, kind="stable")  # passage-contiguous table: local reads
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    tokens = TokenArrays.quantized(vectors[order], pos[order], dtype)
+    out = {}
+    for side, _, _, _ in keyed:
+        ptr = np.zeros(rows + 1, dtype=np.int64)
+        np.cumsum(counts[side], out=ptr[1:])
+        out[side] = SideArrays(tokens, rank[refs[side]].astype(np.int32), ptr)
+    return tokens, out
+
+
+def write_shard(folder: Path, start: int, end: int, tokens: TokenArrays,
+                sides: dict[str, SideArrays], info: dict) -> Path:
     """Write a shard folder atomically: a temporary sibling, renamed into place when complete
     (an older folder of the same name, e.g. damaged, is replaced)."""
     final = folder / shard_dir_name(start, end)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=folder))
     try:
+        for name, value in tokens.arrays().items():
+            _save(tmp / f"tokens_{name}.npy", value)
         for side, arrays in sides.items():
-            for name in ("vectors", "pos", "ptr", "scale", "offset"):
-                value = getattr(arrays, name)
-                if value is not None:
-                    _save(tmp / f"{side}_{name}.npy", value)
+            _save(tmp / f"{side}_ref.npy", arrays.ref)
+            _save(tmp / f"{side}_ptr.npy", arrays.ptr)
         counts = {f"{side}_count": len(arrays) for side, arrays in sides.items()}
         with open(tmp / SHARD_META, "w", encoding="utf-8") as handle:
-            json.dump({"rows": [start, end], **counts, **info}, handle)
+            json.dump({"rows": [start, end], "tokens_count": len(tokens), **counts, **info},
+                      handle)
             handle.flush()
             os.fsync(handle.fileno())
         if final.exists():
@@ -167,41 +239,62 @@ def _save(path: Path, array: np.ndarray) -> None:
         os.fsync(handle.fileno())
 
 
-def read_shard(folder: Path, start: int, end: int, dim: int, dtype: str) -> dict[str, SideArrays]:
-    """Both sides of a shard, memory-mapped and checked; DataError naming the damaged file."""
+@dataclass
+class Shard:
+    """A shard read back: its token table and both sides."""
+
+    tokens: TokenArrays
+    sides: dict[str, SideArrays]
+
+    def nbytes(self) -> int:
+        """Bytes of every array (token table, references, pointers): the shard's size on disk
+        less the .npy headers and shard.json."""
+        return (sum(a.nbytes for a in self.tokens.arrays().values())
+                + sum(s.ref.nbytes + s.ptr.nbytes for s in self.sides.values()))
+
+
+def _load(file: Path, shape: tuple, kind: str) -> np.ndarray:
+    try:
+        # copy-on-write: writable views (torch.from_numpy needs them), never written
+        array = np.load(file, mmap_mode="c", allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise DataError(f"damaged shard: {exc}", file) from None
+    if array.shape != shape or array.dtype != np.dtype(kind):
+        raise DataError(f"damaged shard: {array.shape} {array.dtype}, expected {shape} {kind}",
+                        file)
+    # a plain ndarray view of the map: slicing a np.memmap costs ~10x more per call
+    return np.asarray(array)
+
+
+def read_shard(folder: Path, start: int, end: int, dim: int, dtype: str) -> Shard:
+    """A shard, memory-mapped and checked; DataError naming the damaged file."""
     path = folder / shard_dir_name(start, end)
     meta_path = path / SHARD_META
     if not meta_path.exists():
         raise DataError(f"shard missing or unfinished (rows {start}-{end})", path)
     try:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise DataError(f"damaged shard metadata: {exc}", meta_path) from None
+        size = int(meta["tokens_count"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise DataError(f"damaged shard metadata: {exc!r}", meta_path) from None
+    expect = {"vectors": ((size, dim), dtype), "pos": ((size, 4), "int32")}
+    if dtype == "int8":
+        expect.update(scale=((size,), "float32"), offset=((size,), "float32"))
+    tokens = TokenArrays(**{name: _load(path / f"tokens_{name}.npy", shape, kind)
+                            for name, (shape, kind) in expect.items()})
     sides = {}
     for side in SIDES:
         count = meta.get(f"{side}_count")
-        arrays = {}
-        expect = {"vectors": ((count, dim), dtype), "pos": ((count, 4), "int32"),
-                  "ptr": ((end - start + 1,), "int64")}
-        if dtype == "int8":
-            expect.update(scale=((count,), "float32"), offset=((count,), "float32"))
-        for name, (shape, kind) in expect.items():
-            file = path / f"{side}_{name}.npy"
-            try:
-                # copy-on-write: writable views (torch.from_numpy needs them), never written
-                array = np.load(file, mmap_mode="c", allow_pickle=False)
-            except (OSError, ValueError) as exc:
-                raise DataError(f"damaged shard: {exc}", file) from None
-            if array.shape != shape or array.dtype != np.dtype(kind):
-                raise DataError(f"damaged shard: {array.shape} {array.dtype}, expected {shape} "
-                                f"{kind}", file)
-            # a plain ndarray view of the map: slicing a np.memmap costs ~10x more per call
-            arrays[name] = np.asarray(array)
-        if arrays["ptr"][-1] != count:
-            raise DataError(f"damaged shard: ptr ends at {arrays['ptr'][-1]}, {count} vectors",
+        ref = _load(path / f"{side}_ref.npy", (count,), "int32")
+        ptr = _load(path / f"{side}_ptr.npy", (end - start + 1,), "int64")
+        if ptr[-1] != count:
+            raise DataError(f"damaged shard: ptr ends at {ptr[-1]}, {count} vectors",
                             path / f"{side}_ptr.npy")
-        sides[side] = SideArrays(**arrays)
-    return sides
+        if count and (ref.min() < 0 or ref.max() >= size):
+            raise DataError(f"damaged shard: references outside the {size}-row token table",
+                            path / f"{side}_ref.npy")
+        sides[side] = SideArrays(tokens, ref, ptr)
+    return Shard(tokens, sides)
 
 
 class DumpSide:
@@ -220,7 +313,7 @@ class DumpSide:
 
     @property
     def dim(self) -> int:
-        return int(self.shards[0].vectors.shape[1])
+        return int(self.shards[0].tokens.vectors.shape[1])
 
     def _locate(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if len(ids) and (ids.min() < 0 or ids.max() >= self.count):
@@ -235,7 +328,7 @@ class DumpSide:
         shard, local = self._locate(ids)
         for s in np.unique(shard):
             chosen = shard == s
-            out[chosen] = self.shards[s].pos[local[chosen]]
+            out[chosen] = self.shards[s].positions(local[chosen])
         return out
 
     def vectors(self, ids: Sequence[int] | np.ndarray) -> np.ndarray:
@@ -257,7 +350,7 @@ class DumpSide:
     def passage(self, row: int) -> tuple[np.ndarray, np.ndarray]:
         """(pos `[m, 4]`, float32 vectors `[m, d]`) of the kept tokens of passage `row`."""
         arrays, lo, hi = self._span(row)
-        return arrays.pos[lo:hi], arrays.floats(lo, hi)
+        return arrays.positions(slice(lo, hi)), arrays.floats(lo, hi)
 
     def gather_scores(self, rows: np.ndarray, query: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(pos `[m, 4]`, inner products `[m]` with `query`) of every kept token of the
@@ -269,7 +362,7 @@ class DumpSide:
             arrays = self.shards[s]
             local = rows[shard_of == s] - self.ranges[s][0]
             index = _concatenated_ranges(arrays.ptr[local], arrays.ptr[local + 1])
-            positions.append(arrays.pos[index])
+            positions.append(arrays.positions(index))
             scores.append(arrays.scores_at(index, query))
         if not positions:
             return np.zeros((0, 4), np.int32), np.zeros(0, np.float32)
@@ -279,17 +372,6 @@ class DumpSide:
         """float32 vectors shard by shard, in id order (never the whole side at once)."""
         for arrays in self.shards:
             yield arrays.floats()
-
-    def nbytes(self) -> int:
-        """Bytes these arrays take on disk (vectors, scale/offset, positions, pointers)."""
-        total = 0
-        for arrays in self.shards:
-            for name in ("vectors", "pos", "ptr", "scale", "offset"):
-                value = getattr(arrays, name)
-                if value is not None:
-                    total += value.nbytes
-        return total
-
 
 
 def _concatenated_ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:

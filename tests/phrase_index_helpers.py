@@ -9,7 +9,7 @@ import numpy as np
 from convqa.io import write_json
 from convqa.types import Passage
 from phrase_index import dump as dump_module
-from phrase_index.vectors import pack_side, write_shard
+from phrase_index.vectors import pack_shard, write_shard
 from retrievers.dense.encode import passages_checksum
 
 WORD = 5  # token t of a synthetic passage is the word "t000".."t999" at chars 5t .. 5t+4
@@ -36,9 +36,10 @@ def write_dump(folder: Path, start: np.ndarray, end: np.ndarray, passages: list[
         rows = np.repeat(np.arange(lo, hi), tokens)
         toks = np.tile(np.arange(tokens), hi - lo)
         pos = np.column_stack([rows, toks, WORD * toks, WORD * toks + 4]).astype(np.int32)
-        sides = {side: pack_side(vectors[lo:hi].reshape(-1, dim), pos, lo, hi - lo, dtype)
-                 for side, vectors in (("start", start), ("end", end))}
-        write_shard(folder, lo, hi, sides, {"text_tokens": len(pos), "truncated": 0})
+        table, sides = pack_shard({side: (vectors[lo:hi].reshape(-1, dim), pos)
+                                   for side, vectors in (("start", start), ("end", end))},
+                                  lo, hi - lo, dtype)
+        write_shard(folder, lo, hi, table, sides, {"text_tokens": len(pos), "truncated": 0})
     write_json(folder / dump_module.MANIFEST, {
         "format": dump_module.FORMAT, "version": dump_module.VERSION, "model": None,
         "fingerprint": fingerprint, "dim": dim, "count": count,

@@ -170,7 +170,7 @@ def test_cli_refusals(built, tmp_path, capsys):
 
 def test_rerun_resumes_instead_of_redumping(built, capsys):
     root, index = built
-    shard = next((index / "dump").glob("shard-*")) / "start_vectors.npy"
+    shard = next((index / "dump").glob("shard-*")) / "tokens_vectors.npy"
     before = shard.stat().st_mtime_ns
     with one_thread():  # "--threshold none" is the default (keep all), spelled differently
         assert main(["index", "--phrase", "--model", str(root / "model"), "--passages",

@@ -146,9 +146,31 @@ def test_int8_dump_matches_float16_within_the_quantization_step(model, tmp_path)
         exact, approx = a.vectors(ids), b.vectors(ids)
         step = (exact.max(1) - exact.min(1)) / 255  # int8 step of each vector
         assert np.all(np.abs(approx - exact) <= step[:, None] / 2 + 2e-3)
-    # a 32-d vector: 64 bytes as float16, 32 codes + 8 bytes of scale and offset as int8
-    vectors = fp16.manifest["start_count"] + fp16.manifest["end_count"]
-    assert fp16.nbytes() - int8.nbytes() == vectors * (64 - 40)
+    # a 32-d vector: 64 bytes as float16, 32 codes + 8 bytes of scale and offset as int8;
+    # one vector per token-table row
+    assert fp16.nbytes() - int8.nbytes() == fp16.manifest["tokens_count"] * (64 - 40)
+
+
+def test_a_token_kept_on_both_sides_is_stored_once(model, tmp_path):
+    dump = dump_corpus(model, PASSAGES, tmp_path / "d", start_threshold=None,
+                       end_threshold=None, shard_size=4, fast=False, progress=False)
+    start, end = dump.side("start"), dump.side("end")
+    keys = {side: {tuple(p) for p in dump.side(side).positions(np.arange(dump.side(side).count))[:, :2]}
+            for side in ("start", "end")}
+    # most tokens are whole words (both a word start and a word end): stored once
+    both = keys["start"] & keys["end"]
+    assert len(both) > 0.5 * len(keys["start"])
+    assert dump.manifest["tokens_count"] == len(keys["start"] | keys["end"])
+    # and the side views read the same vector for such a token
+    for row in range(len(PASSAGES)):
+        (sp, sv), (ep, ev) = start.passage(row), end.passage(row)
+        for i, key in enumerate(map(tuple, sp[:, :2])):
+            match = [j for j, other in enumerate(map(tuple, ep[:, :2])) if other == key]
+            if match:
+                np.testing.assert_array_equal(sv[i], ev[match[0]])
+    refs = sum(s.ref.nbytes + s.ptr.nbytes for sh in dump._shards for s in sh.sides.values())
+    table = dump.manifest["tokens_count"] * (2 * 32 + 16)  # float16 32-d vector + position
+    assert dump.nbytes() == table + refs
 
 
 def test_size_estimate_is_printed_first_and_matches_the_dump(model, tmp_path, capsys):
@@ -191,8 +213,8 @@ def test_resume_after_a_kill_gives_the_identical_dump(model, tmp_path, monkeypat
         PhraseDump.open(folder)
     # what a hard kill can leave: a half-written temporary shard, a damaged finished one
     (folder / f".{shard_dir_name(8, 12)}.x.tmp").mkdir()
-    (folder / shard_dir_name(4, 8) / "end_vectors.npy").write_bytes(b"\x93NUMPY garbage")
-    kept = (folder / shard_dir_name(0, 4) / "start_vectors.npy").stat().st_mtime_ns
+    (folder / shard_dir_name(4, 8) / "end_ref.npy").write_bytes(b"\x93NUMPY garbage")
+    kept = (folder / shard_dir_name(0, 4) / "tokens_vectors.npy").stat().st_mtime_ns
     monkeypatch.setattr(dump_module, "_write", real_write)
     calls = {"n": 0}
     encode = model.encode_passages
@@ -205,7 +227,7 @@ def test_resume_after_a_kill_gives_the_identical_dump(model, tmp_path, monkeypat
     resumed = dump_corpus(model, PASSAGES, folder, **options)
     # shards 4-8 (damaged), 8-12 and 12-14: 2 + 2 + 1 batches of 3; no new size estimate
     assert calls["n"] == 5
-    assert (folder / shard_dir_name(0, 4) / "start_vectors.npy").stat().st_mtime_ns == kept
+    assert (folder / shard_dir_name(0, 4) / "tokens_vectors.npy").stat().st_mtime_ns == kept
     assert not list(folder.glob(".*.tmp"))
     a, b = arrays(tmp_path / "clean"), arrays(folder)
     assert a.keys() == b.keys() and len(a) == 4 * 2 * 3

@@ -151,10 +151,11 @@ def test_int8_and_float16_dumps_agree(tmp_path):
             pos, vectors = int8.dump.side(side).passage(best.row)
             row = list(pos[:, 1]).index(token)
             assert score == pytest.approx(float(vectors[row] @ query[q]), abs=1e-5)
-    # per side: 480 vectors of (32 codes, or 64 bytes of float16) + 16 bytes of position
-    # (+ 8 of scale and offset for int8), and 5 shards x 9 int64 passage pointers
-    assert fp16.dump.nbytes() == 2 * (480 * (64 + 16) + 5 * 9 * 8)
-    assert int8.dump.nbytes() == 2 * (480 * (32 + 8 + 16) + 5 * 9 * 8)
+    # start and end vectors differ here, so each side has its own 480 token-table rows of (32
+    # codes, or 64 bytes of float16) + 16 bytes of position (+ 8 of scale and offset for
+    # int8), a 4-byte reference per side vector, and 5 shards x 9 int64 passage pointers
+    assert fp16.dump.nbytes() == 2 * (480 * (64 + 16 + 4) + 5 * 9 * 8)
+    assert int8.dump.nbytes() == 2 * (480 * (32 + 8 + 16 + 4) + 5 * 9 * 8)
 
 
 def test_flat_and_ivf_pq_agree_on_a_small_set(tmp_path):
@@ -251,9 +252,16 @@ def test_damaged_or_unfinished_inputs_name_the_file(tmp_path, two_plants):
     PhraseIndex.build(dump, "Flat").save(folder)
     with pytest.raises(DataError, match="not a phrase index"):
         PhraseIndex.load(tmp_path)
-    broken = folder / "dump" / "shard-0000000008-0000000016" / "end_pos.npy"
-    broken.write_bytes(b"\x93NUMPY garbage")
-    with pytest.raises(DataError, match="end_pos.npy: damaged shard"):
+    shard = folder / "dump" / "shard-0000000008-0000000016"
+    good = (shard / "end_ref.npy").read_bytes()
+    ref = np.load(shard / "end_ref.npy")
+    ref[3] = 10 ** 6
+    np.save(shard / "end_ref.npy", ref)
+    with pytest.raises(DataError, match="end_ref.npy: damaged shard: references outside"):
+        PhraseIndex.load(folder)
+    (shard / "end_ref.npy").write_bytes(good)
+    (shard / "tokens_pos.npy").write_bytes(b"\x93NUMPY garbage")
+    with pytest.raises(DataError, match="tokens_pos.npy: damaged shard"):
         PhraseIndex.load(folder)
     manifest = folder / "dump" / "manifest.json"
     data = json.loads(manifest.read_text())
