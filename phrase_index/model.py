@@ -43,7 +43,7 @@ from torch import Tensor
 from convqa.errors import ConfigError, ConvQAError, DataError
 from convqa.history import HistoryStrategy, build_history_strategy
 from convqa.io import load_format_json, write_json
-from convqa.models import DEFAULT_MODEL, load_tokenizer
+from convqa.models import DEFAULT_MODEL, load_tokenizer, shipped_model_path
 from convqa.types import Turn
 from readers.extractive.model import keep_layers
 from retrievers.dense.model import (_attach_adapter, _hash_tower, _is_peft, _load_encoder,
@@ -208,10 +208,11 @@ class PhraseModel(torch.nn.Module):
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "PhraseModel":
-        """A folder written by `save` (full weights or LoRA adapters)."""
+        """A folder written by `save` (full weights or LoRA adapters), or the alias of a shipped
+        model (`convqa-phrase`)."""
         from safetensors.torch import load_file
 
-        folder = Path(path)
+        folder = shipped_model_path(str(path)) or Path(path)
         meta_path = folder / META_FILE
         if not meta_path.exists():
             raise DataError(f"not a convqa phrase model ({META_FILE} missing)", folder)
@@ -239,7 +240,7 @@ class PhraseModel(torch.nn.Module):
                  for name, out in (("filter", 2), ("query_start", hidden),
                                    ("query_end", hidden))}
         model = cls(config, phrase, tokenizer, query, heads)
-        model.source = str(folder)
+        model.source = str(path) if shipped_model_path(str(path)) else str(folder)
         return model
 
     # -- properties -----------------------------------------------------------------------

@@ -95,7 +95,8 @@ def dense_config(index: str | None) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--phrase-index", required=True, help="phrase index folder")
-    parser.add_argument("--phrase-model", help="phrase model, to --build the index")
+    parser.add_argument("--phrase-model", help="phrase model that answers (default: the index's); "
+                        "with --build, also the model the index is built with")
     parser.add_argument("--build", action="store_true", help="build (or resume) the index")
     parser.add_argument("--int8", action="store_true", help="with --build: int8 vectors")
     parser.add_argument("--threshold", default="0", help="with --build: filter threshold/none")
@@ -136,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
                            dtype="int8" if args.int8 else "float16", factory=args.factory,
                            start_threshold=threshold, end_threshold=threshold)
         report["phrase_build_seconds"] = round(time.perf_counter() - started, 1)
-    phrase = PhrasePipeline.from_folder(args.phrase_index)
+    phrase = PhrasePipeline.from_folder(args.phrase_index, model=args.phrase_model)
     systems = {"retriever+reader": dense, "phrase": phrase}
     for pipeline in systems.values():
         for question, history, _ in warm:
