@@ -59,6 +59,13 @@ def restart_outputs() -> tuple:
     return ("",) + _outputs(TurnView(ChatSession()))
 
 
+def reader_choices(pipelines: PipelineCache, retriever: str, reader: str) -> dict[str, Any]:
+    """The reader dropdown after choosing `retriever`: its readers, keeping `reader` when it
+    is one of them, else the first (a phrase index offers only "none")."""
+    choices = list(pipelines.readers_for(retriever))
+    return {"choices": choices, "value": reader if reader in choices else choices[0]}
+
+
 def build_demo(pipelines: PipelineCache | BuildFn, *, title: str = TITLE,
                top_k: int = DEFAULT_TOP_K, max_top_k: int = MAX_TOP_K) -> Any:
     """The chat app over `pipelines`: a `PipelineCache`, or a function (retriever, reader) ->
@@ -76,8 +83,11 @@ def build_demo(pipelines: PipelineCache | BuildFn, *, title: str = TITLE,
         with gr.Row():
             retriever = gr.Dropdown(list(pipelines.retrievers), value=pipelines.default[0],
                                     label="Retriever", elem_id="convqa-retriever")
-            reader = gr.Dropdown(list(pipelines.readers), value=pipelines.default[1],
-                                 label="Reader", elem_id="convqa-reader")
+            # the page lists the chosen retriever's readers; the API may name any reader
+            # (`ask` says when it does not go with the retriever)
+            reader = gr.Dropdown(list(pipelines.readers_for(pipelines.default[0])),
+                                 value=pipelines.default[1], label="Reader",
+                                 elem_id="convqa-reader", allow_custom_value=True)
             k = gr.Slider(1, max_top_k, value=top_k, step=1, label="Passages (top-k)",
                           elem_id="convqa-top-k")
         chatbot = gr.Chatbot(label="Conversation", elem_id="convqa-chat", height=320,
@@ -104,6 +114,10 @@ def build_demo(pipelines: PipelineCache | BuildFn, *, title: str = TITLE,
         question.submit(respond, inputs, outputs, api_visibility="private",
                         concurrency_id=ANSWER_QUEUE, concurrency_limit=1)
         new.click(restart_outputs, None, outputs, api_name="new_conversation")
+        # a path offers only its own readers (a phrase index: "none"); no queue, so the list
+        # follows the retriever at once even while an answer is being computed
+        retriever.change(lambda r, d: gr.Dropdown(**reader_choices(pipelines, r, d)),
+                         [retriever, reader], reader, api_visibility="private", queue=False)
         # the chat's own trash icon must forget the history too, not only the messages shown
         chatbot.clear(restart_outputs, None, outputs, api_visibility="private")
     return demo

@@ -5,49 +5,68 @@ can take seconds (reader weights) to minutes (the first dense index), so it happ
 (retriever, reader) choice, under a lock per choice: two sessions asking for the same new path
 wait for one build, and a build never blocks answers on the other paths.
 
-The choice lists are data, not code: a new answering path (e.g. a phrase index) is one more
-name in `retrievers` and a `build` function that knows it.
+The choice lists are data, not code: a new answering path is one more name in `retrievers` and
+a `build` function that knows it. A path may allow only some readers: a phrase index answers
+without one, so its only reader choice is "none" (`with_phrase_indexes`).
 """
 from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from convqa.errors import ConfigError
+from convqa.errors import ConfigError, DataError
 
 NO_READER = "none"
 EMBEDDED_RETRIEVERS = ("dense", "bm25", "hybrid")
 EMBEDDED_READERS = ("extractive", NO_READER)
 
 BuildFn = Callable[[str, str], Any]  # (retriever choice, reader choice) -> Pipeline
+PHRASE_INDEX = "phrase index"
 
 
 class PipelineCache:
-    """`get(retriever, reader)` returns the pipeline for that choice, building it once."""
+    """`get(retriever, reader)` returns the pipeline for that choice, building it once.
 
-    def __init__(self, build: BuildFn, retrievers: Sequence[str], readers: Sequence[str],
+    `readers` is either the reader choices of every retriever, or {retriever: its readers}
+    when they differ (a phrase index takes no reader: {"phrase index": ("none",)})."""
+
+    def __init__(self, build: BuildFn, retrievers: Sequence[str],
+                 readers: Sequence[str] | Mapping[str, Sequence[str]],
                  default: tuple[str, str] | None = None):
-        if not retrievers or not readers:
+        if not isinstance(readers, Mapping):
+            readers = {name: readers for name in retrievers}
+        if not retrievers or any(not readers.get(name) for name in retrievers):
             raise ConfigError("demo: at least one retriever and one reader choice are needed")
         self._build = build
         self.retrievers = tuple(retrievers)
-        self.readers = tuple(readers)
-        self.default = default or (self.retrievers[0], self.readers[0])
+        self._readers = {name: tuple(readers[name]) for name in self.retrievers}
+        # every reader choice, in order of first appearance
+        self.readers = tuple(dict.fromkeys(r for name in self.retrievers
+                                           for r in self._readers[name]))
+        self.default = default or (self.retrievers[0], self._readers[self.retrievers[0]][0])
         self._check(*self.default)
         self._pipelines: dict[tuple[str, str], Any] = {}
         self._locks: dict[tuple[str, str], threading.Lock] = {}
         self._guard = threading.Lock()
 
     def _check(self, retriever: str, reader: str) -> None:
-        if retriever not in self.retrievers:
-            raise ConfigError(f"demo: unknown retriever {retriever!r} "
-                              f"(choices: {', '.join(self.retrievers)})")
+        allowed = self.readers_for(retriever)
         if reader not in self.readers:
             raise ConfigError(f"demo: unknown reader {reader!r} "
                               f"(choices: {', '.join(self.readers)})")
+        if reader not in allowed:
+            raise ConfigError(f"demo: {retriever!r} takes no reader {reader!r} "
+                              f"(choices: {', '.join(allowed)})")
+
+    def readers_for(self, retriever: str) -> tuple[str, ...]:
+        """The reader choices of `retriever`."""
+        if retriever not in self._readers:
+            raise ConfigError(f"demo: unknown retriever {retriever!r} "
+                              f"(choices: {', '.join(self.retrievers)})")
+        return self._readers[retriever]
 
     def get(self, retriever: str, reader: str) -> Any:
         self._check(retriever, reader)
@@ -106,6 +125,47 @@ def config_pipelines(config: str | os.PathLike | dict, name: str | None = None,
         return Pipeline.from_config(chosen_config)
 
     return PipelineCache(build, (name,), readers, (name, reader or readers[0]))
+
+
+def phrase_index_names(folders: Sequence[str | os.PathLike]) -> dict[str, Path]:
+    """{choice name: folder}: "phrase index" for one, "phrase index: <folder name>" for
+    several (a name given twice is an error)."""
+    if len(folders) == 1:
+        return {PHRASE_INDEX: Path(folders[0])}
+    names: dict[str, Path] = {}
+    for folder in folders:
+        name = f"{PHRASE_INDEX}: {Path(folder).name}"
+        if name in names:
+            raise ConfigError(f"demo: two phrase indexes are named {Path(folder).name!r}")
+        names[name] = Path(folder)
+    return names
+
+
+def with_phrase_indexes(cache: PipelineCache | None,
+                        folders: Sequence[str | os.PathLike]) -> PipelineCache:
+    """`cache`'s paths (None: none) plus one per phrase index folder (`convqa index
+    --phrase`), each answering without a reader (its only reader choice is "none"); the
+    first phrase index is selected at start."""
+    indexes = phrase_index_names(folders)
+    if not indexes:
+        raise ConfigError("demo: no phrase index given")
+    for folder in indexes.values():
+        if not folder.is_dir():
+            raise DataError("no such phrase index folder", folder)
+    readers = {name: cache.readers_for(name) for name in cache.retrievers} if cache else {}
+    clash = sorted(set(readers) & set(indexes))
+    if clash:
+        raise ConfigError(f"demo: a retriever is already named {clash[0]!r}")
+    readers.update({name: (NO_READER,) for name in indexes})
+
+    def build(retriever: str, reader: str):
+        if retriever in indexes:
+            from phrase_index.answerer import PhrasePipeline
+
+            return PhrasePipeline.from_folder(indexes[retriever])
+        return cache._build(retriever, reader)
+
+    return PipelineCache(build, list(readers), readers, (next(iter(indexes)), NO_READER))
 
 
 def _reader_name(spec: Any) -> str:

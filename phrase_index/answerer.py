@@ -95,13 +95,26 @@ class PhrasePipeline:
         questions = [(q or "").strip() for q in questions]
         if any(not q for q in questions):
             raise ConvQAError("the question is empty")
+        began = time.perf_counter()
+        texts = [self.format_query(q, h) for q, h in zip(questions, histories)]
+        history_ms = _since(began) / len(questions)
+        results = self.answer_queries(texts, top_k, questions)
+        for result in results:
+            result.timings_ms = {"history": history_ms, **result.timings_ms}
+        return results
+
+    def answer_queries(self, query_texts: Sequence[str], top_k: int | None = None,
+                       questions: Sequence[str] | None = None) -> list[PipelineResult]:
+        """Answer query texts already made by `format_query` (the evaluation formats a whole
+        benchmark with `model.history_strategy` first); `questions` only labels the results."""
         k = top_k or self.top_k
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise ConfigError(f"top_k must be a positive int, got {k!r}")
+        texts = list(query_texts)
+        if not texts:
+            return []
+        questions = list(questions) if questions is not None else texts
         timings: dict[str, float] = {}
-        began = time.perf_counter()
-        texts = [self.format_query(q, h) for q, h in zip(questions, histories)]
-        timings["history"] = _since(began)
         began = time.perf_counter()
         q_start, q_end = self.encode(texts)
         timings["encode"] = _since(began)
@@ -112,7 +125,7 @@ class PhrasePipeline:
         began = time.perf_counter()
         answers = [self.searcher.answers(s) for s in spans]
         timings["fetch"] = _since(began)
-        share = {stage: ms / len(questions) for stage, ms in timings.items()}
+        share = {stage: ms / len(texts) for stage, ms in timings.items()}
         return [_result(q, t, a, k, share) for q, t, a in zip(questions, texts, answers)]
 
 

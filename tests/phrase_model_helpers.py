@@ -25,3 +25,19 @@ def tiny_phrase_model(seed: int = 0, dropout: float = 0.0, **overrides):
 def tiny_base(folder: Path, seed: int = 0) -> Path:
     """A plain tiny HF checkpoint on disk, to build phrase models (and LoRA bases) from."""
     return save_tiny_encoder(folder, seed)
+
+
+def tiny_phrase_index(root: Path, store: Path, seed: int = 0) -> Path:
+    """`convqa index --phrase` (the production command) over the passage store `store` with a
+    saved tiny random model: returns the index folder `root/phrase-index`. For tests of what
+    uses a phrase index (demo, evaluation); its answers are random but real phrases."""
+    from convqa.cli.main import main
+
+    root.mkdir(parents=True, exist_ok=True)
+    tiny_phrase_model(seed=seed).save(root / "model")
+    with one_thread():
+        status = main(["index", "--phrase", "--model", str(root / "model"), "--passages",
+                       str(store), "--out", str(root / "phrase-index"), "--quiet",
+                       "--batch-size", "8", "--overwrite"])
+    assert status == 0, f"convqa index --phrase failed ({status})"
+    return root / "phrase-index"

@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 from html import escape
+from pathlib import Path
 
 import pytest
 from demo_helpers import (
@@ -20,7 +21,14 @@ from demo_helpers import (
 )
 
 from apps.chat import EMPTY_QUESTION, ask, reply_text
-from apps.pipelines import NO_READER, PipelineCache, config_pipelines
+from apps.pipelines import (
+    NO_READER,
+    PHRASE_INDEX,
+    PipelineCache,
+    config_pipelines,
+    phrase_index_names,
+    with_phrase_indexes,
+)
 from apps.render import (
     chat_messages,
     evidence_html,
@@ -297,7 +305,8 @@ def test_config_pipelines_from_yaml(tmp_path, film_config):
 def test_parser_defaults_bind_localhost():
     args = build_parser().parse_args(["demo"])
     assert (args.host, args.port, args.config, args.retriever, args.no_reader,
-            args.cache_dir) == ("127.0.0.1", 7860, None, "dense", False, None)
+            args.cache_dir, args.phrase_index) == ("127.0.0.1", 7860, None, "dense", False, None,
+                                                   [])
     args = build_parser().parse_args(["demo", "--retriever", "bm25", "--no-reader",
                                       "--port", "8000"])
     assert (args.retriever, args.no_reader, args.port) == ("bm25", True, 8000)
@@ -357,3 +366,151 @@ def test_port_in_use_is_one_line(monkeypatch, tmp_path, film_config, capsys):
         assert main(["demo", "--config", str(path), "--port", str(port)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith(f"convqa demo: error: cannot serve on 127.0.0.1:{port}: ")
+
+
+# -- a phrase index as an answering path ------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def phrase_dir(film_config, tmp_path_factory):
+    """A tiny random phrase model's index over the film passages (`convqa index --phrase`):
+    its answers are random, but real phrases of real passages."""
+    from phrase_model_helpers import tiny_phrase_index
+
+    return tiny_phrase_index(tmp_path_factory.mktemp("phrase"), Path(film_config["passages"]))
+
+
+@pytest.fixture(scope="module")
+def with_phrase(film_config, phrase_dir):
+    """bm25 (reader extractive or none) and the phrase index (no reader)."""
+    return with_phrase_indexes(config_pipelines(film_config, name="bm25"), [phrase_dir])
+
+
+def test_phrase_index_answers_without_a_reader_and_marks_its_phrase(with_phrase):
+    assert with_phrase.retrievers == ("bm25", PHRASE_INDEX)
+    assert with_phrase.default == (PHRASE_INDEX, NO_READER)
+    assert with_phrase.readers_for("bm25") == ("extractive", NO_READER)
+    assert with_phrase.readers_for(PHRASE_INDEX) == (NO_READER,)
+    first = ask(with_phrase, ChatSession(), FIRST_QUESTION, PHRASE_INDEX, NO_READER, 3)
+    assert not first.notice
+    pipeline = with_phrase.get(PHRASE_INDEX, NO_READER)
+    expected = pipeline.answer(FIRST_QUESTION, [], 3)
+    answer = expected.answer
+    assert first.session.history() == [Turn(FIRST_QUESTION, answer.text)]
+    assert first.messages[-1]["content"] == escape(answer.text, quote=False)
+    # the evidence is the phrase's passage, the mark exactly its character span
+    passage = pipeline.store.get(answer.passage_id)
+    assert passage.text[answer.start:answer.end] == answer.text
+    assert evidence_title(first.evidence) == escape(passage.title)
+    shown = re.search(r'<p class="convqa-text">(.*?)</p>', first.evidence).group(1)
+    assert shown == highlight(passage.text, answer.start, answer.end)
+    assert MARK.findall(shown) == [escape(answer.text)]
+    assert MARK.sub(r"\1", shown) == escape(passage.text)
+    # the passages of the best phrases, each once, best first
+    titles = re.findall(r'<li class="convqa-passage"><strong>(.*?)</strong>', first.passages)
+    stored = [pipeline.store.get(hit.passage_id) for hit in expected.hits]
+    assert 1 <= len(titles) <= 3 and titles == [escape(p.title or p.id) for p in stored]
+    assert "encode" in first.latency and "search" in first.latency
+    assert " read " not in first.latency
+    # the follow-up is asked with this session's history, formatted by the phrase model
+    follow = ask(with_phrase, first.session, FOLLOW_UP, PHRASE_INDEX, NO_READER, 3)
+    assert follow.query == pipeline.format_query(FOLLOW_UP, [Turn(FIRST_QUESTION, answer.text)])
+    assert follow.query.startswith(FOLLOW_UP) and answer.text in follow.query
+    # a reader for the phrase index is refused (the page does not offer one), nothing changes
+    refused = ask(with_phrase, first.session, FOLLOW_UP, PHRASE_INDEX, "extractive", 3)
+    assert refused.session is first.session
+    assert refused.notice == ("Error: demo: 'phrase index' takes no reader 'extractive' "
+                              "(choices: none)")
+    assert not with_phrase.is_built("bm25", "extractive")  # other paths: built when chosen
+
+
+def test_reader_dropdown_follows_the_retriever(with_phrase):
+    gr = pytest.importorskip("gradio", reason='needs gradio (pip install "convqa[demo]")')
+
+    from apps.demo import build_demo, reader_choices
+
+    assert reader_choices(with_phrase, PHRASE_INDEX, "extractive") == {
+        "choices": [NO_READER], "value": NO_READER}
+    assert reader_choices(with_phrase, "bm25", NO_READER) == {
+        "choices": ["extractive", NO_READER], "value": NO_READER}  # kept when allowed
+    demo = build_demo(with_phrase)
+    by_id = {block.elem_id: block for block in demo.blocks.values()
+             if getattr(block, "elem_id", None)}
+    retriever, reader = by_id["convqa-retriever"], by_id["convqa-reader"]
+    assert [v for _, v in retriever.choices] == ["bm25", PHRASE_INDEX]
+    assert retriever.value == PHRASE_INDEX
+    assert [v for _, v in reader.choices] == [NO_READER] and reader.value == NO_READER
+    changes = [f for f in demo.fns.values() if f.targets == [(retriever._id, "change")]]
+    assert len(changes) == 1 and changes[0].outputs == [reader] and changes[0].queue is False
+    update = changes[0].fn("bm25", NO_READER)
+    assert isinstance(update, gr.Dropdown)
+    assert [v for _, v in update.choices] == ["extractive", NO_READER] and update.value == "none"
+
+
+def test_cache_with_readers_per_retriever(tmp_path):
+    calls = []
+    cache = PipelineCache(lambda r, d: calls.append((r, d)) or (r, d), ("bm25", "phrase"),
+                          {"bm25": ("extractive", "none"), "phrase": ("none",)})
+    assert cache.readers == ("extractive", "none") and cache.default == ("bm25", "extractive")
+    assert cache.get("phrase", "none") == ("phrase", "none")
+    with pytest.raises(ConfigError, match=r"'phrase' takes no reader 'extractive' "
+                                          r"\(choices: none\)"):
+        cache.get("phrase", "extractive")
+    assert calls == [("phrase", "none")]
+    with pytest.raises(ConfigError, match="takes no reader 'none'"):
+        PipelineCache(lambda r, d: None, ("bm25", "phrase"),
+                      {"bm25": ("none",), "phrase": ("fid",)}, ("phrase", "none"))
+    with pytest.raises(ConfigError, match="at least one retriever and one reader"):
+        PipelineCache(lambda r, d: None, ("bm25", "phrase"), {"bm25": ("none",)})
+    # several phrase indexes are told apart by their folder names
+    assert list(phrase_index_names(["a/v1", "b/v2"])) == ["phrase index: v1", "phrase index: v2"]
+    with pytest.raises(ConfigError, match="two phrase indexes are named 'v1'"):
+        phrase_index_names(["a/v1", "b/v1"])
+    with pytest.raises(DataError, match="no such phrase index folder"):
+        with_phrase_indexes(None, [tmp_path / "missing"])
+    taken = PipelineCache(lambda r, d: None, (PHRASE_INDEX,), ("none",))
+    with pytest.raises(ConfigError, match="a retriever is already named 'phrase index'"):
+        with_phrase_indexes(taken, [tmp_path])
+
+
+def test_phrase_index_flag_errors_are_one_line(tmp_path, capsys):
+    pytest.importorskip("gradio", reason='needs gradio (pip install "convqa[demo]")')
+
+    missing = tmp_path / "nope"
+    assert main(["demo", "--phrase-index", str(missing), "--cache-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"convqa demo: error: {missing}: no such phrase index folder"]
+    (tmp_path / "empty").mkdir()
+    assert main(["demo", "--phrase-index", str(tmp_path / "empty")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("convqa demo: error: ") and "not a phrase index" in err[-1]
+    assert len(err) == 2 and "preparing the phrase index + none pipeline" in err[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty"]  # nothing embedded built
+
+
+def test_command_offers_the_phrase_index_with_config_or_embedded_paths(
+        monkeypatch, tmp_path, film_config, phrase_dir, capsys):
+    gr = pytest.importorskip("gradio", reason='needs gradio (pip install "convqa[demo]")')
+    import yaml
+
+    path = tmp_path / "films.yaml"
+    no_reader = {k: v for k, v in film_config.items() if k != "reader"}
+    path.write_text(yaml.safe_dump(no_reader), encoding="utf-8")
+    launched = []
+    monkeypatch.setattr(gr.Blocks, "launch", lambda self, **kwargs: launched.append(self))
+
+    def choices(blocks):
+        by_id = {b.elem_id: b for b in blocks.blocks.values() if getattr(b, "elem_id", None)}
+        box = by_id["convqa-retriever"]
+        return [v for _, v in box.choices], box.value
+
+    capsys.readouterr()
+    assert main(["demo", "--config", str(path), "--phrase-index", str(phrase_dir)]) == 0
+    assert choices(launched[-1]) == (["films.yaml", PHRASE_INDEX], PHRASE_INDEX)
+    err = capsys.readouterr().err  # both paths loaded before serving
+    assert "preparing the phrase index + none pipeline" in err
+    assert "preparing the films.yaml + none pipeline" in err
+    cache = tmp_path / "cache"
+    assert main(["demo", "--phrase-index", str(phrase_dir), "--cache-dir", str(cache)]) == 0
+    assert choices(launched[-1]) == (["dense", "bm25", "hybrid", PHRASE_INDEX], PHRASE_INDEX)
+    err = capsys.readouterr().err
+    assert err.count("preparing") == 1 and not cache.exists()  # embedded: built when chosen

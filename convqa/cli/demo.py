@@ -24,6 +24,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--port", type=int, default=7860, help="port (default 7860)")
     p.add_argument("--config", metavar="PIPELINE.yaml",
                    help="serve this pipeline instead of the embedded default corpus")
+    p.add_argument("--phrase-index", action="append", default=[], metavar="DIR",
+                   help="also offer this phrase index (`convqa index --phrase`) as an answering "
+                        "path, answering without a reader; the page starts on it; repeatable")
     p.add_argument("--retriever", choices=RETRIEVERS, default="dense",
                    help="retriever selected at start (embedded default; the others are built "
                         "when first chosen in the page); ignored with --config")
@@ -34,14 +37,24 @@ def add_parser(subparsers) -> None:
 
 
 def make_pipelines(args: argparse.Namespace):
-    """The answering paths the page offers, with the one chosen on the command line first."""
-    from apps.pipelines import NO_READER, config_pipelines, embedded_pipelines
+    """(the answering paths the page offers, the choices to build before serving). The page
+    starts on the path chosen on the command line, or on the first phrase index; the start
+    path, every phrase index and a --config pipeline are built before serving, so a bad
+    folder or config is a one-line error on the command line, not in the page."""
+    from apps.pipelines import NO_READER, config_pipelines, embedded_pipelines, with_phrase_indexes
 
     reader = NO_READER if args.no_reader else None
     if args.config:
-        return config_pipelines(args.config, reader=reader)
-    return embedded_pipelines(args.cache_dir, progress=True, retriever=args.retriever,
-                              reader=reader or "extractive")
+        base = config_pipelines(args.config, reader=reader)
+    else:
+        base = embedded_pipelines(args.cache_dir, progress=True, retriever=args.retriever,
+                                  reader=reader or "extractive")
+    if not args.phrase_index:
+        return base, [base.default]
+    pipelines = with_phrase_indexes(base, args.phrase_index)
+    phrase = [p for p in pipelines.retrievers if p not in base.retrievers]
+    startup = [(name, NO_READER) for name in phrase] + ([base.default] if args.config else [])
+    return pipelines, startup
 
 
 def run(args: argparse.Namespace) -> int:
@@ -54,10 +67,10 @@ def run(args: argparse.Namespace) -> int:
         raise ConvQAError(f"{INSTALL_HINT} ({exc})") from None
     from apps.demo import build_demo, launch
 
-    pipelines = make_pipelines(args)
-    retriever, reader = pipelines.default
-    print(f"convqa demo: preparing the {retriever} + {reader} pipeline", file=sys.stderr)
-    pipelines.get(retriever, reader)  # errors in the config show here, not in the page
+    pipelines, startup = make_pipelines(args)
+    for retriever, reader in startup:  # errors in the config show here, not in the page
+        print(f"convqa demo: preparing the {retriever} + {reader} pipeline", file=sys.stderr)
+        pipelines.get(retriever, reader)
     demo = build_demo(pipelines)
     try:
         launch(demo, host=args.host, port=args.port)

@@ -42,8 +42,12 @@ CONVENTION = "topiocqa"
 
 
 def _reader_key(reader_spec: Any, reader: Any) -> str | None:
-    """What the predictions depend on, hashed; None (no caching) when we cannot tell."""
+    """What the predictions depend on, hashed; None (no caching) when we cannot tell. A built
+    reader is cached when it says what it was built from (a `spec` attribute, e.g. the phrase
+    rows' `convqa.evaluation.phrase.PhraseSystem`) and has a fingerprint."""
     fingerprint = getattr(reader, "fingerprint", None)
+    if not isinstance(reader_spec, (str, dict)):
+        reader_spec = getattr(reader, "spec", None)
     if not callable(fingerprint) or not isinstance(reader_spec, (str, dict)):
         return None
     text = json.dumps({"spec": reader_spec, "fingerprint": fingerprint()}, sort_keys=True,

@@ -3,7 +3,8 @@
 - `hits_curve`: Hits@k against k, one line per system (the retrieval table's columns at a glance);
 - `type_bars`: one metric per question type (first / no-switch / switch, and all), a bar per
   system: where the topic-switch turns fall behind;
-- `answer_curve`: EM and F1 against the number of passages read, one line per system.
+- `answer_curve`: EM and F1 against the number of passages read, one line per system (a
+  phrase-index row, which reads no passages, as a dashed level).
 
 Each takes the result dicts of `convqa.evaluation` (as in the tables' JSON) and writes one PNG
 atomically. matplotlib is imported on first use, so importing this module is cheap.
@@ -114,13 +115,19 @@ def type_bars(results: Sequence[dict[str, Any]], path: str | os.PathLike, title:
 def answer_curve(results: Sequence[dict[str, Any]], top_ks: Sequence[int],
                  path: str | os.PathLike, title: str) -> None:
     """EM and F1 (all turns) against the number of passages read, one line per system."""
+    from .phrase import scores_at  # a phrase-index row: one answer, a flat line
+
     plt = _pyplot()
     fig, axes = _figure(plt, len(results), ncols=2)
-    top = _top([result["by_k"][str(k)]["groups"]["all"][metric] for result in results
+    top = _top([scores_at(result, k)["groups"]["all"][metric] for result in results
                 for k in top_ks for metric in ("em", "f1")])
     for ax, metric in zip(axes[0], ("em", "f1")):
         for index, result in enumerate(results):
-            values = [result["by_k"][str(k)]["groups"]["all"][metric] for k in top_ks]
+            values = [scores_at(result, k)["groups"]["all"][metric] for k in top_ks]
+            if result.get("phrase_index") is not None:  # a level, not a curve: no markers
+                ax.plot(list(top_ks), values, linestyle="--", label=f"{result['label']} "
+                        "(phrase index: one answer, no passages read)")
+                continue
             ax.plot(list(top_ks), values, marker="o", linestyle=_style(index),
                     label=result["label"])
         ax.set_xscale("log")

@@ -6,7 +6,13 @@
         history: full                      # the retriever's query (default oldest_first)
         reader: {name: extractive, model: convqa-reader}   # end-to-end tables only
         corpora: [vital]                   # only on these corpora (default: all)
+      - label: "PRO-ConvQA phrase index"   # answers without retriever and reader
+        phrase_index: {index: "{corpus}/indexes/phrase-v2", nprobe: 64}
     top_ks: [1, 5, 20]                     # end-to-end tables: passages given to the reader
+
+A `phrase_index` row (options in convqa/evaluation/phrase.py) has no retriever, reader or
+history: the phrase model formats the conversation itself, the passages of its best phrases are
+the ranking and its best phrase is the answer, scored once (@1) in end-to-end tables.
 
 Placeholders in any string: `{corpus}` (the corpus's folder: a benchmark folder, or the folder
 that holds the passage store of an official file) and `{passages}` (the passage store).
@@ -24,6 +30,7 @@ from typing import Any, Mapping, Sequence
 from convqa.config import load_yaml
 from convqa.errors import ConfigError
 
+from .phrase import phrase_spec
 from .specs import load_retriever_modules, spec_names
 
 TOP_KS = [1, 5, 20]
@@ -33,13 +40,15 @@ KINDS = ("retrieval", "answers")
 
 @dataclass(frozen=True)
 class System:
-    """One row: a retriever with its history strategy, and a reader for end-to-end rows."""
+    """One row: a retriever with its history strategy, and a reader for end-to-end rows; or a
+    phrase index (`phrase_index`, then `retriever` is None), which does both."""
 
     label: str
     retriever: Any
     history: Any = "oldest_first"
     reader: Any = None
     corpora: tuple[str, ...] | None = None
+    phrase_index: Any = None
 
     def runs_on(self, corpus: str) -> bool:
         return self.corpora is None or corpus in self.corpora
@@ -48,7 +57,8 @@ class System:
         """This system with `{corpus}` / `{passages}` replaced in every string."""
         return replace(self, retriever=substitute(self.retriever, placeholders),
                        history=substitute(self.history, placeholders),
-                       reader=substitute(self.reader, placeholders))
+                       reader=substitute(self.reader, placeholders),
+                       phrase_index=substitute(self.phrase_index, placeholders))
 
 
 @dataclass(frozen=True)
@@ -107,18 +117,18 @@ def load_systems(path: str | os.PathLike, kind: str = "retrieval") -> Systems:
     rows = data.get("systems")
     if not isinstance(rows, list) or not rows:
         raise ConfigError(f"{where}: expected a non-empty list under 'systems'")
-    required = ("label", "retriever", "reader") if kind == "answers" else ("label", "retriever")
+    keys = ("label", "retriever", "history", "reader", "corpora", "phrase_index")
     systems = []
     labels: set[str] = set()
     for index, row in enumerate(rows):
-        missing = [key for key in required if not isinstance(row, dict) or not row.get(key)]
-        if missing:
-            raise ConfigError(f"{where}: systems[{index}] needs '{missing[0]}'")
+        if not isinstance(row, dict) or not row.get("label"):
+            raise ConfigError(f"{where}: systems[{index}] needs 'label'")
         label = str(row["label"])
-        unknown = sorted(set(row) - {"label", "retriever", "history", "reader", "corpora"})
+        unknown = sorted(set(row) - set(keys))
         if unknown:
             raise ConfigError(f"{where}: system '{label}': unknown key '{unknown[0]}' (keys: "
-                              "label, retriever, history, reader, corpora)")
+                              f"{', '.join(keys)})")
+        _check_parts(row, kind, where, index, label)
         if label in labels:
             raise ConfigError(f"{where}: system '{label}' appears twice")
         labels.add(label)
@@ -126,13 +136,33 @@ def load_systems(path: str | os.PathLike, kind: str = "retrieval") -> Systems:
         if corpora is not None and (not isinstance(corpora, list)
                                     or not all(isinstance(c, str) for c in corpora)):
             raise ConfigError(f"{where}: system '{label}': corpora must be a list of names")
-        systems.append(System(label, row["retriever"], row.get("history") or "oldest_first",
-                              row.get("reader"), tuple(corpora) if corpora else None))
+        systems.append(System(label, row.get("retriever"), row.get("history") or "oldest_first",
+                              row.get("reader"), tuple(corpora) if corpora else None,
+                              row.get("phrase_index")))
     top_ks = data.get("top_ks", TOP_KS)
     if (not isinstance(top_ks, list) or not top_ks
             or not all(isinstance(k, int) and not isinstance(k, bool) and k > 0 for k in top_ks)):
         raise ConfigError(f"{where}: top_ks must be a list of positive integers")
     return Systems(where, tuple(systems), tuple(top_ks))
+
+
+def _check_parts(row: dict[str, Any], kind: str, where: str, index: int, label: str) -> None:
+    """A row is a retriever (+ reader for end-to-end tables) or a phrase index, not both."""
+    if "phrase_index" in row:
+        others = [key for key in ("retriever", "reader", "history") if key in row]
+        if others:
+            raise ConfigError(f"{where}: system '{label}': 'phrase_index' does not go with "
+                              f"'{others[0]}' (a phrase index answers without retriever and "
+                              "reader, and its model formats the conversation)")
+        if not row["phrase_index"]:
+            raise ConfigError(f"{where}: system '{label}': 'phrase_index' is empty")
+        return
+    needed = ("retriever", "reader") if kind == "answers" else ("retriever",)
+    missing = [key for key in needed if not row.get(key)]
+    if missing:
+        raise ConfigError(f"{where}: systems[{index}] needs '{missing[0]}'"
+                          + (" or a 'phrase_index'" if missing[0] == "retriever" else "")
+                          + f" (system '{label}')")
 
 
 def check_components(systems: Systems, extra_histories: Sequence[str] = ()) -> None:
@@ -144,6 +174,9 @@ def check_components(systems: Systems, extra_histories: Sequence[str] = ()) -> N
     for system in systems.systems:
         where = f"{systems.path}: system '{system.label}'"
         try:
+            if system.phrase_index is not None:
+                phrase_spec(system.phrase_index)
+                continue
             if any(name not in RETRIEVERS.names() for name in spec_names(system.retriever)):
                 load_retriever_modules()
             _check(RETRIEVERS, system.retriever, "retriever")

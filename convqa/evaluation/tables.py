@@ -29,6 +29,7 @@ from typing import Any, Callable, Sequence
 from convqa.io import atomic_write, write_json
 
 from . import plots
+from .phrase import scores_at
 from .systems import Systems
 from .targets import Target, run_answers, run_retrieval
 
@@ -43,6 +44,9 @@ LEVEL_NOTES = {
               "(answer-evaluable turns)",
     "passage": "passage level: the gold passage of the official file",
 }
+PHRASE_NOTE = ("Phrase-index rows (PRO-ConvQA) have no reader: the best phrase of the index "
+               "answers, once per question, shown in the first EM / F1 column and the per-type "
+               "columns; their time is the whole answer (query encoding + phrase search).")
 Log = Callable[[str], None]
 
 
@@ -98,8 +102,9 @@ def answer_table(targets: Sequence[Target], systems: Systems, split: str = "dev"
                                  use_cache, data)
             all_results.setdefault(target.name, []).append(result)
             log(f"{target.name}: {system.label}: " + ", ".join(
-                f"@{k} EM {result['by_k'][str(k)]['groups']['all']['em']:.1f}"
-                for k in systems.top_ks) + f" ({time.perf_counter() - started:.0f} s)")
+                f"@{k} EM {scores['groups']['all']['em']:.1f}"
+                for k, scores in result["by_k"].items())
+                + f" ({time.perf_counter() - started:.0f} s)")
     return all_results
 
 
@@ -191,14 +196,17 @@ def answer_rows(results: Sequence[dict[str, Any]], top_ks: Sequence[int]) -> lis
                     + [f"{t} EM / F1 @{top} (n)" for t in TYPES] + ["reader ms p50 / p90"])
     for result in results:
         row = [result["label"], str(result["turns"])]
-        for k in top_ks:
-            overall = result["by_k"][str(k)]["groups"]["all"]
-            row.append(f"{overall['em']:.1f} / {overall['f1']:.1f}")
-        groups = result["by_k"][str(top)]["groups"]
+        for index, k in enumerate(top_ks):
+            scores = result["by_k"].get(str(k))
+            if result.get("phrase_index") is not None:  # one answer: in the first column only
+                scores = scores_at(result, k) if index == 0 else None
+            overall = scores["groups"]["all"] if scores else None
+            row.append(f"{overall['em']:.1f} / {overall['f1']:.1f}" if overall else "-")
+        at_top = scores_at(result, top)
         for qtype in TYPES:
-            g = groups.get(qtype)
+            g = at_top["groups"].get(qtype)
             row.append(f"{g['em']:.1f} / {g['f1']:.1f} ({int(g['count'])})" if g else "-")
-        ms = result["by_k"][str(top)]["reader_ms"]
+        ms = at_top["reader_ms"]
         row.append(f"{ms['p50']:.0f} / {ms['p90']:.0f}")
         lines.append(_row(row))
     return lines
@@ -213,6 +221,8 @@ def render_answers(all_results: dict[str, list[dict[str, Any]]], top_ks: Sequenc
              "in percent, TopiOCQA convention; the reader reads the top k passages of the "
              "retriever. Reader time per question at the largest k "
              f"({max(top_ks)} passages).", ""]
+    if any(r.get("phrase_index") for results in all_results.values() for r in results):
+        lines += [PHRASE_NOTE, ""]
     for corpus, results in all_results.items():
         lines += [f"### {corpus} corpus", ""] + answer_rows(results, top_ks) + [""]
         lines += _images(images, (corpus,), f"{corpus} corpus")
@@ -294,7 +304,7 @@ def write_answer_outputs(out: str | Path, all_results: dict[str, list[dict[str, 
             curve, bars = outputs.png(corpus, "em-f1"), outputs.png(corpus, "types")
             plots.answer_curve(results, top_ks, curve, f"EM / F1 by passages read, {corpus}")
             plots.type_bars(results, bars, f"F1 by question type, top-{top}, {corpus}", "f1",
-                            "F1 (%)", lambda r: r["by_k"][top]["groups"])
+                            "F1 (%)", lambda r: scores_at(r, int(top))["groups"])
             images[(corpus,)] = [curve, bars]
     write_block(outputs.markdown, render_answers(all_results, top_ks, command, images),
                 ANSWER_MARKERS, "End-to-end results")

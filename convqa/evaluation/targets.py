@@ -16,6 +16,7 @@ from typing import Any, Sequence
 
 from convqa.errors import ConfigError, DataError
 
+from .phrase import TOP_KS as PHRASE_TOP_KS
 from .systems import System
 
 DATASETS = ("topiocqa-wiki", "topiocqa")
@@ -106,6 +107,18 @@ def ensure_bm25_indexes(spec: Any, passages: Path, progress: bool) -> None:
             ensure_bm25_indexes(value, passages, progress)
 
 
+def _components(target: Target, system: System, progress: bool) -> tuple[Any, Any, Any, Any]:
+    """(retriever, history, reader, phrase system or None) of `system` (placeholders resolved):
+    a phrase index is all three (convqa.evaluation.phrase); BM25 indexes are built if missing."""
+    if system.phrase_index is not None:
+        from .phrase import PhraseSystem
+
+        phrase = PhraseSystem.load(system.phrase_index, target.passages)
+        return phrase, phrase.history, phrase, phrase
+    ensure_bm25_indexes(system.retriever, target.passages, progress)
+    return system.retriever, system.history, system.reader, None
+
+
 def run_retrieval(target: Target, system: System, split: str = "dev",
                   cache_dir: str | None = None, batch_size: int = 64, progress: bool = True,
                   use_cache: bool = True, levels: Sequence[str] | None = None,
@@ -116,18 +129,20 @@ def run_retrieval(target: Target, system: System, split: str = "dev",
     from .topiocqa import evaluate_topiocqa_retrieval
 
     system = system.resolved(target.placeholders())
-    ensure_bm25_indexes(system.retriever, target.passages, progress)
+    retriever, history, _, phrase = _components(target, system, progress)
     if target.dataset == "topiocqa-wiki":
-        result = evaluate_retrieval(target.path, system.retriever, system.history, split=split,
+        result = evaluate_retrieval(target.path, retriever, history, split=split,
                                     cache_dir=cache_dir, batch_size=batch_size,
                                     progress=progress, label=system.label, use_cache=use_cache,
                                     data=data)
     else:
-        result = evaluate_topiocqa_retrieval(target.path, target.passages, system.retriever,
-                                             system.history, levels=levels,
+        result = evaluate_topiocqa_retrieval(target.path, target.passages, retriever,
+                                             history, levels=levels,
                                              cache_dir=cache_dir, batch_size=batch_size,
                                              progress=progress, label=system.label,
                                              use_cache=use_cache, data=data)
+    if phrase is not None:
+        result.update({k: v for k, v in phrase.describe().items() if k != "reader"})
     result["corpus_name"] = target.name
     return result
 
@@ -135,21 +150,26 @@ def run_retrieval(target: Target, system: System, split: str = "dev",
 def run_answers(target: Target, system: System, top_ks: Sequence[int], split: str = "dev",
                 cache_dir: str | None = None, progress: bool = True,
                 use_cache: bool = True, data: Any = None) -> dict[str, Any]:
-    """One row of the end-to-end table: `system` (with a reader) on `target`; `data` is
-    `target.load()` when already read."""
+    """One row of the end-to-end table: `system` (with a reader, or a phrase index: then
+    scored once, at k=1) on `target`; `data` is `target.load()` when already read."""
     from .answers import evaluate_answers
     from .topiocqa import evaluate_topiocqa_answers
 
-    if system.reader is None:
+    if system.reader is None and system.phrase_index is None:
         raise ConfigError(f"system '{system.label}' has no reader")
     system = system.resolved(target.placeholders())
-    ensure_bm25_indexes(system.retriever, target.passages, progress)
+    retriever, history, reader, phrase = _components(target, system, progress)
+    if phrase is not None:
+        top_ks = PHRASE_TOP_KS  # one answer per turn, whatever the readers' k
     if target.dataset == "topiocqa-wiki":
-        return evaluate_answers(target.path, system.retriever, system.reader, system.history,
-                                split=split, top_ks=top_ks, cache_dir=cache_dir,
-                                progress=progress, label=system.label, use_cache=use_cache,
-                                data=data)
-    return evaluate_topiocqa_answers(target.path, target.passages, system.retriever,
-                                     system.reader, system.history, top_ks=top_ks,
-                                     cache_dir=cache_dir, progress=progress, label=system.label,
-                                     use_cache=use_cache, data=data)
+        result = evaluate_answers(target.path, retriever, reader, history, split=split,
+                                  top_ks=top_ks, cache_dir=cache_dir, progress=progress,
+                                  label=system.label, use_cache=use_cache, data=data)
+    else:
+        result = evaluate_topiocqa_answers(target.path, target.passages, retriever, reader,
+                                           history, top_ks=top_ks, cache_dir=cache_dir,
+                                           progress=progress, label=system.label,
+                                           use_cache=use_cache, data=data)
+    if phrase is not None:
+        result.update(phrase.describe())
+    return result

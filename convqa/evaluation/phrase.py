@@ -1,0 +1,127 @@
+"""Phrase-index rows of the evaluation tables: a PRO-ConvQA phrase index answers a turn on its
+own, so a systems-file row may name one instead of a retriever and a reader:
+
+    - label: "PRO-ConvQA phrase index"
+      phrase_index: {index: "{corpus}/indexes/phrase-v2", nprobe: 64}
+
+Options: `index` (a folder of `convqa index --phrase`; required), `model` (default: the one the
+index records), `passages` (default: the target's passage store, so that hits carry the
+benchmark's ids; the index checks that it is its corpus), `nprobe` (IVF indexes) and
+`candidates` (FAISS hits per search pass, phrase_index/search.py). A string is short for
+`{index: ...}`. The phrase model formats the conversation itself, so such a row has no
+`history` either.
+
+The row goes through the same machinery as a retriever + reader row (runs cached by
+configuration, predictions cached next to the run), with one adapter, `PhraseSystem`, in both
+roles:
+- retriever: the query is the phrase model's own rendering of the conversation; the ranking is
+  the passages of the best phrases, each passage once (so fewer than k may come back) ->
+  Hits@k / MRR;
+- reader: the best phrase of the whole index answers the turn, as `convqa answer
+  --phrase-index` does (the passages it is handed are not used); it is scored once, as @1, and
+  its time per question is the whole answer (query encoding + search).
+Its `fingerprint()` covers the index (every field of its metadata: phrase fingerprint, corpus
+checksum, factory, vector counts, build time...), the model with its query side and the search
+options, so a rebuilt index or a query-side fine-tuned model is never served a stale cache.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+from convqa.errors import ConfigError
+
+OPTIONS = ("index", "model", "passages", "nprobe", "candidates")
+TOP_KS = (1,)  # the one prediction of a phrase row: its best phrase
+CACHE_VERSION = 1
+
+
+def phrase_spec(spec: Any) -> dict[str, Any]:
+    """`spec` as a checked dict of OPTIONS (nothing is loaded); ConfigError otherwise."""
+    if isinstance(spec, str):
+        spec = {"index": spec}
+    if not isinstance(spec, dict):
+        raise ConfigError(f"phrase_index must be a folder or a mapping with 'index', got {spec!r}")
+    unknown = sorted(set(spec) - set(OPTIONS))
+    if unknown:
+        raise ConfigError(f"phrase_index: unknown option '{unknown[0]}' (options: "
+                          f"{', '.join(OPTIONS)})")
+    if not isinstance(spec.get("index"), str) or not spec["index"].strip():
+        raise ConfigError("phrase_index needs 'index': the folder of `convqa index --phrase`")
+    for name in ("model", "passages"):
+        if spec.get(name) is not None and (not isinstance(spec[name], str) or not spec[name]):
+            raise ConfigError(f"phrase_index: {name} must be a path, got {spec[name]!r}")
+    for name in ("nprobe", "candidates"):
+        value = spec.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value < 1):
+            raise ConfigError(f"phrase_index: {name} must be a positive integer, got {value!r}")
+    return dict(spec)
+
+
+class PhraseSystem:
+    """A `PhrasePipeline` as the retriever and the reader of an evaluation row (module doc)."""
+
+    def __init__(self, pipeline: Any, spec: dict[str, Any]):
+        self.pipeline = pipeline
+        self.spec = {"phrase_index": spec}  # what the row was built from (cache keys, JSON)
+        self.history = pipeline.model.history_strategy  # formats the retrieval queries
+        self._fingerprint: str | None = None
+
+    @classmethod
+    def load(cls, spec: Any, passages: str | os.PathLike | None = None) -> "PhraseSystem":
+        """Open the index of `spec` (placeholders resolved) with `passages` as the default
+        passage store."""
+        from phrase_index.answerer import PhrasePipeline
+
+        spec = phrase_spec(spec)
+        store = spec.get("passages") or (str(passages) if passages is not None else None)
+        pipeline = PhrasePipeline.from_folder(spec["index"], spec.get("model"), store,
+                                              candidates=spec.get("candidates"),
+                                              nprobe=spec.get("nprobe"))
+        return cls(pipeline, spec)
+
+    def fingerprint(self) -> str:
+        """What the run and the predictions depend on (module doc); computed once."""
+        if self._fingerprint is None:
+            pipe = self.pipeline
+            options = self.spec["phrase_index"]
+            data = json.dumps({"version": CACHE_VERSION, "index": pipe.index.meta,
+                               "model": pipe.model.full_fingerprint(),
+                               "candidates": options.get("candidates"),
+                               "nprobe": options.get("nprobe"), "top_k": pipe.top_k},
+                              sort_keys=True, default=str)
+            self._fingerprint = "phrase:" + hashlib.sha256(data.encode()).hexdigest()[:24]
+        return self._fingerprint
+
+    def retrieve_batch(self, queries: Sequence[str], k: int = 10) -> list[list[Any]]:
+        """The passages of the best phrases for query texts made by `self.history`."""
+        return [result.hits for result in self.pipeline.answer_queries(list(queries), k)]
+
+    def read(self, question: str, history: Sequence[Any], passages: Sequence[Any] = ()):
+        """The best phrase of the index for the turn (`passages` are not used)."""
+        return self.pipeline.answer(question, history).answer
+
+    def describe(self) -> dict[str, Any]:
+        """What a result records about the row instead of a retriever and a reader."""
+        index = Path(self.spec["phrase_index"]["index"])
+        meta = self.pipeline.index.meta
+        return {"retriever": None, "reader": None, **self.spec,
+                "phrase_index_meta": {"folder": str(index), "fingerprint": meta.get("fingerprint"),
+                                      "corpus_checksum": meta.get("corpus_checksum"),
+                                      "model": str(self.pipeline.model.source)}}
+
+
+def scores_at(result: dict[str, Any], k: int) -> dict[str, Any] | None:
+    """The `by_k` entry of an end-to-end result at `k` passages read. A phrase-index row has
+    one entry, its best phrase ("1"), which stands for it at every k (per-type columns, plots);
+    None when a reader row lacks `k`."""
+    by_k = result["by_k"]
+    if str(k) in by_k:
+        return by_k[str(k)]
+    if result.get("phrase_index") is not None and by_k:
+        return next(iter(by_k.values()))
+    return None
