@@ -174,6 +174,14 @@ def test_answers_table(bench, tmp_path):
     again = json.loads((tmp_path / "answers.json").read_text(encoding="utf-8"))["tiny"][0]
     assert again["by_k"]["5"]["cached"] and again["by_k"]["5"]["groups"] == \
         result["by_k"]["5"]["groups"]
+    # --no-cache recomputes everything (same scores) and leaves no run in the cache folder
+    before = sorted(p.name for p in (tmp_path / "runs").rglob("*"))
+    assert main(eval_args("answers", bench, systems, out, tmp_path / "runs")
+                + ["--no-cache"]) == 0
+    fresh = json.loads((tmp_path / "answers.json").read_text(encoding="utf-8"))["tiny"][0]
+    assert not fresh["by_k"]["5"]["cached"] and fresh["retrieval_run"] is None
+    assert fresh["by_k"]["5"]["groups"] == result["by_k"]["5"]["groups"]
+    assert sorted(p.name for p in (tmp_path / "runs").rglob("*")) == before
 
 
 @pytest.mark.parametrize("table, row, expected", [

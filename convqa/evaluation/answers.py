@@ -17,13 +17,15 @@ retriever, reader and k reads them instead of reading again.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import statistics
+import tempfile
 import time
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from convqa.benchmark import LabelledTurns, load_labelled_turns
 from convqa.corpus import PassageStore
@@ -64,6 +66,18 @@ def _percentiles(values: Sequence[float]) -> dict[str, float]:
             "p90": round(ordered[int(0.9 * (len(ordered) - 1))], 1)}
 
 
+@contextlib.contextmanager
+def run_cache(cache_dir: str | os.PathLike | None, use_cache: bool) -> Iterator[Any]:
+    """The cache folder of an end-to-end evaluation: `cache_dir`, or with `use_cache` False a
+    fresh temporary folder, so everything is recomputed while the reader still reads the
+    retrieval run from its file (removed afterwards)."""
+    if use_cache:
+        yield cache_dir
+        return
+    with tempfile.TemporaryDirectory(prefix="convqa-eval-") as tmp:
+        yield tmp
+
+
 def evaluate_answers(benchmark: str | os.PathLike, retriever: Any, reader: Any,
                      history: Any = "oldest_first", split: str = "dev",
                      top_ks: Sequence[int] = TOP_KS, cache_dir: str | os.PathLike | None = None,
@@ -76,27 +90,31 @@ def evaluate_answers(benchmark: str | os.PathLike, retriever: Any, reader: Any,
     if not top_ks or any(k < 1 for k in top_ks):
         raise ConfigError(f"top_ks must be positive, got {list(top_ks)}")
     folder = Path(benchmark)
-    retrieval = evaluate_retrieval(folder, retriever, history, split=split,
-                                   k=max(100, max(top_ks)), cache_dir=cache_dir,
-                                   progress=progress, label=label, use_cache=use_cache,
-                                   data=data)
-    if retrieval["run_file"] is None:
-        raise ConfigError("end-to-end evaluation needs a cacheable retriever (a spec)")
-    run = read_run(retrieval["run_file"]).hits
-    data = data if data is not None else load_labelled_turns(folder)
-    turns = [t for t in data.turns if t.answer_evaluable and (split == "all" or t.split == split)]
-    if not turns:
-        raise DataError(f"no answer-evaluable turns in split {split!r}", folder / "turns.jsonl")
-    model = READERS.build(reader) if isinstance(reader, (str, dict)) else reader
-    key = _reader_key(reader, model) if use_cache else None
-    out: dict[str, Any] = {"label": label, "benchmark": str(folder), "split": split,
-                           "retriever": retrieval["retriever"], "history": retrieval["history"],
-                           "reader": reader if isinstance(reader, (str, dict)) else
-                           type(model).__name__, "convention": CONVENTION, "turns": len(turns),
-                           "retrieval_run": retrieval["run_file"]}
-    with PassageStore.open(folder / "passages") as store:
-        out["by_k"] = read_and_score(turns, data.conversations, run, retrieval["run_file"],
-                                     store, model, top_ks, key, progress)
+    with run_cache(cache_dir, use_cache) as cache:
+        retrieval = evaluate_retrieval(folder, retriever, history, split=split,
+                                       k=max(100, max(top_ks)), cache_dir=cache,
+                                       progress=progress, label=label, use_cache=True,
+                                       data=data)
+        if retrieval["run_file"] is None:
+            raise ConfigError("end-to-end evaluation needs a cacheable retriever (a spec)")
+        run = read_run(retrieval["run_file"]).hits
+        data = data if data is not None else load_labelled_turns(folder)
+        turns = [t for t in data.turns
+                 if t.answer_evaluable and (split == "all" or t.split == split)]
+        if not turns:
+            raise DataError(f"no answer-evaluable turns in split {split!r}",
+                            folder / "turns.jsonl")
+        model = READERS.build(reader) if isinstance(reader, (str, dict)) else reader
+        key = _reader_key(reader, model)
+        out: dict[str, Any] = {
+            "label": label, "benchmark": str(folder), "split": split,
+            "retriever": retrieval["retriever"], "history": retrieval["history"],
+            "reader": reader if isinstance(reader, (str, dict)) else type(model).__name__,
+            "convention": CONVENTION, "turns": len(turns),
+            "retrieval_run": retrieval["run_file"] if use_cache else None}
+        with PassageStore.open(folder / "passages") as store:
+            out["by_k"] = read_and_score(turns, data.conversations, run, retrieval["run_file"],
+                                         store, model, top_ks, key, progress)
     return out
 
 

@@ -38,7 +38,7 @@ from convqa.corpus import PassageStore
 from convqa.errors import ConfigError, DataError
 from convqa.types import Conversation
 
-from .answers import TOP_KS, _reader_key, read_and_score
+from .answers import TOP_KS, _reader_key, read_and_score, run_cache
 from .retrieval import KS, retrieve_cached, score_levels
 from .runs import read_run
 
@@ -199,24 +199,26 @@ def evaluate_topiocqa_answers(path: str | os.PathLike, passages: str | os.PathLi
     if not top_ks or any(k < 1 for k in top_ks):
         raise ConfigError(f"top_ks must be positive, got {list(top_ks)}")
     data = data if data is not None else load_official_turns(path)
-    retrieval = evaluate_topiocqa_retrieval(path, passages, retriever, history, levels=(),
-                                            k=max(100, max(top_ks)), cache_dir=cache_dir,
-                                            progress=progress, label=label, use_cache=use_cache,
-                                            data=data)
-    if retrieval["run_file"] is None:
-        raise ConfigError("end-to-end evaluation needs a cacheable retriever (a spec)")
-    run = read_run(retrieval["run_file"]).hits
-    turns, conversations = data
-    model = READERS.build(reader) if isinstance(reader, (str, dict)) else reader
-    key = _reader_key(reader, model) if use_cache else None
-    out: dict[str, Any] = {"label": label, "benchmark": str(path), "split": SPLIT,
-                           "retriever": retrieval["retriever"], "history": retrieval["history"],
-                           "reader": reader if isinstance(reader, (str, dict)) else
-                           type(model).__name__, "convention": "topiocqa", "turns": len(turns),
-                           "retrieval_run": retrieval["run_file"]}
-    with PassageStore.open(passages) as store:
-        out["by_k"] = read_and_score(turns, conversations, run, retrieval["run_file"], store,
-                                     model, top_ks, key, progress)
+    with run_cache(cache_dir, use_cache) as cache:
+        retrieval = evaluate_topiocqa_retrieval(path, passages, retriever, history, levels=(),
+                                                k=max(100, max(top_ks)), cache_dir=cache,
+                                                progress=progress, label=label, use_cache=True,
+                                                data=data)
+        if retrieval["run_file"] is None:
+            raise ConfigError("end-to-end evaluation needs a cacheable retriever (a spec)")
+        run = read_run(retrieval["run_file"]).hits
+        turns, conversations = data
+        model = READERS.build(reader) if isinstance(reader, (str, dict)) else reader
+        key = _reader_key(reader, model)
+        out: dict[str, Any] = {
+            "label": label, "benchmark": str(path), "split": SPLIT,
+            "retriever": retrieval["retriever"], "history": retrieval["history"],
+            "reader": reader if isinstance(reader, (str, dict)) else type(model).__name__,
+            "convention": "topiocqa", "turns": len(turns),
+            "retrieval_run": retrieval["run_file"] if use_cache else None}
+        with PassageStore.open(passages) as store:
+            out["by_k"] = read_and_score(turns, conversations, run, retrieval["run_file"],
+                                         store, model, top_ks, key, progress)
     return out
 
 
