@@ -606,12 +606,16 @@ def train_phrase_model(model: PhraseModel, examples: Sequence[PhraseExample],
 # Exporting and scoring
 
 
-def export_adapter(base: PhraseModel, tuned: PhraseModel, rank: int = 64) -> tuple[PhraseModel,
-                                                                                   dict]:
+def export_adapter(base: PhraseModel, tuned: PhraseModel, rank: int = 64,
+                   exact_modules: Sequence[str] | None = None) -> tuple[PhraseModel, dict]:
     """`base` (a plain model from the same checkpoint) with LoRA adapters that reproduce
     `tuned`'s towers up to rank `rank` (retrievers/dense/lora_export.py) and `tuned`'s heads;
-    returns it with the export report of each tower."""
-    from retrievers.dense.lora_export import encoder_lora_from_finetuned
+    returns it with the export report of each tower. `exact_modules`: module names stored
+    exactly (default: LayerNorms; add the position and token-type embeddings with
+    `lora_export.SMALL_EMBEDDINGS`)."""
+    from retrievers.dense.lora_export import EXACT_MODULES, encoder_lora_from_finetuned
+
+    exact = tuple(EXACT_MODULES if exact_modules is None else exact_modules)
 
     if base.has_adapters or tuned.has_adapters:
         raise ConvQAError("LoRA export needs two plain models (merge adapters first)")
@@ -619,11 +623,11 @@ def export_adapter(base: PhraseModel, tuned: PhraseModel, rank: int = 64) -> tup
         raise ConvQAError("base and tuned phrase models differ in their query tower")
     report = {}
     base.phrase_encoder, phrase_report = encoder_lora_from_finetuned(
-        base.phrase_encoder, tuned.phrase_encoder, rank)
+        base.phrase_encoder, tuned.phrase_encoder, rank, exact_modules=exact)
     report["phrase"] = phrase_report.to_dict()
     if tuned.separate_query_encoder is not None:
         base.separate_query_encoder, query_report = encoder_lora_from_finetuned(
-            base.separate_query_encoder, tuned.separate_query_encoder, rank)
+            base.separate_query_encoder, tuned.separate_query_encoder, rank, exact_modules=exact)
         report["query"] = query_report.to_dict()
     for name in ("filter_head", "query_start_head", "query_end_head"):
         getattr(base, name).load_state_dict(getattr(tuned, name).state_dict())

@@ -1,5 +1,5 @@
-"""Export a fully fine-tuned dual encoder or extractive reader as a small LoRA adapter over its
-base model.
+"""Export a fully fine-tuned dual encoder, extractive reader, ConvDR student or phrase model as
+a small LoRA adapter over its base model.
 
     python scripts/export_lora.py --tuned runs/dpr-ihn-full/iter3/model --rank 32 \\
         --out convqa/assets/retriever-dpr-ihn
@@ -7,6 +7,8 @@ base model.
         --out convqa/assets/reader-extractive
     python scripts/export_lora.py --tuned runs/convdr-kd-minilm/model --rank 32 \\
         --out convqa/assets/retriever-convdr
+    python scripts/export_lora.py --tuned runs/phrase-v2/model --rank 32 --exact-embeddings \\
+        --out convqa/assets/phrase-model
 
 Writes the adapter folder (a reader's keeps its heads exactly) and export_report.json: the
 kept SVD energy per layer and the relative change of the embedding tables left at the base.
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from convqa.errors import ConvQAError
@@ -74,6 +77,31 @@ def export_convdr(tuned_path: str, rank: int, out: str, base_name: str | None,
     return tuned.fingerprint(), report
 
 
+def export_phrase(tuned_path: str, rank: int, out: str, base_name: str | None,
+                  exact: tuple[str, ...]):
+    """Both towers of a phrase model (phrase and query) as adapters; its heads exactly."""
+    from phrase_index.model import PhraseModel
+    from phrase_index.train import export_adapter
+
+    tuned = PhraseModel.load(tuned_path)
+    if tuned.has_adapters:
+        raise ConvQAError(f"{tuned_path}: already a LoRA phrase model; nothing to export")
+    config = tuned.config if base_name is None else replace(tuned.config, base=base_name)
+    adapted, reports = export_adapter(PhraseModel.build(config), tuned, rank, exact)
+    adapted.save(out)
+    return tuned.full_fingerprint(), _Reports(reports)
+
+
+class _Reports:
+    """Per-tower export reports with the `to_dict` of a single one."""
+
+    def __init__(self, reports: dict):
+        self.reports = reports
+
+    def to_dict(self) -> dict:
+        return {"towers": self.reports}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tuned", required=True, help="fully fine-tuned model folder")
@@ -88,7 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     exact = EXACT_MODULES + (SMALL_EMBEDDINGS if args.exact_embeddings else ())
     try:
         folder = Path(args.tuned)
-        if (folder / "convqa_reader.json").exists():
+        if (folder / "convqa_phrase_model.json").exists():
+            export = export_phrase
+        elif (folder / "convqa_reader.json").exists():
             export = export_reader
         elif (folder / "convqa_convdr.json").exists():
             export = export_convdr

@@ -164,3 +164,54 @@ def test_convdr_student_export_reloads_as_adapter_and_keeps_its_queries(tmp_path
     assert torch.allclose(a, b, atol=1e-4)
     assert not torch.allclose(a, teacher_view, atol=1e-3)  # the student did move
     assert (tmp_path / "adapter" / "adapter_model.safetensors").exists()
+
+
+def test_phrase_model_export_reproduces_both_towers_and_heads(tmp_path):
+    """scripts/export_lora.py on a phrase model: both towers become adapters, the heads are
+    kept, and the reloaded adapter gives the tuned model's phrase and query vectors; the
+    position-embedding change is kept only with --exact-embeddings."""
+    import importlib.util
+    from pathlib import Path
+
+    from phrase_model_helpers import phrase_config, tiny_base
+
+    from phrase_index.model import PhraseModel
+
+    base = tiny_base(tmp_path / "base")
+    tuned = PhraseModel.build(phrase_config(base=str(base)))
+    generator = torch.Generator().manual_seed(5)
+    with torch.no_grad():  # a rank-2 change of every linear weight, and moved positions
+        for tower in (tuned.phrase_encoder, tuned.query_encoder):
+            for name, param in tower.named_parameters():
+                if name.endswith(".weight") and param.dim() == 2 and "embeddings" not in name:
+                    param += (torch.randn(param.shape[0], 2, generator=generator) * 0.05
+                              @ torch.randn(2, param.shape[1], generator=generator))
+                elif "position_embeddings" in name:
+                    param += torch.randn(param.shape, generator=generator) * 0.05
+        tuned.filter_head.weight += 0.3
+    tuned.save(tmp_path / "tuned")
+    script = Path(__file__).resolve().parents[1] / "scripts" / "export_lora.py"
+    spec = importlib.util.spec_from_file_location("export_lora", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    def vectors(model):
+        model.eval()
+        passages = model.tokenize_passages(["Hamlet"], ["Hamlet was written by Shakespeare."])
+        queries = model.tokenize_queries(["who wrote hamlet?"])
+        with torch.no_grad():
+            p = model.encode_passages(passages["input_ids"], passages["attention_mask"])
+            q = model.encode_queries(queries["input_ids"], queries["attention_mask"])
+        return p.start, p.start_filter, q.start, q.end
+
+    want = vectors(PhraseModel.load(tmp_path / "tuned"))
+    for flags, exact in (([], False), (["--exact-embeddings"], True)):
+        out = tmp_path / f"adapter{len(flags)}"
+        assert module.main(["--tuned", str(tmp_path / "tuned"), "--rank", "2", "--out",
+                            str(out)] + flags) == 0
+        adapter = PhraseModel.load(out)
+        assert adapter.has_adapters and (out / "export_report.json").exists()
+        got = vectors(adapter)
+        same = all(torch.allclose(a, b, atol=1e-4) for a, b in zip(want, got))
+        assert same == exact, flags
+    assert module.main(["--tuned", str(out), "--rank", "2", "--out", str(tmp_path / "x")]) == 2
