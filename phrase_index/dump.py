@@ -35,17 +35,16 @@ import numpy as np
 import torch
 
 from convqa.corpus import PassageStore
-from convqa.corpus.shards import (CorpusRows, ShardProcesses, check_resumable, eval_mode,
-                                  shard_done, shard_ranges)
+from convqa.corpus.shards import (MANIFEST, CorpusRows, ShardedFolder, ShardProcesses,
+                                  check_resumable, eval_mode, shard_done)
 from convqa.errors import ConfigError, ConvQAError, DataError
-from convqa.io import load_format_json, write_json
+from convqa.io import write_json
 from convqa.types import Passage
 from retrievers.dense.precision import BF16, FP32, autocast, fast_path_agrees
 
 from .vectors import (DTYPES, SIDES, DumpSide, Shard, pack_shard, read_shard, shard_dir_name,
                       write_shard)
 
-MANIFEST = "manifest.json"
 FORMAT = "convqa-phrase-dump"
 VERSION = 2             # 2: one token table per shard, sides refer to it (vectors.py)
 POS_BYTES = 16          # (row, token, char start, char end) as int32
@@ -99,34 +98,19 @@ class DumpedPassage:
     truncated: bool
 
 
-class PhraseDump:
+class PhraseDump(ShardedFolder):
     """A finished (or partial) dump folder: the manifest and the two sides, memory-mapped."""
 
+    FORMAT = FORMAT
+    VERSION = VERSION
+    WHAT = "a phrase dump"
+    KIND = "phrase dump"
+    JOB = "the phrase dump"
+
     def __init__(self, folder: Path, manifest: dict[str, Any]):
-        self.folder = folder
-        self.manifest = manifest
+        super().__init__(folder, manifest)
         self._sides: dict[str, DumpSide] | None = None
         self._shards: list[Shard] = []
-
-    @classmethod
-    def open(cls, folder: str | os.PathLike, require_complete: bool = True) -> "PhraseDump":
-        folder = Path(folder)
-        path = folder / MANIFEST
-        if not path.exists():
-            raise DataError(f"not a phrase dump (no {MANIFEST})", folder)
-        manifest = load_format_json(path, FORMAT, VERSION, "phrase dump manifest")
-        if require_complete and not manifest.get("complete"):
-            raise ConvQAError(f"{folder}: the phrase dump is not finished; rerun it to resume")
-        return cls(folder, manifest)
-
-    count = property(lambda self: int(self.manifest["count"]))
-    dim = property(lambda self: int(self.manifest["dim"]))
-    dtype = property(lambda self: str(self.manifest["dtype"]))
-    fingerprint = property(lambda self: str(self.manifest["fingerprint"]))
-    corpus_checksum = property(lambda self: str(self.manifest["corpus_checksum"]))
-
-    def ranges(self) -> list[tuple[int, int]]:
-        return shard_ranges(self.count, int(self.manifest["shard_size"]))
 
     def shard(self, start: int, end: int) -> Shard:
         return read_shard(self.folder, start, end, self.dim, self.dtype)

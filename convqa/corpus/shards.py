@@ -21,9 +21,12 @@ import numpy as np
 import torch
 
 from convqa.errors import ConfigError, ConvQAError, DataError
+from convqa.io import load_format_json
 from convqa.types import Passage
 
 from .store import PassageStore
+
+MANIFEST = "manifest.json"
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +75,43 @@ class CorpusRows:
 def shard_ranges(count: int, shard_size: int) -> list[tuple[int, int]]:
     """The (start, end) rows of every shard of a `count`-row corpus."""
     return [(s, min(s + shard_size, count)) for s in range(0, count, shard_size)]
+
+
+class ShardedFolder:
+    """A finished (or partial) folder of shards and its manifest.json (count, dim, dtype,
+    fingerprint, corpus_checksum, shard_size, complete). A subclass names its FORMAT and
+    VERSION and says what it is: WHAT ("a phrase dump"), KIND (the manifest's label) and JOB
+    (what is unfinished while `complete` is false)."""
+
+    FORMAT = ""
+    VERSION = 0
+    WHAT = "a sharded folder"
+    KIND = "sharded folder"
+    JOB = "the encoding"
+
+    def __init__(self, folder: Path, manifest: dict[str, Any]):
+        self.folder = folder
+        self.manifest = manifest
+
+    @classmethod
+    def open(cls, folder: str | os.PathLike, require_complete: bool = True):
+        folder = Path(folder)
+        path = folder / MANIFEST
+        if not path.exists():
+            raise DataError(f"not {cls.WHAT} (no {MANIFEST})", folder)
+        manifest = load_format_json(path, cls.FORMAT, cls.VERSION, f"{cls.KIND} manifest")
+        if require_complete and not manifest.get("complete"):
+            raise ConvQAError(f"{folder}: {cls.JOB} is not finished; rerun it to resume")
+        return cls(folder, manifest)
+
+    count = property(lambda self: int(self.manifest["count"]))
+    dim = property(lambda self: int(self.manifest["dim"]))
+    dtype = property(lambda self: str(self.manifest["dtype"]))
+    fingerprint = property(lambda self: str(self.manifest["fingerprint"]))
+    corpus_checksum = property(lambda self: str(self.manifest["corpus_checksum"]))
+
+    def ranges(self) -> list[tuple[int, int]]:
+        return shard_ranges(self.count, int(self.manifest["shard_size"]))
 
 
 def launched_accelerator():

@@ -26,16 +26,15 @@ import numpy as np
 import torch
 
 from convqa.corpus import PassageStore
-from convqa.corpus.shards import (CorpusRows, ShardProcesses, check_resumable, eval_mode,
-                                  shard_done, shard_ranges)
+from convqa.corpus.shards import (MANIFEST, CorpusRows, ShardedFolder, ShardProcesses,
+                                  check_resumable, eval_mode, shard_done)
 from convqa.corpus.shards import launched_accelerator, passages_checksum  # noqa: F401 (our API)
 from convqa.errors import ConfigError, ConvQAError, DataError
-from convqa.io import load_format_json, write_json
+from convqa.io import write_json
 from convqa.types import Passage
 
 from .precision import BF16, FP32, autocast, fast_path_agrees
 
-MANIFEST = "manifest.json"
 FORMAT = "convqa-dense-vectors"
 VERSION = 1
 DTYPES = ("float16", "float32")
@@ -114,31 +113,17 @@ def encode_tokenized(encode, tokens: dict[str, list[list[int]]], pad_id: int | N
 
 
 @dataclass
-class VectorShards:
+class VectorShards(ShardedFolder):
     """A finished (or partial) folder of encoded vectors, read shard by shard."""
 
     folder: Path
     manifest: dict[str, Any]
 
-    @classmethod
-    def open(cls, folder: str | os.PathLike, require_complete: bool = True) -> "VectorShards":
-        folder = Path(folder)
-        path = folder / MANIFEST
-        if not path.exists():
-            raise DataError("not an encoded-vectors folder (no manifest.json)", folder)
-        manifest = load_format_json(path, FORMAT, VERSION, "encoded-vectors manifest")
-        if require_complete and not manifest.get("complete"):
-            raise ConvQAError(f"{folder}: encoding is not finished; rerun it to resume")
-        return cls(folder, manifest)
-
-    count = property(lambda self: int(self.manifest["count"]))
-    dim = property(lambda self: int(self.manifest["dim"]))
-    dtype = property(lambda self: str(self.manifest["dtype"]))
-    fingerprint = property(lambda self: str(self.manifest["fingerprint"]))
-    corpus_checksum = property(lambda self: str(self.manifest["corpus_checksum"]))
-
-    def ranges(self) -> list[tuple[int, int]]:
-        return shard_ranges(self.count, int(self.manifest["shard_size"]))
+    FORMAT = FORMAT
+    VERSION = VERSION
+    WHAT = "an encoded-vectors folder"
+    KIND = "encoded-vectors"
+    JOB = "encoding"
 
     def shard(self, start: int, end: int) -> np.ndarray:
         """One shard memory-mapped, checked against the manifest; DataError when damaged."""
