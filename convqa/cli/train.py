@@ -30,8 +30,9 @@ from pathlib import Path
 
 from convqa.errors import ConvQAError
 
-from .train_args import (add_process_args, add_schedule_args, count, fraction, int_at_least,
-                         positive_float, positive_int, schedule_settings, start_run)
+from .train_args import (add_example_sources, add_process_args, add_schedule_args, count,
+                         fraction, int_at_least, positive_float, positive_int,
+                         schedule_settings, start_run)
 
 
 
@@ -196,14 +197,7 @@ def _add_reader(jobs) -> None:
         "the same command to resume. Several processes: torchrun ... -m convqa.cli.main train "
         "reader ... (the same flags).")
     p.add_argument("--out", required=True, metavar="DIR", help="output folder")
-    p.add_argument("--squad", action="append", default=[], metavar="FILE",
-                   help="SQuAD-format file (repeatable); articles are held out by "
-                        "--heldout-fraction")
-    p.add_argument("--benchmark", action="append", default=[], metavar="DIR",
-                   help="benchmark folder of `convqa data topiocqa-wiki` (repeatable): train "
-                        "turns train, dev turns are held out")
-    p.add_argument("--examples", action="append", default=[], metavar="JSONL",
-                   help="prepared reader examples (readers/extractive/data.py format)")
+    add_example_sources(p)
     p.add_argument("--init-model", default="all-MiniLM-L6-v2", metavar="ID_OR_PATH",
                    help="encoder, question-answering checkpoint or reader folder to start from "
                         "(default all-MiniLM-L6-v2)")
@@ -489,14 +483,7 @@ def _add_phrase(jobs) -> None:
         "the same command to resume. Several processes: torchrun ... -m convqa.cli.main train "
         "phrase ... (the same flags).")
     p.add_argument("--out", required=True, metavar="DIR", help="output folder")
-    p.add_argument("--squad", action="append", default=[], metavar="FILE",
-                   help="SQuAD-format file (repeatable); articles held out by "
-                        "--heldout-fraction")
-    p.add_argument("--benchmark", action="append", default=[], metavar="DIR",
-                   help="benchmark folder of `convqa data topiocqa-wiki` (repeatable): train "
-                        "turns train, dev turns are held out")
-    p.add_argument("--examples", action="append", default=[], metavar="JSONL",
-                   help="prepared reader examples (readers/extractive/data.py format)")
+    add_example_sources(p)
     p.add_argument("--init-model", default="all-MiniLM-L6-v2", metavar="ID_OR_PATH",
                    help="checkpoint both towers start from (default all-MiniLM-L6-v2)")
     p.add_argument("--teacher", default="convqa-reader", metavar="READER",

@@ -76,6 +76,19 @@ def add_schedule_args(p: argparse.ArgumentParser, *, batch_size: int, unit: str,
     p.add_argument("--seed", type=count, default=0)
 
 
+def add_example_sources(p: argparse.ArgumentParser) -> None:
+    """--squad, --benchmark, --examples: where reader-style examples come from (the extractive
+    reader and the phrase model train on them)."""
+    p.add_argument("--squad", action="append", default=[], metavar="FILE",
+                   help="SQuAD-format file (repeatable); articles are held out by "
+                        "--heldout-fraction")
+    p.add_argument("--benchmark", action="append", default=[], metavar="DIR",
+                   help="benchmark folder of `convqa data topiocqa-wiki` (repeatable): train "
+                        "turns train, dev turns are held out")
+    p.add_argument("--examples", action="append", default=[], metavar="JSONL",
+                   help="prepared reader examples (readers/extractive/data.py format)")
+
+
 def add_process_args(p: argparse.ArgumentParser) -> None:
     """--cpu and --quiet."""
     p.add_argument("--cpu", action="store_true", help="train on the CPU even if a GPU exists")
