@@ -13,14 +13,7 @@ from fid_helpers import COLOURS, DISTRACTORS, QUESTION, colour_examples, tiny_re
 from readers.fid.data import FiDExample
 from readers.fid.model import FiDReader
 from readers.fid.train import FiDTrainConfig, FiDTrainer, evaluate_fid, train_fid
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+from reader_helpers import single_thread  # noqa: F401 (autouse fixture: one thread)
 
 
 def weights(model) -> dict[str, torch.Tensor]:

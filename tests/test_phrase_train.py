@@ -13,15 +13,10 @@ from phrase_index.model import PhraseModel
 from phrase_index.train import (FrozenPhrases, PhraseTrainConfig, PhraseTrainer,
                                 best_span_in_passage, chance_in_passage, evaluate_in_passage,
                                 export_adapter, train_phrase_model, train_stage)
-from phrase_model_helpers import one_thread, phrase_config, tiny_base, tiny_phrase_model
+from phrase_model_helpers import phrase_config, tiny_base, tiny_phrase_model
 from reader_helpers import tiny_reader
 from training_helpers import make_benchmark
-
-
-@pytest.fixture(autouse=True)
-def _threads():
-    with one_thread():
-        yield
+from reader_helpers import single_thread  # noqa: F401 (autouse fixture: one thread)
 
 
 @pytest.fixture(scope="module")

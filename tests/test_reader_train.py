@@ -15,13 +15,8 @@ from readers.extractive.inputs import token_span_to_chars
 from readers.extractive.model import ExtractiveReader
 from readers.extractive.train import (ReaderTrainConfig, ReaderTrainer, evaluate_reader,
                                       make_reader_batch, train_reader)
-from reader_helpers import one_thread, tiny_reader
-
-
-@pytest.fixture(autouse=True)
-def _threads():
-    with one_thread():
-        yield
+from reader_helpers import tiny_reader
+from reader_helpers import single_thread  # noqa: F401 (autouse fixture: one thread)
 
 
 @pytest.fixture(scope="module")
