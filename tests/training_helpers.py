@@ -1,4 +1,5 @@
-"""Shared by tests/test_training_*.py: a tiny benchmark folder and a tiny random dual encoder.
+"""Shared by the training tests: a tiny benchmark folder, a tiny random dual encoder, and a way to
+stop a training run after a given step as a kill would (`kill_after`).
 
 The benchmark follows docs/benchmark_format.md: 4 conversations (3 train, 1 dev), 10 articles.
 Train turns, by hand:
@@ -102,3 +103,18 @@ def tiny_encoder(seed: int = 0, normalize: bool = True, dropout: float = 0.1):
     return DualEncoder(DualEncoderConfig(model="tiny-random-bert", normalize=normalize,
                                          query_max_length=130, passage_max_length=48),
                        BertModel(config, add_pooling_layer=False), tokenizer)
+
+
+class Killed(Exception):
+    """A training run stopped by `kill_after`, as a kill would stop it."""
+
+
+def kill_after(step: int):
+    """An `on_step(step, loss)` callback that stops the run once optimizer step `step` is done
+    (its checkpoint, if any, is the last one a killed run leaves)."""
+    def on_step(done: int, loss: float) -> None:
+        if done == step:
+            raise Killed
+
+    return on_step
+
