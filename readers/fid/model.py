@@ -38,7 +38,7 @@ from convqa.types import Passage, Turn
 # Generic peft/folder helpers shared with the dual encoder (same on-disk conventions).
 from convqa.model_folder import writing_folder
 from convqa.towers import (ADAPTER_CONFIG, attach_adapter, effective_state, hash_state, is_peft,
-                           merged, save_tower)
+                           load_encoder_tokenizer, merged, save_tower)
 
 from .data import check_template, collate, special_token_id
 
@@ -111,16 +111,6 @@ def _load_seq2seq(name_or_path: str) -> torch.nn.Module:
                           ) from None
 
 
-def _load_tokenizer(name_or_path: str):
-    from transformers import AutoTokenizer
-
-    try:
-        return AutoTokenizer.from_pretrained(resolve_model(name_or_path), trust_remote_code=False)
-    except (OSError, ValueError) as exc:
-        raise ConvQAError(f"cannot load the tokenizer of {name_or_path!r}: "
-                          f"{str(exc).splitlines()[0]}") from None
-
-
 def make_history(spec: dict[str, Any], tokenizer: Any, model_name: str):
     """The configured history strategy, counting tokens with `tokenizer`."""
     options = {k: v for k, v in spec.items() if k != "name"}
@@ -157,7 +147,7 @@ class FiDReader(torch.nn.Module):
     @classmethod
     def build(cls, config: FiDConfig) -> "FiDReader":
         """From a pretrained seq2seq checkpoint `config.model`."""
-        model = cls(config, _load_seq2seq(config.model), _load_tokenizer(config.model))
+        model = cls(config, _load_seq2seq(config.model), load_encoder_tokenizer(config.model))
         model.source = config.model
         return model
 
@@ -190,7 +180,7 @@ class FiDReader(torch.nn.Module):
             model = cls.build(config)
             model.seq2seq = attach_adapter(model.seq2seq, folder)
         else:
-            model = cls(config, _load_seq2seq(str(folder)), _load_tokenizer(str(folder)))
+            model = cls(config, _load_seq2seq(str(folder)), load_encoder_tokenizer(str(folder)))
         model.source = str(path)
         return model
 
