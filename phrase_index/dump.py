@@ -8,7 +8,7 @@ does not). Candidates are text tokens that begin (start side) or finish (end sid
 title and special tokens never bound an answer in the text, nor does the inside of a word.
 
 The corpus is cut into fixed ranges of `shard_size` passages, as in retrievers/dense/encode.py
-(whose corpus and process helpers this reuses): `manifest.json` is written first (model
+(both run convqa/corpus/shards.py): `manifest.json` is written first (model
 fingerprint, corpus checksum, dtype, thresholds, a size estimate), each shard is written
 atomically (see `phrase_index.vectors`), a rerun skips every finished shard, and under
 `accelerate launch` shard i is encoded by process i % N. A killed run loses at most the shards
@@ -35,16 +35,16 @@ import numpy as np
 import torch
 
 from convqa.corpus import PassageStore
+from convqa.corpus.shards import (MANIFEST, CorpusRows, ShardedFolder, ShardProcesses,
+                                  check_resumable, eval_mode, shard_done)
 from convqa.errors import ConfigError, ConvQAError, DataError
-from convqa.io import load_format_json, write_json
+from convqa.io import write_json
 from convqa.types import Passage
-from retrievers.dense.encode import _Corpus, _same_device, launched_accelerator
 from retrievers.dense.precision import BF16, FP32, autocast, fast_path_agrees
 
 from .vectors import (DTYPES, SIDES, DumpSide, Shard, pack_shard, read_shard, shard_dir_name,
                       write_shard)
 
-MANIFEST = "manifest.json"
 FORMAT = "convqa-phrase-dump"
 VERSION = 2             # 2: one token table per shard, sides refer to it (vectors.py)
 POS_BYTES = 16          # (row, token, char start, char end) as int32
@@ -98,35 +98,19 @@ class DumpedPassage:
     truncated: bool
 
 
-class PhraseDump:
+class PhraseDump(ShardedFolder):
     """A finished (or partial) dump folder: the manifest and the two sides, memory-mapped."""
 
+    FORMAT = FORMAT
+    VERSION = VERSION
+    WHAT = "a phrase dump"
+    KIND = "phrase dump"
+    JOB = "the phrase dump"
+
     def __init__(self, folder: Path, manifest: dict[str, Any]):
-        self.folder = folder
-        self.manifest = manifest
+        super().__init__(folder, manifest)
         self._sides: dict[str, DumpSide] | None = None
         self._shards: list[Shard] = []
-
-    @classmethod
-    def open(cls, folder: str | os.PathLike, require_complete: bool = True) -> "PhraseDump":
-        folder = Path(folder)
-        path = folder / MANIFEST
-        if not path.exists():
-            raise DataError(f"not a phrase dump (no {MANIFEST})", folder)
-        manifest = load_format_json(path, FORMAT, VERSION, "phrase dump manifest")
-        if require_complete and not manifest.get("complete"):
-            raise ConvQAError(f"{folder}: the phrase dump is not finished; rerun it to resume")
-        return cls(folder, manifest)
-
-    count = property(lambda self: int(self.manifest["count"]))
-    dim = property(lambda self: int(self.manifest["dim"]))
-    dtype = property(lambda self: str(self.manifest["dtype"]))
-    fingerprint = property(lambda self: str(self.manifest["fingerprint"]))
-    corpus_checksum = property(lambda self: str(self.manifest["corpus_checksum"]))
-
-    def ranges(self) -> list[tuple[int, int]]:
-        size = int(self.manifest["shard_size"])
-        return [(s, min(s + size, self.count)) for s in range(0, self.count, size)]
 
     def shard(self, start: int, end: int) -> Shard:
         return read_shard(self.folder, start, end, self.dim, self.dtype)
@@ -222,13 +206,10 @@ def _kept(passage: Passage, row: int, sides, b: int, masks: dict[str, torch.Tens
     return DumpedPassage(vectors, pos, kept_logits, text_tokens, truncated)
 
 
-def _sample(model, corpus: _Corpus, sample: int, batch_size: int,
+def _sample(model, corpus: CorpusRows, sample: int, batch_size: int,
             precision: str) -> list[DumpedPassage]:
     """`sample` passages spread evenly over the corpus, every word-boundary token kept."""
-    count = len(corpus)
-    positions = np.unique(np.linspace(0, count - 1, min(sample, count)).astype(int))
-    passages = [corpus.rows(int(i), int(i) + 1)[0] for i in positions]
-    return encode_dump_batch(model, passages, 0, batch_size, precision, None, None)
+    return encode_dump_batch(model, corpus.spread(sample), 0, batch_size, precision, None, None)
 
 
 def thresholds_for_fraction(sample: Sequence[DumpedPassage],
@@ -266,7 +247,7 @@ def _estimate(sample: Sequence[DumpedPassage], thresholds: dict[str, float | Non
                         (kept["start"] + kept["end"]) * 4 * dim * count)
 
 
-def estimate_dump(model, corpus: _Corpus, dtype: str, sample: int = 32, batch_size: int = 16,
+def estimate_dump(model, corpus: CorpusRows, dtype: str, sample: int = 32, batch_size: int = 16,
                   precision: str = FP32, start_threshold: float | None = 0.0,
                   end_threshold: float | None = 0.0) -> DumpEstimate:
     """Predict the dump size from `sample` passages spread evenly over the corpus."""
@@ -275,7 +256,7 @@ def estimate_dump(model, corpus: _Corpus, dtype: str, sample: int = 32, batch_si
                      len(corpus), _shares_start_end(model))
 
 
-def _header(model, corpus: _Corpus, shard_size: int, dtype: str, start_threshold: float | None,
+def _header(model, corpus: CorpusRows, shard_size: int, dtype: str, start_threshold: float | None,
             end_threshold: float | None, keep_fraction: float | None) -> dict[str, Any]:
     return {"format": FORMAT, "version": VERSION, "model": model.source,
             "fingerprint": model.fingerprint(), "dim": model.dim, "count": len(corpus),
@@ -288,19 +269,13 @@ def _header(model, corpus: _Corpus, shard_size: int, dtype: str, start_threshold
 def _check_resumable(old: dict[str, Any], new: dict[str, Any], folder: Path) -> None:
     # with a keep fraction the thresholds were derived from a sample: the folder's are kept
     fields = _HEADER_FIELDS + (_THRESHOLDS if new["keep_fraction"] is None else ())
-    for field in fields:
-        if old.get(field) != new[field]:
-            raise ConvQAError(
-                f"{folder} holds a phrase dump with another {field} ({old.get(field)!r}, now "
-                f"{new[field]!r}); model fingerprints: dump {old.get('fingerprint')}, model "
-                f"{new['fingerprint']}. Use another folder or delete this one")
+    check_resumable(old, new, fields, folder, "a phrase dump")
 
 
-def _choose_precision(model, corpus: _Corpus, fast: bool, batch_size: int) -> tuple[str, float | None]:
+def _choose_precision(model, corpus: CorpusRows, fast: bool, batch_size: int) -> tuple[str, float | None]:
     if not fast:
         return FP32, None
-    positions = np.unique(np.linspace(0, len(corpus) - 1, min(16, len(corpus))).astype(int))
-    sample = [corpus.rows(int(i), int(i) + 1)[0] for i in positions]
+    sample = corpus.spread(16)
     encoding = model.tokenize_passages([p.title for p in sample], [p.text for p in sample])
 
     def tokens() -> torch.Tensor:
@@ -349,53 +324,38 @@ def dump_corpus(model, store_or_passages: PassageStore | Sequence[Passage],
         keep_fraction = start_threshold = end_threshold = None
     start_threshold = None if start_threshold is None else float(start_threshold)
     end_threshold = None if end_threshold is None else float(end_threshold)
-    corpus = _Corpus(store_or_passages)
+    corpus = CorpusRows(store_or_passages)
     if len(corpus) == 0:
         raise ConvQAError("cannot dump an empty corpus")
-    accelerator = accelerator if accelerator is not None else launched_accelerator()
-    rank, world = (accelerator.process_index, accelerator.num_processes) if accelerator else (0, 1)
-    launched = int(os.environ.get("WORLD_SIZE", "1"))
-    if launched > 1 and world != launched:
-        raise ConvQAError(f"{launched} processes were launched but the accelerator sees {world}"
-                          "; on a machine without GPUs create it with Accelerator(cpu=True)")
-    barrier = accelerator.wait_for_everyone if accelerator else (lambda: None)
-    if accelerator is not None and not _same_device(model.device, accelerator.device):
-        model.to(accelerator.device)
+    processes = ShardProcesses(model, accelerator)
     folder = Path(out_dir)
-    was_training = model.training
-    model.eval()
-    try:
-        if rank == 0:
+    with eval_mode(model):
+        if processes.main:
             _start(model, corpus, folder, dtype, start_threshold, end_threshold, keep_fraction,
                    batch_size, shard_size, fast, progress, estimate_sample)
-        barrier()
+        processes.barrier()
         dump = PhraseDump.open(folder, require_complete=False)
         precision = dump.manifest["precision"]
         start_threshold = dump.manifest["start_threshold"]
         end_threshold = dump.manifest["end_threshold"]
-        todo = [(s, e) for n, (s, e) in enumerate(dump.ranges())
-                if n % world == rank and not _valid(dump, s, e)]
-        from tqdm.auto import tqdm
 
-        bar = tqdm(total=sum(e - s for s, e in todo), unit=" psg", smoothing=0.05,
-                   desc=f"phrase dump ({precision}, {dtype}, {world} process"
-                        f"{'es' if world > 1 else ''})", disable=not (progress and rank == 0))
-        with bar:
-            for start, end in todo:
-                dumped = encode_dump_batch(model, corpus.rows(start, end), start, batch_size,
-                                           precision, start_threshold, end_threshold, bar)
-                _write(folder, start, end, dumped, dtype)
-        log.info("process %d/%d dumped %d shards", rank, world, len(todo))
-        barrier()
-        if rank == 0:
+        def work(start: int, end: int, bar) -> None:
+            dumped = encode_dump_batch(model, corpus.rows(start, end), start, batch_size,
+                                       precision, start_threshold, end_threshold, bar)
+            _write(folder, start, end, dumped, dtype)
+
+        count = processes.encode(dump.ranges(), lambda s, e: _valid(dump, s, e), work,
+                                 f"phrase dump ({precision}, {dtype}, {processes.label})",
+                                 progress)
+        log.info("process %d/%d dumped %d shards", processes.rank, processes.world, count)
+        processes.barrier()
+        if processes.main:
             _finish(dump)
-        barrier()
-    finally:
-        model.train(was_training)
+        processes.barrier()
     return PhraseDump.open(folder)
 
 
-def _start(model, corpus: _Corpus, folder: Path, dtype: str, start_threshold: float | None,
+def _start(model, corpus: CorpusRows, folder: Path, dtype: str, start_threshold: float | None,
            end_threshold: float | None, keep_fraction: float | None, batch_size: int,
            shard_size: int, fast: bool, progress: bool, estimate_sample: int) -> None:
     """Main process: check (resume) or write the manifest, with the size estimate."""
@@ -451,14 +411,8 @@ def _write(folder: Path, start: int, end: int, dumped: list[DumpedPassage], dtyp
 
 
 def _valid(dump: PhraseDump, start: int, end: int) -> bool:
-    if not (dump.folder / shard_dir_name(start, end)).exists():
-        return False
-    try:
-        dump.shard(start, end)
-    except DataError as exc:
-        log.warning("re-dumping %s", exc)
-        return False
-    return True
+    return shard_done(dump.folder / shard_dir_name(start, end), lambda: dump.shard(start, end),
+                      "re-dumping")
 
 
 def _finish(dump: PhraseDump) -> None:

@@ -27,9 +27,9 @@ import numpy as np
 
 from convqa.errors import ConfigError, ConvQAError, DataError
 from convqa.io import load_format_json, write_json
-from retrievers.dense.index import (DEFAULT_NPROBE, FORMAT as DENSE_FORMAT, VERSION as
-                                    DENSE_VERSION, DenseIndex, _ivf_lists, _make_index,
-                                    _skip_polysemous_training)
+from retrievers.dense.index import (FORMAT as DENSE_FORMAT, VERSION as DENSE_VERSION,
+                                    DenseIndex, add_batches, make_index, search_defaults,
+                                    train_index)
 
 from .dump import PhraseDump
 from .vectors import SIDES
@@ -38,7 +38,6 @@ META_FILE = "phrase_index.json"
 FORMAT = "convqa-phrase-index"
 VERSION = 1
 FLAT_MAX = 500_000        # vectors per side up to which Flat is chosen (~0.75 GB fp32 at 384-d)
-DEFAULT_TRAIN_SIZE = 100_000
 DUMP_DIR = "dump"
 
 
@@ -63,32 +62,17 @@ def _build_side(dump: PhraseDump, side: str, factory: str, train_size: int | Non
         raise ConvQAError(f"the phrase dump {dump.folder} kept no {side} vectors (filter "
                           f"threshold {dump.manifest.get(f'{side}_threshold')}); dump again "
                           "with a lower threshold or a larger keep fraction")
-    index = _make_index(factory, dim)
-    if not index.is_trained:
-        _skip_polysemous_training(index)
-        lists = _ivf_lists(index) or 1
-        if count < lists:
-            raise ConfigError(f"factory {factory!r} needs at least {lists} {side} vectors to "
-                              f"train its {lists} lists; the dump has {count}: use fewer lists")
-        size = min(count, train_size or max(DEFAULT_TRAIN_SIZE, 39 * lists))
-        rows = np.sort(np.random.default_rng(seed).choice(count, size, replace=False))
-        index.train(np.ascontiguousarray(vectors.vectors(rows)))
-    from tqdm.auto import tqdm
-
-    with tqdm(total=count, desc=f"FAISS {factory} ({side})", unit=" vec",
-              disable=not progress) as bar:
-        for batch in vectors.batches():
-            index.add(np.ascontiguousarray(batch))
-            bar.update(len(batch))
+    index = make_index(factory, dim)
+    train_index(index, factory, count, vectors.vectors, train_size=train_size, seed=seed,
+                what=f"{side} vectors", source="the dump")
+    add_batches(index, vectors.batches(), count, f"FAISS {factory} ({side})", progress)
     import faiss
 
     meta = {"format": DENSE_FORMAT, "version": DENSE_VERSION, "factory": factory,
             "metric": "inner_product", "encoder": dump.manifest.get("model"),
             "fingerprint": dump.fingerprint, "dim": dim, "count": count,
             "corpus_checksum": dump.corpus_checksum, "vector_dtype": dump.dtype,
-            "faiss_version": faiss.__version__, "phrase_side": side,
-            "nprobe": DEFAULT_NPROBE if _ivf_lists(index) else None,
-            "ef_search": 128 if hasattr(index, "hnsw") else None}
+            "faiss_version": faiss.__version__, "phrase_side": side, **search_defaults(index)}
     return DenseIndex(index, meta)
 
 

@@ -23,7 +23,7 @@ passage length): query-side fine-tuning keeps it, so an index built before stays
 Saved folders hold `convqa_phrase_model.json`, `phrase_heads.safetensors` (filter and query
 heads) and, per tower, either full weights (phrase tower at the root as a plain HF checkpoint,
 query tower in `query_encoder/`) or only peft LoRA adapters over `config.base`. The encoder
-helpers are the dual encoder's (retrievers/dense/model.py).
+helpers are convqa/towers.py's, shared by every convqa model.
 """
 from __future__ import annotations
 
@@ -31,8 +31,6 @@ import copy
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, NamedTuple, Sequence
@@ -45,9 +43,10 @@ from convqa.history import HistoryStrategy, build_history_strategy
 from convqa.io import load_format_json, write_json
 from convqa.models import DEFAULT_MODEL, load_tokenizer, shipped_model_path
 from convqa.types import Turn
-from readers.extractive.model import keep_layers
-from retrievers.dense.model import (_attach_adapter, _hash_tower, _is_peft, _load_encoder,
-                                    _load_tokenizer, _merged, _replace_folder, _save_adapter)
+from convqa.model_folder import writing_folder
+from convqa.towers import (adapted_encoder, hash_state, hash_tower, head_from, hidden_size,
+                           is_peft, keep_layers, load_encoder, load_encoder_tokenizer,
+                           load_heads, merged, save_heads, save_tower)
 
 META_FILE = "convqa_phrase_model.json"
 HEADS_FILE = "phrase_heads.safetensors"
@@ -123,13 +122,6 @@ class QueryVectors(NamedTuple):
     end: Tensor            # [B, d] float32
 
 
-def _hidden_size(encoder: torch.nn.Module) -> int:
-    size = getattr(encoder.config, "hidden_size", None) or getattr(encoder.config, "d_model", None)
-    if not isinstance(size, int):
-        raise ConfigError(f"cannot tell the hidden size of encoder {type(encoder).__name__}")
-    return size
-
-
 def _identity_head(hidden: int) -> torch.nn.Linear:
     head = torch.nn.Linear(hidden, hidden)
     with torch.no_grad():
@@ -161,9 +153,9 @@ class PhraseModel(torch.nn.Module):
         self.phrase_encoder = phrase_encoder
         self.separate_query_encoder = query_encoder
         self.tokenizer = tokenizer
-        hidden = _hidden_size(phrase_encoder)
-        if query_encoder is not None and _hidden_size(query_encoder) != hidden:
-            raise ConfigError(f"query encoder ({_hidden_size(query_encoder)}-d) and phrase "
+        hidden = hidden_size(phrase_encoder)
+        if query_encoder is not None and hidden_size(query_encoder) != hidden:
+            raise ConfigError(f"query encoder ({hidden_size(query_encoder)}-d) and phrase "
                               f"encoder ({hidden}-d) differ in dimension")
         heads = heads or {}
         std = float(getattr(phrase_encoder.config, "initializer_range", 0.02) or 0.02)
@@ -180,10 +172,10 @@ class PhraseModel(torch.nn.Module):
     def build(cls, config: PhraseModelConfig | None = None) -> "PhraseModel":
         """A trainable model from the base checkpoint (both towers start from it)."""
         config = config or PhraseModelConfig()
-        phrase = keep_layers(_load_encoder(config.base), config.encoder_layers)
+        phrase = keep_layers(load_encoder(config.base), config.encoder_layers)
         query = None if config.shared_query_encoder else \
-            keep_layers(_load_encoder(config.base), config.encoder_layers)
-        model = cls(config, phrase, _load_tokenizer(config.base), query)
+            keep_layers(load_encoder(config.base), config.encoder_layers)
+        model = cls(config, phrase, load_encoder_tokenizer(config.base), query)
         model.source = config.base
         return model
 
@@ -210,8 +202,6 @@ class PhraseModel(torch.nn.Module):
     def load(cls, path: str | os.PathLike) -> "PhraseModel":
         """A folder written by `save` (full weights or LoRA adapters), or the alias of a shipped
         model (`convqa-phrase`)."""
-        from safetensors.torch import load_file
-
         folder = shipped_model_path(str(path)) or Path(path)
         meta_path = folder / META_FILE
         if not meta_path.exists():
@@ -219,24 +209,19 @@ class PhraseModel(torch.nn.Module):
         meta = load_format_json(meta_path, FORMAT, VERSION, "convqa phrase model")
         config = PhraseModelConfig.from_dict(meta.get("config"), str(meta_path))
         heads_path = folder / HEADS_FILE
-        if not heads_path.exists():
-            raise DataError(f"phrase heads missing ({HEADS_FILE})", folder)
-        try:
-            state = load_file(str(heads_path))
-        except Exception as exc:  # noqa: BLE001 - any unreadable file is a damaged model
-            raise DataError(f"cannot read phrase heads ({type(exc).__name__})", heads_path
-                            ) from None
+        state = load_heads(heads_path, "phrase")
         query_dir = folder / QUERY_DIR
         if meta.get("adapter"):
-            tokenizer = _load_tokenizer(config.base)
-            phrase = _adapted(config, folder)
-            query = None if config.shared_query_encoder else _adapted(config, query_dir)
+            tokenizer = load_encoder_tokenizer(config.base)
+            phrase = adapted_encoder(config.base, config.encoder_layers, folder)
+            query = None if config.shared_query_encoder else \
+                adapted_encoder(config.base, config.encoder_layers, query_dir)
         else:
-            tokenizer = _load_tokenizer(str(folder))
-            phrase = _load_encoder(str(folder))
-            query = None if config.shared_query_encoder else _load_encoder(str(query_dir))
-        hidden = _hidden_size(phrase)
-        heads = {name: _head_from(state, name, hidden, out, heads_path)
+            tokenizer = load_encoder_tokenizer(str(folder))
+            phrase = load_encoder(str(folder))
+            query = None if config.shared_query_encoder else load_encoder(str(query_dir))
+        hidden = hidden_size(phrase)
+        heads = {name: head_from(state, name, hidden, out, heads_path)
                  for name, out in (("filter", 2), ("query_start", hidden),
                                    ("query_end", hidden))}
         model = cls(config, phrase, tokenizer, query, heads)
@@ -251,7 +236,7 @@ class PhraseModel(torch.nn.Module):
 
     @property
     def dim(self) -> int:
-        return _hidden_size(self.phrase_encoder)
+        return hidden_size(self.phrase_encoder)
 
     @property
     def device(self) -> torch.device:
@@ -259,7 +244,7 @@ class PhraseModel(torch.nn.Module):
 
     @property
     def has_adapters(self) -> bool:
-        return _is_peft(self.phrase_encoder)
+        return is_peft(self.phrase_encoder)
 
     def phrase_parameters(self) -> list[torch.nn.Parameter]:
         """What the phrase vectors and filter depend on (frozen in query-side fine-tuning)."""
@@ -384,8 +369,8 @@ class PhraseModel(torch.nn.Module):
         digest.update(json.dumps({"max_passage_tokens": self.config.max_passage_tokens,
                                   "max_title_tokens": self.config.max_title_tokens}).encode())
         with torch.no_grad():
-            _hash_tower(digest, self.phrase_encoder, self.tokenizer)
-            _hash_state(digest, {f"filter.{k}": v for k, v in self.filter_head.state_dict().items()})
+            hash_tower(digest, self.phrase_encoder, self.tokenizer)
+            hash_state(digest, {f"filter.{k}": v for k, v in self.filter_head.state_dict().items()})
         return digest.hexdigest()[:24]
 
     def full_fingerprint(self) -> str:
@@ -396,8 +381,8 @@ class PhraseModel(torch.nn.Module):
                                  sort_keys=True).encode())
         with torch.no_grad():
             if self.separate_query_encoder is not None:
-                _hash_tower(digest, self.separate_query_encoder, self.tokenizer)
-            _hash_state(digest, self._query_head_state())
+                hash_tower(digest, self.separate_query_encoder, self.tokenizer)
+            hash_state(digest, self._query_head_state())
         return digest.hexdigest()[:24]
 
     def _query_head_state(self) -> dict[str, Tensor]:
@@ -430,77 +415,31 @@ class PhraseModel(torch.nn.Module):
 
     def merge_adapters(self) -> "PhraseModel":
         """Fold LoRA into the base weights (faster inference; fingerprints are kept)."""
-        self.phrase_encoder = _merged(self.phrase_encoder)
+        self.phrase_encoder = merged(self.phrase_encoder)
         if self.separate_query_encoder is not None:
-            self.separate_query_encoder = _merged(self.separate_query_encoder)
+            self.separate_query_encoder = merged(self.separate_query_encoder)
         return self
 
     # -- saving ---------------------------------------------------------------------------
     def save(self, path: str | os.PathLike, adapter_only: bool | None = None) -> None:
         """Write atomically (temporary sibling folder renamed into place), safetensors only.
         A model with LoRA adapters saves adapters + heads unless `adapter_only=False`."""
-        from safetensors.torch import save_file
-
         adapter_only = self.has_adapters if adapter_only is None else adapter_only
         if adapter_only and not self.has_adapters:
             raise ConvQAError("adapter_only=True but this phrase model has no LoRA adapters")
-        path = Path(path)
-        if path.exists() and not (path / META_FILE).exists() and any(path.iterdir()):
-            raise ConvQAError(f"{path}: exists and is not a convqa phrase model; not replacing it")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
-        try:
-            towers = [(self.phrase_encoder, tmp)]
+        with writing_folder(Path(path), META_FILE, "a convqa phrase model") as tmp:
+            towers = [(self.phrase_encoder, tmp, self.tokenizer)]
             if self.separate_query_encoder is not None:
-                towers.append((self.separate_query_encoder, tmp / QUERY_DIR))
-            for tower, where in towers:
+                towers.append((self.separate_query_encoder, tmp / QUERY_DIR, None))
+            for tower, where, tokenizer in towers:
                 where.mkdir(exist_ok=True)
-                if adapter_only:
-                    _save_adapter(tower, where, self.config.base)
-                else:
-                    full = _merged(copy.deepcopy(tower)) if _is_peft(tower) else tower
-                    full.save_pretrained(str(where))
-                    if where == tmp:
-                        self.tokenizer.save_pretrained(str(where))
-            heads = {k: v.detach().to("cpu").contiguous() for k, v in self._head_state().items()}
-            save_file(heads, str(tmp / HEADS_FILE))
+                save_tower(tower, where, adapter_only, self.config.base, tokenizer)
+            save_heads(self._head_state(), tmp / HEADS_FILE)
             write_json(tmp / META_FILE, {
                 "format": FORMAT, "version": VERSION, "config": asdict(self.config),
                 "adapter": adapter_only, "dim": self.dim, "fingerprint": self.fingerprint(),
                 "full_fingerprint": self.full_fingerprint()})
-            _replace_folder(tmp, path)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
 
     save_pretrained = save
     from_pretrained = load
 
-
-def _adapted(config: PhraseModelConfig, folder: Path) -> torch.nn.Module:
-    if not (folder / "adapter_config.json").exists():
-        raise DataError("LoRA adapter missing (adapter_config.json)", folder)
-    encoder = keep_layers(_load_encoder(config.base), config.encoder_layers)
-    return _attach_adapter(encoder, folder)
-
-
-def _hash_state(digest, state: dict[str, Tensor]) -> None:
-    for name, tensor in sorted(state.items()):
-        value = tensor.detach().to("cpu", torch.float32).contiguous()
-        digest.update(f"{name}:{tuple(value.shape)};".encode())
-        digest.update(value.numpy().tobytes())
-
-
-def _head_from(state: dict[str, Tensor], name: str, hidden: int, out: int,
-               where: Path) -> torch.nn.Linear:
-    weight, bias = state.get(f"{name}.weight"), state.get(f"{name}.bias")
-    if weight is None or bias is None:
-        raise DataError(f"{name} head missing", where)
-    if tuple(weight.shape) != (out, hidden) or tuple(bias.shape) != (out,):
-        raise DataError(f"{name} head has shape {tuple(weight.shape)}, expected "
-                        f"{(out, hidden)} for this encoder", where)
-    head = torch.nn.Linear(hidden, out)
-    with torch.no_grad():
-        head.weight.copy_(weight.float())
-        head.bias.copy_(bias.float())
-    return head

@@ -25,10 +25,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-import shutil
-import time
-from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -36,11 +33,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from convqa.errors import ConfigError, ConvQAError, DataError
-from convqa.io import load_json, write_json
-from convqa.training_log import append_log, trim_log
-from retrievers.training.trainer import (_load_tensors, _set_rng_state, linear_schedule,
-                                         make_accelerator, plan_steps, write_checkpoint)
+from convqa.errors import ConfigError, ConvQAError
+from convqa.io import write_json
+from convqa.training.checkpoint import MODEL, load_tensors
+from convqa.training.loop import StepTrainer, TrainResult, make_accelerator
+from convqa.training.schedule import check_counts, check_schedule, schedule_key
 
 from .data import (PhraseBatch, PhraseExample, align_teacher_logits, conversation_batches,
                    make_phrase_batch)
@@ -49,10 +46,6 @@ from .losses import (LOSS_NAMES, PreBatchQueue, combine, distill_loss, filter_lo
                      span_loss, token_scores, turn_loss)
 from .model import PhraseModel
 
-CHECKPOINT = "checkpoint"
-MODEL = "model"
-TRAINING_JSON = "training.json"
-STATE = "state.json"
 STAGES = ("phrase", "query")
 PHRASE_WEIGHTS = {"span": 1.0, "distill": 1.0, "filter": 0.5, "in_batch": 1.0,
                   "pre_batch": 1.0, "turn": 0.5}
@@ -92,23 +85,10 @@ class PhraseTrainConfig:
     def __post_init__(self) -> None:
         if self.stage not in STAGES:
             raise ConfigError(f"stage must be one of {', '.join(STAGES)}, got {self.stage!r}")
-        for name in ("epochs", "batch_size", "grad_accum", "run_length", "pool_passages",
-                     "start_candidates", "candidates"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
-        for name in ("checkpoint_every", "seed", "pre_batch", "stride"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ConfigError(f"{name} must be an integer >= 0, got {value!r}")
-        if self.max_steps is not None and (isinstance(self.max_steps, bool) or
-                                           not isinstance(self.max_steps, int)
-                                           or self.max_steps < 1):
-            raise ConfigError(f"max_steps must be an integer >= 1, got {self.max_steps!r}")
-        if not isinstance(self.lr, (int, float)) or not self.lr > 0 or not math.isfinite(self.lr):
-            raise ConfigError(f"lr must be a positive number, got {self.lr!r}")
-        if not 0.0 <= self.warmup_ratio < 1.0:
-            raise ConfigError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio!r}")
+        check_counts(self, ("epochs", "batch_size", "grad_accum", "run_length",
+                            "pool_passages", "start_candidates", "candidates"), 1)
+        check_counts(self, ("checkpoint_every", "seed", "pre_batch", "stride"), 0)
+        check_schedule(self)
         for name in ("distill_temperature", "turn_temperature"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)!r}")
@@ -128,18 +108,10 @@ class PhraseTrainConfig:
 
     def schedule_key(self) -> dict[str, Any]:
         """The settings a checkpoint must share with the run that resumes it."""
-        volatile = {"progress", "checkpoint_every", "keep_checkpoint"}
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in volatile}
+        return schedule_key(self)
 
 
-@dataclass
-class PhraseTrainResult:
-    model_dir: Path
-    steps: int
-    seconds: float
-    last_loss: float | None
-    resumed_from: int = 0
-    info: dict[str, Any] = field(default_factory=dict)
+PhraseTrainResult = TrainResult  # the shared result type (convqa/training/loop.py)
 
 
 def _digest(examples: Sequence[PhraseExample]) -> str:
@@ -251,21 +223,21 @@ def _pool(examples: Sequence[PhraseExample], size: int, seed: int) -> list[Any]:
 # The loop
 
 
-class PhraseTrainer:
+class PhraseTrainer(StepTrainer):
     """Trains `model` on `examples` for one stage, writing to `out`. `teacher` (an
     ExtractiveReader) is needed when the distillation weight is not 0."""
+
+    what = "a phrase model"
+    compared = "settings or data"
 
     def __init__(self, model: PhraseModel, examples: Sequence[PhraseExample],
                  out: str | os.PathLike, config: PhraseTrainConfig, teacher: Any = None,
                  accelerator: Any = None, info: dict[str, Any] | None = None):
         if not examples:
             raise ConvQAError("no phrase training examples")
-        self.model = model
+        super().__init__(model, out, config, accelerator, info)
         self.examples = list(examples)
-        self.out = Path(out)
-        self.config = config
-        self.accelerator = accelerator if accelerator is not None else make_accelerator()
-        self.info = dict(info or {})
+        self.progress_label = f"training phrases ({config.stage})"
         self.weights = dict(config.weights)
         self.teacher = teacher if self.weights.get("distill", 0.0) else None
         if self.weights.get("distill", 0.0) and teacher is None:
@@ -296,120 +268,50 @@ class PhraseTrainer:
             for param in model.filter_head.parameters():
                 param.requires_grad_(False)
 
-    @property
-    def model_dir(self) -> Path:
-        return self.out / MODEL
-
-    def _schedule(self) -> dict[str, Any]:
+    def schedule(self) -> dict[str, Any]:
         return {**self.config.schedule_key(), "data": self.data_key,
                 "start_model": self.info.get("start_fingerprint")}
 
     def teacher_query(self, example: PhraseExample) -> str:
         return self.teacher_strategy.format(example.question, example.history_turns())
 
-    def finished(self) -> dict[str, Any] | None:
-        path = self.out / TRAINING_JSON
-        if not path.exists() or not self.model_dir.is_dir():
-            return None
-        record = load_json(path)
-        if record.get("config", {}).get("schedule") != self._schedule():
-            raise ConfigError(f"{self.out} holds a phrase model trained with different "
-                              "settings or data; use another output folder")
-        return record
+    # -- the loop's hooks ----------------------------------------------------------------------
+    def num_examples(self) -> int:
+        return len(self.examples)
 
-    def train(self, on_step: Callable[[int, float], None] | None = None) -> PhraseTrainResult:
-        done = self.finished()
-        if done is not None:
-            return PhraseTrainResult(self.model_dir, done["steps"], done["seconds"],
-                                     done.get("last_loss"), info=done)
-        acc, config = self.accelerator, self.config
-        world, rank = acc.num_processes, acc.process_index
-        per_epoch, total = plan_steps(len(self.examples), config, world)
-        warmup = round(config.warmup_ratio * total)
-        torch.manual_seed(config.seed + rank)
-        start = self._restore_model()
+    def epoch_batches(self, epoch: int, global_batch: int) -> list[list[int]]:
+        """Runs of consecutive turns of a conversation stay together (L_turn needs them)."""
+        return conversation_batches(self.examples, global_batch, self.config.seed, epoch,
+                                    self.config.run_length)
+
+    def before_optimizer(self) -> None:
+        """Query stage: the frozen phrase matrix, from the (restored) phrase tower."""
+        config = self.config
         if config.stage == "query":
             self.frozen = FrozenPhrases(self.model, _pool(self.examples, config.pool_passages,
                                                           config.seed),
                                         bf16=config.bf16, stride=config.stride)
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_schedule(warmup, total))
-        model, optimizer = acc.prepare(self.model, optimizer)
-        if start:
-            self._restore_optimizer(optimizer, scheduler, start)
-        trim_log(self.out, start, acc.is_main_process)
-        bar = None
-        if config.progress and acc.is_main_process:
-            from tqdm.auto import tqdm
 
-            bar = tqdm(total=total, initial=start, desc=f"training phrases ({config.stage})",
-                       unit=" steps")
+    def set_train_mode(self, model) -> None:
         model.train()
-        if config.stage == "query":  # frozen: no dropout, the same vectors as the pool's
+        if self.config.stage == "query":  # frozen: no dropout, the same vectors as the pool's
             self.model.phrase_encoder.eval()
-        began = time.perf_counter()
-        last_loss = None
-        cached: tuple[int, list] | None = None
-        step = start
-        try:
-            while step < total:
-                epoch = step // per_epoch
-                if cached is None or cached[0] != epoch:
-                    cached = (epoch, conversation_batches(
-                        self.examples, config.batch_size * world, config.seed, epoch,
-                        config.run_length))
-                batches = cached[1]
-                tick = time.perf_counter()
-                sums: dict[str, float] = {}
-                for micro in range(config.grad_accum):
-                    indices = batches[(step % per_epoch) * config.grad_accum + micro]
-                    mine = indices[rank * config.batch_size:(rank + 1) * config.batch_size]
-                    batch = make_phrase_batch(self.examples, mine, self.model, config.stride,
-                                              self.teacher, self.teacher_query
-                                              if self.teacher is not None else None)
-                    self.last_batch = batch
-                    last = micro == config.grad_accum - 1
-                    sync = acc.no_sync(model) if not last and world > 1 else nullcontext()
-                    with sync:
-                        losses = self._losses(model, batch)
-                        total_loss = combine(losses, self.weights)
-                        acc.backward(total_loss / config.grad_accum)
-                    for name, value in {"loss": total_loss, **losses}.items():
-                        if value is not None:
-                            sums[name] = sums.get(name, 0.0) + float(value.detach())
-                if config.max_grad_norm:
-                    acc.clip_grad_norm_(params, config.max_grad_norm)
-                optimizer.step()
-                scheduler.step()
-                optimizer.zero_grad(set_to_none=True)
-                step += 1
-                names = sorted(sums)
-                means = acc.reduce(torch.tensor([sums[n] / config.grad_accum for n in names],
-                                                device=acc.device), "mean").cpu().tolist()
-                record = dict(zip(names, means))
-                last_loss = record["loss"]
-                append_log(self.out, {
-                    "step": step, "epoch": epoch, "stage": config.stage,
-                    **{k: round(v, 6) for k, v in record.items()},
-                    "lr": scheduler.get_last_lr()[0],
-                    "seconds": round(time.perf_counter() - tick, 4)}, acc.is_main_process)
-                if bar is not None:
-                    bar.update(1)
-                    bar.set_postfix(loss=f"{last_loss:.4f}")
-                if config.checkpoint_every and step % config.checkpoint_every == 0 \
-                        and step < total:
-                    self._save_checkpoint(model, optimizer, scheduler, step)
-                if on_step is not None:
-                    on_step(step, last_loss)
-        finally:
-            if bar is not None:
-                bar.close()
-        seconds = time.perf_counter() - began
-        self._save_final(model, step, seconds, last_loss, start, total, warmup)
-        acc.free_memory()
-        return PhraseTrainResult(self.model_dir, step, seconds, last_loss, start,
-                                 load_json(self.out / TRAINING_JSON))
+
+    def log_tags(self) -> dict[str, Any]:
+        return {"stage": self.config.stage}
+
+    def make_batch(self, indices, epoch: int) -> PhraseBatch:
+        return make_phrase_batch(self.examples, indices, self.model, self.config.stride,
+                                 self.teacher,
+                                 self.teacher_query if self.teacher is not None else None)
+
+    def compute_loss(self, model, batch: PhraseBatch):
+        """The weighted sum of the stage's losses; every loss is logged, in name order."""
+        losses = self._losses(model, batch)
+        total = combine(losses, self.weights)
+        logged = {"loss": total, **losses}
+        return total, {name: float(logged[name].detach()) for name in sorted(logged)
+                       if logged[name] is not None}
 
     # -- losses ------------------------------------------------------------------------------
     def _losses(self, model, batch: PhraseBatch) -> dict[str, Tensor | None]:
@@ -504,70 +406,26 @@ class PhraseTrainer:
                 "turn": self._turn(qv, batch) if self.weights.get("turn") else None}
 
     # -- checkpoints ---------------------------------------------------------------------------
-    def _checkpoint_state(self) -> dict[str, Any] | None:
-        path = self.out / CHECKPOINT / STATE
-        if not path.exists():
-            return None
-        state = load_json(path)
-        if state.get("schedule") != self._schedule():
-            raise ConfigError(f"{self.out / CHECKPOINT} was written with different training "
-                              "settings or data; use another output folder or delete it")
-        if state.get("processes") != self.accelerator.num_processes:
-            raise ConfigError(f"{self.out / CHECKPOINT} was written by "
-                              f"{state.get('processes')} processes, this run has "
-                              f"{self.accelerator.num_processes}")
-        return state
+    def save_model(self, model, folder: Path) -> None:
+        model.save(folder)
 
-    def _restore_model(self) -> int:
-        state = self._checkpoint_state()
-        if state is None:
-            return 0
-        saved = PhraseModel.load(self.out / CHECKPOINT / MODEL)
-        self.model.load_state_dict(saved.state_dict())
-        return int(state["step"])
+    def load_weights(self, folder: Path) -> None:
+        self.model.load_state_dict(PhraseModel.load(folder).state_dict())
 
-    def _restore_optimizer(self, optimizer, scheduler, step: int) -> None:
-        folder = self.out / CHECKPOINT
-        rank = self.accelerator.process_index
-        optimizer.load_state_dict(_load_tensors(folder / "optimizer.pt"))
-        scheduler.load_state_dict(_load_tensors(folder / "scheduler.pt"))
-        _set_rng_state(_load_tensors(folder / f"rng-{rank}.pt"))
-        queued = _load_tensors(folder / f"prebatch-{rank}.pt")
+    def process_state(self) -> dict[str, Any]:
+        return {"prebatch": list(self.queue._batches)}
+
+    def restore_process_state(self, folder: Path, rank: int) -> None:
+        queued = load_tensors(folder / f"prebatch-{rank}.pt")
         self.queue.clear()
         for start, end in queued:
             self.queue.push(start, end)
-        if scheduler.last_epoch != step:
-            raise DataError(f"scheduler is at step {scheduler.last_epoch}, state.json says "
-                            f"{step} (checkpoint damaged?)", folder / STATE)
 
-    def _save_checkpoint(self, model, optimizer, scheduler, step: int) -> None:
-        """OUT/checkpoint.partial, then swapped in: a kill leaves the old or the new one."""
-        acc = self.accelerator
-        write_checkpoint(acc, self.out / CHECKPOINT, acc.unwrap_model(model).save, optimizer,
-                         scheduler, {"step": step, "schedule": self._schedule(),
-                                     "processes": acc.num_processes},
-                         per_process={"prebatch": list(self.queue._batches)})
-
-    def _save_final(self, model, step: int, seconds: float, last_loss: float | None,
-                    start: int, total: int, warmup: int) -> None:
-        acc = self.accelerator
-        acc.wait_for_everyone()
-        if acc.is_main_process:
-            trained = acc.unwrap_model(model)
-            trained.save(self.model_dir)
-            write_json(self.out / TRAINING_JSON, {
-                "steps": step, "total_steps": total, "resumed_from": start,
-                "seconds": round(seconds, 2), "last_loss": last_loss,
-                "processes": acc.num_processes, "device": str(acc.device),
-                "examples": len(self.examples), "warmup_steps": warmup,
-                "lora": trained.has_adapters, "fingerprint": trained.fingerprint(),
-                "full_fingerprint": trained.full_fingerprint(),
+    def final_record(self, model, run: dict[str, Any]) -> dict[str, Any]:
+        return {**run, "lora": model.has_adapters, "fingerprint": model.fingerprint(),
+                "full_fingerprint": model.full_fingerprint(),
                 "pool_phrases": len(self.frozen) if self.frozen is not None else None,
-                "config": {**asdict(self.config), "schedule": self._schedule()},
-                **self.info})
-            if not self.config.keep_checkpoint:
-                shutil.rmtree(self.out / CHECKPOINT, ignore_errors=True)
-        acc.wait_for_everyone()
+                "config": self.config_record(), **self.info}
 
 
 def train_stage(model: PhraseModel, examples: Sequence[PhraseExample], out: str | os.PathLike,
@@ -616,7 +474,6 @@ def export_adapter(base: PhraseModel, tuned: PhraseModel, rank: int = 64,
     from retrievers.dense.lora_export import EXACT_MODULES, encoder_lora_from_finetuned
 
     exact = tuple(EXACT_MODULES if exact_modules is None else exact_modules)
-
     if base.has_adapters or tuned.has_adapters:
         raise ConvQAError("LoRA export needs two plain models (merge adapters first)")
     if base.config.shared_query_encoder != tuned.config.shared_query_encoder:

@@ -41,13 +41,13 @@ def export_dual_encoder(tuned_path: str, rank: int, out: str, base_name: str | N
 
 def export_reader(tuned_path: str, rank: int, out: str, base_name: str | None,
                   exact: tuple[str, ...]):
-    from readers.extractive.model import ExtractiveReader, keep_layers
-    from retrievers.dense.model import _load_encoder
+    from convqa.towers import keep_layers, load_encoder
+    from readers.extractive.model import ExtractiveReader
 
     tuned = ExtractiveReader.from_pretrained(tuned_path)
     if tuned.has_adapters:
         raise ConvQAError(f"{tuned_path}: already a LoRA reader; nothing to export")
-    base = keep_layers(_load_encoder(base_name or tuned.config.model), tuned.config.encoder_layers)
+    base = keep_layers(load_encoder(base_name or tuned.config.model), tuned.config.encoder_layers)
     encoder, report = encoder_lora_from_finetuned(base, tuned.encoder, r=rank,
                                                   exact_modules=exact)
     adapted = ExtractiveReader(tuned.config, encoder, tuned.tokenizer, tuned.span_head,

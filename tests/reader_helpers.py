@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
+import pytest
+
 TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
             max_position_embeddings=160)
 
@@ -79,3 +81,10 @@ def one_thread():
         yield
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.fixture(autouse=True)
+def single_thread():
+    """Every test of a module that imports this fixture runs under `one_thread()`."""
+    with one_thread():
+        yield

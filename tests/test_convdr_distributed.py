@@ -4,18 +4,12 @@ inputs once and trains on both processes."""
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from convdr_helpers import examples, make_index, make_teacher, write_examples_jsonl
-
-TESTS = Path(__file__).resolve().parent
+from training_helpers import torchrun, two_process_ranks
 
 SCRIPT = r'''
 import hashlib, json, sys
@@ -45,20 +39,6 @@ for name, tensor in sorted(model.query_encoder.state_dict().items()):
 '''
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _torchrun(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get(
-        "PYTHONPATH", "")]), "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-               "--master_addr", "127.0.0.1", "--master_port", str(_free_port()), *args]
-    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-
-
 @pytest.mark.slow  # two fresh interpreters importing torch: ~20-40 s on 2 cores
 def test_two_processes_match_one_process_with_the_doubled_batch(tmp_path):
     from convqa.history import build_history_strategy
@@ -67,12 +47,8 @@ def test_two_processes_match_one_process_with_the_doubled_batch(tmp_path):
     from retrievers.convdr.train import ConvDRTrainConfig, TrainingSet, train_convdr
 
     teacher = make_teacher(tmp_path / "teacher", dropout=0.0)
-    script = tmp_path / "train2.py"
-    script.write_text(SCRIPT)
     out = tmp_path / "out"
-    done = _torchrun(str(script), str(teacher), str(out))
-    assert done.returncode == 0, done.stderr[-3000:]
-    ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
+    ranks = two_process_ranks(SCRIPT, tmp_path, out, teacher, out)
     assert [r["processes"] for r in ranks] == [2, 2]
     assert [r["steps"] for r in ranks] == [4, 4]  # 8 examples / (2 x 2) x 2 epochs
     assert ranks[0]["weights"] == ranks[1]["weights"]
@@ -100,7 +76,7 @@ def test_cli_multitask_under_torchrun(tmp_path):
     _, index_dir = make_index(tmp_path, teacher)
     data = write_examples_jsonl(tmp_path / "examples.jsonl")
     out = tmp_path / "run"
-    done = _torchrun("-m", "convqa.cli.main", "train", "convdr", "--mode", "multitask",
+    done = torchrun("-m", "convqa.cli.main", "train", "convdr", "--mode", "multitask",
                      "--out", str(out), "--teacher", str(teacher), "--data", f"jsonl={data}",
                      "--index", str(index_dir), "--mine-top-k", "5", "--negatives", "2",
                      "--history-max-tokens", "62", "--batch-size", "1", "--max-steps", "2",

@@ -23,6 +23,7 @@ from retrievers.convdr.train import (ConvDRTrainConfig, TrainingSet, make_batch,
 
 from conftest import shared_file
 from convdr_helpers import examples, make_index, make_teacher
+from training_helpers import Killed, kill_after
 
 HISTORY = {"name": "questions_only", "max_tokens": 62}
 
@@ -82,15 +83,8 @@ def test_resume_after_interruption_gives_identical_weights(teacher_dir, tmp_path
     training = _kd_set(model, data, tmp_path / "teacher")
     train_convdr(model, training, tmp_path / "straight", config)
 
-    class Killed(Exception):
-        pass
-
-    def kill_at_5(step, loss):
-        if step == 5:
-            raise Killed
-
     with pytest.raises(Killed):
-        train_convdr(fresh(), training, tmp_path / "killed", config, on_step=kill_at_5)
+        train_convdr(fresh(), training, tmp_path / "killed", config, on_step=kill_after(5))
     assert json.loads((tmp_path / "killed" / "checkpoint" / "state.json").read_text())["step"] == 3
     result = train_convdr(fresh(), training, tmp_path / "killed", config)
     assert result.resumed_from == 3 and result.steps == 8

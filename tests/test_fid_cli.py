@@ -4,11 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import socket
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -19,8 +14,7 @@ from readers.fid.cli import add_fid_parser
 from readers.fid.data import write_examples
 from readers.fid.model import FiDReader
 from readers.fid.train import FiDTrainConfig, train_fid
-
-TESTS = Path(__file__).resolve().parent
+from training_helpers import two_process_ranks
 
 
 def parser() -> argparse.ArgumentParser:
@@ -133,25 +127,10 @@ for name, tensor in sorted(trainer.model.state_dict().items()):
 '''
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.mark.slow  # two fresh interpreters importing torch and transformers: ~15-30 s
 def test_two_processes_match_one_process_with_the_doubled_batch(tmp_path):
-    script = tmp_path / "train2.py"
-    script.write_text(SCRIPT)
     out = tmp_path / "out"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get(
-        "PYTHONPATH", "")]), "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-               "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
-               str(script), str(out)]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
+    ranks = two_process_ranks(SCRIPT, tmp_path, out, out)
     assert [r["processes"] for r in ranks] == [2, 2]
     assert [r["steps"] for r in ranks] == [4, 4]  # 4 examples / (1 x 2 processes) x 2 epochs
     assert ranks[0]["weights"] == ranks[1]["weights"]  # DDP kept the replicas identical

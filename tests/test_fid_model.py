@@ -9,6 +9,7 @@ from convqa.types import Passage, Turn
 from fid_helpers import (COLOURS, DISTRACTORS, QUESTION, make_tokenizer, save_checkpoint,
                          tiny_reader, tiny_t5)
 from readers.fid.model import META_FILE, FiDConfig, FiDReader
+from reader_helpers import single_thread  # noqa: F401 (autouse fixture: one thread)
 
 BOX = [Passage(f"b{i}", f"the box is {c}", "box") for i, c in enumerate(COLOURS)]
 
@@ -16,14 +17,6 @@ BOX = [Passage(f"b{i}", f"the box is {c}", "box") for i, c in enumerate(COLOURS)
 @pytest.fixture(scope="module")
 def tokenizer():
     return make_tokenizer()
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def test_passages_are_encoded_separately_then_fused(tokenizer):

@@ -13,14 +13,8 @@ from fid_helpers import COLOURS, DISTRACTORS, QUESTION, colour_examples, tiny_re
 from readers.fid.data import FiDExample
 from readers.fid.model import FiDReader
 from readers.fid.train import FiDTrainConfig, FiDTrainer, evaluate_fid, train_fid
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+from reader_helpers import single_thread  # noqa: F401 (autouse fixture: one thread)
+from training_helpers import Killed, kill_after
 
 
 def weights(model) -> dict[str, torch.Tensor]:
@@ -70,16 +64,9 @@ def test_resume_after_a_kill_gives_the_same_weights(tmp_path):
     reference = tiny_reader(seed=1, dropout=0.1)
     train_fid(reference, examples, tmp_path / "a", config)
 
-    class Killed(Exception):
-        pass
-
-    def kill_after_3(step: int, loss: float) -> None:
-        if step == 3:
-            raise Killed
-
     with pytest.raises(Killed):
         train_fid(tiny_reader(seed=1, dropout=0.1), examples, tmp_path / "b", config,
-                  on_step=kill_after_3)
+                  on_step=kill_after(3))
     state = json.loads((tmp_path / "b" / "checkpoint" / "state.json").read_text())
     assert state["step"] == 2
     resumed = tiny_reader(seed=99, dropout=0.1)  # other init: the checkpoint overwrites it

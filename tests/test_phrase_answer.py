@@ -18,12 +18,7 @@ from convqa.types import Passage
 from phrase_index.answerer import PhrasePipeline
 from phrase_index.index import META_FILE
 from phrase_model_helpers import one_thread, tiny_phrase_model
-
-
-@pytest.fixture(autouse=True)
-def _threads():
-    with one_thread():
-        yield
+from reader_helpers import single_thread  # noqa: F401 (autouse fixture: one thread)
 
 
 @pytest.fixture(scope="module")

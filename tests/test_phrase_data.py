@@ -12,16 +12,11 @@ from convqa.types import Passage
 from phrase_index.data import (PhraseExample, align_teacher_logits, benchmark_phrase_examples,
                                build_examples, conversation_batches, from_reader_example,
                                make_phrase_batch, squad_phrase_examples)
-from phrase_model_helpers import one_thread, tiny_phrase_model
+from phrase_model_helpers import tiny_phrase_model
 from reader_helpers import tiny_reader
 from readers.extractive.data import GoldSpan, ReaderExample, ReaderPassage
 from training_helpers import make_benchmark
-
-
-@pytest.fixture(autouse=True)
-def _threads():
-    with one_thread():
-        yield
+from reader_helpers import single_thread  # noqa: F401 (autouse fixture: one thread)
 
 
 @pytest.fixture(scope="module")

@@ -5,10 +5,6 @@ batch ends. (In-batch, pre-batch and turn losses see each process's own batch, b
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,9 +12,7 @@ import pytest
 from phrase_index.model import PhraseModel
 from phrase_index.train import PhraseTrainConfig, train_stage
 from phrase_model_helpers import one_thread, tiny_phrase_model
-from training_helpers import make_benchmark
-
-TESTS = Path(__file__).resolve().parent
+from training_helpers import make_benchmark, two_process_ranks
 
 SCRIPT = r'''
 import hashlib, json, sys
@@ -48,23 +42,8 @@ PER_EXAMPLE = {"span": 1.0, "filter": 0.0, "in_batch": 0.0, "pre_batch": 0.0, "t
                "distill": 0.0}
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _torchrun(tmp_path: Path, bench: Path, out: Path, weights: dict) -> list[dict]:
-    script = tmp_path / "train2.py"
-    script.write_text(SCRIPT)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get(
-        "PYTHONPATH", "")]), "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-               "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
-               str(script), str(bench), str(out), json.dumps(weights)]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
+    return two_process_ranks(SCRIPT, tmp_path, out, bench, out, json.dumps(weights))
 
 
 @pytest.mark.slow  # two fresh interpreters importing torch and transformers: 20-40 s on 2 cores

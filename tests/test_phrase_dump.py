@@ -14,7 +14,7 @@ from convqa.types import Passage
 from phrase_index import dump as dump_module
 from phrase_index.dump import PhraseDump, dump_corpus
 from phrase_index.vectors import shard_dir_name
-from phrase_model_helpers import one_thread, tiny_phrase_model
+from phrase_model_helpers import tiny_phrase_model
 
 TEXTS = [
     ("Danube", "The Danube is 2850 kilometres long and flows into the Black Sea."),
@@ -27,12 +27,6 @@ TEXTS = [
     ("Nile", "The Nile flows north through eleven countries."),
 ]
 PASSAGES = [Passage(f"doc{i}#0", text, title) for i, (title, text) in enumerate(TEXTS * 2)]
-
-
-@pytest.fixture(autouse=True)
-def _threads():
-    with one_thread():
-        yield
 
 
 @pytest.fixture(scope="module")
@@ -298,6 +292,7 @@ torch.set_num_threads(1)
 from phrase_index.dump import dump_corpus
 from phrase_model_helpers import tiny_phrase_model
 from test_phrase_dump import PASSAGES
+from reader_helpers import single_thread  # noqa: F401 (autouse fixture: one thread)
 dump_corpus(tiny_phrase_model(seed=0).eval(), PASSAGES, sys.argv[1], batch_size=3,
             shard_size=3, fast=False, progress=False)
 # one write call: the two processes share stdout

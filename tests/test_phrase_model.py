@@ -11,17 +11,12 @@ from convqa.errors import ConvQAError, DataError
 from convqa.types import Turn
 from phrase_index.model import (HEADS_FILE, META_FILE, NOT_TEXT, QUERY_DIR, PhraseModel,
                                 PhraseModelConfig)
-from phrase_model_helpers import one_thread, phrase_config, tiny_base, tiny_phrase_model
+from phrase_model_helpers import phrase_config, tiny_base, tiny_phrase_model
+from reader_helpers import single_thread  # noqa: F401 (autouse fixture: one thread)
 
 TITLES = ["Danube", "Alpha Centauri"]
 TEXTS = ["The Danube is 2850 kilometres long and flows into the Black Sea.",
          "Alpha Centauri is the closest star system to the Sun."]
-
-
-@pytest.fixture(autouse=True)
-def _threads():
-    with one_thread():
-        yield
 
 
 def vectors(model: PhraseModel):

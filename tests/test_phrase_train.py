@@ -13,15 +13,10 @@ from phrase_index.model import PhraseModel
 from phrase_index.train import (FrozenPhrases, PhraseTrainConfig, PhraseTrainer,
                                 best_span_in_passage, chance_in_passage, evaluate_in_passage,
                                 export_adapter, train_phrase_model, train_stage)
-from phrase_model_helpers import one_thread, phrase_config, tiny_base, tiny_phrase_model
+from phrase_model_helpers import phrase_config, tiny_base, tiny_phrase_model
 from reader_helpers import tiny_reader
-from training_helpers import make_benchmark
-
-
-@pytest.fixture(autouse=True)
-def _threads():
-    with one_thread():
-        yield
+from training_helpers import Killed, kill_after, make_benchmark
+from reader_helpers import single_thread  # noqa: F401 (autouse fixture: one thread)
 
 
 @pytest.fixture(scope="module")
@@ -60,17 +55,10 @@ def test_phrase_stage_trains_every_loss_and_resumes_exactly(examples, tmp_path):
     trained = state(straight)
     assert max((start[k] - trained[k]).abs().max().item() for k in start) > 1e-3
 
-    class Killed(Exception):
-        pass
-
-    def kill(step, loss):
-        if step == 5:
-            raise Killed
-
     resumed = tiny_phrase_model(seed=1)
     with pytest.raises(Killed):
         train_stage(resumed, examples, tmp_path / "b", config(checkpoint_every=2), teacher,
-                    on_step=kill)
+                    on_step=kill_after(5))
     assert (tmp_path / "b" / "checkpoint").is_dir()
     again = tiny_phrase_model(seed=1)
     result = train_stage(again, examples, tmp_path / "b", config(checkpoint_every=2), teacher)

@@ -4,18 +4,10 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from conftest import shared_file
 from convqa.cli.main import main
 from readers.extractive.model import ExtractiveReader
-from reader_helpers import one_thread, save_tiny_encoder
-
-
-@pytest.fixture(autouse=True)
-def _threads():
-    with one_thread():
-        yield
+from reader_helpers import save_tiny_encoder, single_thread  # noqa: F401 (autouse fixture)
 
 
 def arguments(out, encoder, *extra):

@@ -2,12 +2,6 @@
 identical and end where one process with the doubled batch ends."""
 from __future__ import annotations
 
-import json
-import os
-import socket
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -16,8 +10,7 @@ from readers.extractive.data import load_examples, save_examples, squad_examples
 from readers.extractive.model import ExtractiveReader
 from readers.extractive.train import ReaderTrainConfig, train_reader
 from reader_helpers import one_thread, tiny_reader
-
-TESTS = Path(__file__).resolve().parent
+from training_helpers import two_process_ranks
 
 SCRIPT = r'''
 import hashlib, json, sys
@@ -42,12 +35,6 @@ for name, tensor in sorted(trainer.reader.state_dict().items()):
 '''
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.mark.slow  # two fresh interpreters importing torch and transformers: 20-40 s on 2 cores
 def test_two_processes_match_one_process_with_the_doubled_batch(tmp_path):
     built = squad_examples(shared_file("squad/dev-v2.0.json"), negatives=1, max_examples=60,
@@ -57,17 +44,8 @@ def test_two_processes_match_one_process_with_the_doubled_batch(tmp_path):
     assert len(examples) == 8
     data = tmp_path / "examples.jsonl"
     save_examples(data, examples)
-    script = tmp_path / "train2.py"
-    script.write_text(SCRIPT)
     out = tmp_path / "out"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get(
-        "PYTHONPATH", "")]), "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-               "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
-               str(script), str(data), str(out)]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
+    ranks = two_process_ranks(SCRIPT, tmp_path, out, data, out)
     assert [r["processes"] for r in ranks] == [2, 2]
     # 8 examples / (2 per process x 2 processes) = 2 steps per epoch, 2 epochs
     assert [r["steps"] for r in ranks] == [4, 4]

@@ -12,17 +12,12 @@ from convqa.types import Passage
 from readers.extractive.inputs import build_features
 from readers.extractive.model import (HEADS_FILE, META_FILE, ExtractiveReader,
                                       ExtractiveReaderConfig)
-from reader_helpers import (one_thread, reader_config, save_tiny_encoder, save_tiny_qa_checkpoint,
+from reader_helpers import (reader_config, save_tiny_encoder, save_tiny_qa_checkpoint,
                             tiny_reader)
+from reader_helpers import single_thread  # noqa: F401 (autouse fixture: one thread)
 
 PASSAGES = [Passage("a", "Alpha Centauri is the closest star system to the Sun.", "Alpha"),
             Passage("b", "The Danube is 2850 kilometres long. " * 16, "Danube")]
-
-
-@pytest.fixture(autouse=True)
-def _threads():
-    with one_thread():
-        yield
 
 
 def logits(reader: ExtractiveReader, query: str = "how long is the danube?"):

@@ -8,19 +8,14 @@ from convqa.errors import ConfigError
 from convqa.registry import READERS
 from convqa.types import Passage, Turn
 from readers.extractive.reader import SpanReader
-from reader_helpers import one_thread, save_tiny_qa_checkpoint, tiny_reader
+from reader_helpers import save_tiny_qa_checkpoint, tiny_reader
+from reader_helpers import single_thread  # noqa: F401 (autouse fixture: one thread)
 
 PASSAGES = [Passage("e#0", "The Eiffel Tower is a wrought-iron lattice tower in Paris.", "Eiffel"),
             Passage("e#1", "It was completed in 1889 as the entrance to the World's Fair. " * 9,
                     "Eiffel Tower"),
             Passage("d#0", "The Danube is 2850 kilometres long.", "Danube")]
 HISTORY = [Turn("what is the eiffel tower?", "a wrought-iron lattice tower")]
-
-
-@pytest.fixture(autouse=True)
-def _threads():
-    with one_thread():
-        yield
 
 
 @pytest.fixture(scope="module")

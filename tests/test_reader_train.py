@@ -15,13 +15,9 @@ from readers.extractive.inputs import token_span_to_chars
 from readers.extractive.model import ExtractiveReader
 from readers.extractive.train import (ReaderTrainConfig, ReaderTrainer, evaluate_reader,
                                       make_reader_batch, train_reader)
-from reader_helpers import one_thread, tiny_reader
-
-
-@pytest.fixture(autouse=True)
-def _threads():
-    with one_thread():
-        yield
+from reader_helpers import tiny_reader
+from reader_helpers import single_thread  # noqa: F401 (autouse fixture: one thread)
+from training_helpers import Killed, kill_after
 
 
 @pytest.fixture(scope="module")
@@ -106,16 +102,9 @@ def test_resume_after_a_kill_gives_the_same_weights(examples, tmp_path):
     reference = tiny_reader(seed=1, dropout=0.1)
     train_reader(reference, examples, tmp_path / "a", settings)
 
-    class Killed(Exception):
-        pass
-
-    def kill_after_3(step: int, loss: float) -> None:
-        if step == 3:
-            raise Killed
-
     with pytest.raises(Killed):
         train_reader(tiny_reader(seed=1, dropout=0.1), examples, tmp_path / "b", settings,
-                     on_step=kill_after_3)
+                     on_step=kill_after(3))
     state = json.loads((tmp_path / "b" / "checkpoint" / "state.json").read_text())
     assert state["step"] == 2
     resumed = tiny_reader(seed=7, dropout=0.1)  # another init: the checkpoint overwrites it

@@ -3,11 +3,6 @@ negatives, weights in sync, and the same result as one process with the doubled 
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -15,9 +10,7 @@ import torch
 from convqa.corpus import PassageStore
 from retrievers.training.data import PassageLookup, build_examples
 from retrievers.training.trainer import TrainConfig, train_dual_encoder
-from training_helpers import make_benchmark, tiny_encoder
-
-TESTS = Path(__file__).resolve().parent
+from training_helpers import make_benchmark, tiny_encoder, torchrun, two_process_ranks
 
 SCRIPT = r'''
 import hashlib, json, sys
@@ -47,28 +40,11 @@ for name, tensor in sorted(trainer.model.state_dict().items()):
 '''
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.mark.slow  # two fresh interpreters importing torch: 12-30 s on 2 cores
 def test_two_processes_gather_negatives_and_match_one_process(tmp_path):
     bench = make_benchmark(tmp_path / "bench")
-    script = tmp_path / "train2.py"
-    script.write_text(SCRIPT)
     out = tmp_path / "out"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get(
-        "PYTHONPATH", "")]), "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
-    # torchrun, not `accelerate launch --cpu`: accelerate starts several CPU processes only
-    # through mpirun; under torchrun, Accelerator(cpu=True) joins a gloo process group.
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-               "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
-               str(script), str(bench), str(out)]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
+    ranks = two_process_ranks(SCRIPT, tmp_path, out, bench, out)
     assert [r["processes"] for r in ranks] == [2, 2]
     # 8 examples / (2 per process x 2 processes) = 2 steps per epoch, 2 epochs
     assert [r["steps"] for r in ranks] == [4, 4]
@@ -109,13 +85,10 @@ def test_cli_loop_under_torchrun_on_two_cpu_processes(tmp_path):
     init = tmp_path / "init"
     tiny_encoder(seed=0).save_pretrained(init)
     out = tmp_path / "out"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-               "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
-               "-m", "convqa.cli.main", "train", "dpr", "--benchmark", str(bench), "--out",
+    command = ["-m", "convqa.cli.main", "train", "dpr", "--benchmark", str(bench), "--out",
                str(out), "--init-model", str(init), "--iterations", "2", "--max-steps", "2",
                "--batch-size", "2", "--positives", "article", "--mine-top-k", "4", "--quiet"]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    done = torchrun(*command)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count("DPR-IHN in") == 1
     assert done.stdout.count("iter2.mine: running") == 1

@@ -11,7 +11,7 @@ from convqa.errors import ConfigError, DataError
 from retrievers.training.data import PassageLookup, build_examples
 from retrievers.training.trainer import (TrainConfig, Trainer, linear_schedule, plan_steps,
                                          train_dual_encoder)
-from training_helpers import make_benchmark, tiny_encoder
+from training_helpers import Killed, kill_after, make_benchmark, tiny_encoder
 
 
 @pytest.fixture(scope="module")
@@ -72,16 +72,9 @@ def test_resume_after_a_kill_gives_the_same_weights(setup, tmp_path):
     reference = tiny_encoder(seed=1)
     train_dual_encoder(reference, examples, lookup, tmp_path / "a", settings, negatives)
 
-    class Killed(Exception):
-        pass
-
-    def kill_after_3(step: int, loss: float) -> None:
-        if step == 3:
-            raise Killed
-
     with pytest.raises(Killed):
         train_dual_encoder(tiny_encoder(seed=1), examples, lookup, tmp_path / "b", settings,
-                           negatives, on_step=kill_after_3)
+                           negatives, on_step=kill_after(3))
     state = json.loads((tmp_path / "b" / "checkpoint" / "state.json").read_text())
     assert state["step"] == 2
     resumed_model = tiny_encoder(seed=99)  # different init: the checkpoint must overwrite it

@@ -1,4 +1,5 @@
-"""Shared by tests/test_training_*.py: a tiny benchmark folder and a tiny random dual encoder.
+"""Shared by the training tests: a tiny benchmark folder, a tiny random dual encoder, and a way to
+stop a training run after a given step as a kill would (`kill_after`).
 
 The benchmark follows docs/benchmark_format.md: 4 conversations (3 train, 1 dev), 10 articles.
 Train turns, by hand:
@@ -10,7 +11,13 @@ so answer-level positives give 7 examples (2 turns skipped), article-level ones 
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
+import sys
 from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent
 
 ARTICLES = {
     "A": ("Alpha Centauri", ["Alpha Centauri is the closest star system to the Sun.",
@@ -102,3 +109,43 @@ def tiny_encoder(seed: int = 0, normalize: bool = True, dropout: float = 0.1):
     return DualEncoder(DualEncoderConfig(model="tiny-random-bert", normalize=normalize,
                                          query_max_length=130, passage_max_length=48),
                        BertModel(config, add_pooling_layer=False), tokenizer)
+
+
+class Killed(Exception):
+    """A training run stopped by `kill_after`, as a kill would stop it."""
+
+
+def kill_after(step: int):
+    """An `on_step(step, loss)` callback that stops the run once optimizer step `step` is done
+    (its checkpoint, if any, is the last one a killed run leaves)."""
+    def on_step(done: int, loss: float) -> None:
+        if done == step:
+            raise Killed
+
+    return on_step
+
+
+def torchrun(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    """`args` (a script and its arguments, or -m MODULE ...) under torchrun on 2 CPU processes:
+    a free local port, one thread each, this tests folder on PYTHONPATH, output captured.
+    torchrun, not `accelerate launch --cpu`: accelerate starts several CPU processes only
+    through mpirun; under torchrun, Accelerator(cpu=True) joins a gloo process group."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get(
+        "PYTHONPATH", "")]), "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+               "--master_addr", "127.0.0.1", "--master_port", str(port), *args]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def two_process_ranks(script: str, folder: Path, out: Path, *args: object) -> list[dict]:
+    """Run the Python `script` (written to FOLDER/train2.py) with `args` under `torchrun`;
+    it must succeed. Returns what each process wrote to OUT/rank{0,1}.json."""
+    path = folder / "train2.py"
+    path.write_text(script)
+    done = torchrun(str(path), *(str(a) for a in args))
+    assert done.returncode == 0, done.stderr[-3000:]
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
+

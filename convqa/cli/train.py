@@ -30,33 +30,10 @@ from pathlib import Path
 
 from convqa.errors import ConvQAError
 
+from .train_args import (add_example_sources, add_process_args, add_schedule_args, count,
+                         fraction, int_at_least, positive_float, positive_int,
+                         schedule_settings, start_run)
 
-def _int_at_least(minimum: int):
-    """An argparse type: an integer >= `minimum`."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {value}")
-        return value
-
-    return parse
-
-
-_positive_int = _int_at_least(1)
-_count = _int_at_least(0)
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
-    return value
 
 
 def add_parser(subparsers) -> None:
@@ -85,33 +62,23 @@ def _add_dpr(jobs) -> None:
     p.add_argument("--benchmark", required=True, metavar="DIR",
                    help="benchmark folder (convqa data topiocqa-wiki): turns.jsonl, passages/")
     p.add_argument("--out", required=True, metavar="DIR", help="output folder (iter{n}/model)")
-    p.add_argument("--iterations", type=_positive_int, default=3,
+    p.add_argument("--iterations", type=positive_int, default=3,
                    help="1 = DPR-IBN only; 3 = IBN + two hard-negative rounds (default 3)")
     p.add_argument("--init-model", default="all-MiniLM-L6-v2", metavar="ID_OR_PATH",
                    help="initial checkpoint of every iteration (default all-MiniLM-L6-v2)")
     p.add_argument("--history", default="oldest_first", metavar="STRATEGY",
                    help="query formatting: oldest_first (default), current_first, "
                         "history_only (the DPR-shortcut model), ...")
-    p.add_argument("--history-max-tokens", type=_positive_int, metavar="N",
+    p.add_argument("--history-max-tokens", type=positive_int, metavar="N",
                    help="token budget of the query (default: the strategy's, 128)")
     p.add_argument("--positives", choices=("answer", "article"), default="answer",
                    help="positives: the turn's answer passages (default) or every passage of "
                         "its gold article")
     p.add_argument("--positive-choice", choices=("random", "first"), default="random",
                    help="which positive an example uses each epoch (default random)")
-    p.add_argument("--epochs", type=_positive_int, default=1)
-    p.add_argument("--batch-size", type=_positive_int, default=16,
-                   help="examples per process per step (default 16)")
-    p.add_argument("--grad-accum", type=_positive_int, default=1, metavar="N",
-                   help="micro-batches per optimizer step (default 1)")
-    p.add_argument("--lr", type=_positive_float, default=2e-5, help="peak learning rate")
-    p.add_argument("--warmup-ratio", type=float, default=0.1)
-    p.add_argument("--weight-decay", type=float, default=0.0)
-    p.add_argument("--max-steps", type=_positive_int, metavar="N",
-                   help="cap on optimizer steps per iteration")
-    p.add_argument("--hard-negatives", type=_count, default=1, metavar="N",
+    p.add_argument("--hard-negatives", type=count, default=1, metavar="N",
                    help="hard negatives per example from iteration 2 on (default 1)")
-    p.add_argument("--mine-top-k", type=_positive_int, default=100, metavar="K",
+    p.add_argument("--mine-top-k", type=positive_int, default=100, metavar="K",
                    help="negatives are sampled from the top-K minus positives (default 100)")
     p.add_argument("--keep-positives-in-negatives", action="store_true",
                    help="do not remove positives from the mined negatives (ablation)")
@@ -120,17 +87,15 @@ def _add_dpr(jobs) -> None:
     p.add_argument("--mining-corpus", metavar="STORE",
                    help="passage store to mine from (default: the benchmark's passages; see "
                         "`convqa train mining-corpus`)")
-    p.add_argument("--scale", type=_positive_float, metavar="S",
+    p.add_argument("--scale", type=positive_float, metavar="S",
                    help="similarity scale 1/temperature (default 20 for normalised "
                         "embeddings, 1 otherwise)")
-    p.add_argument("--passage-max-length", type=_positive_int, default=192, metavar="N")
-    p.add_argument("--lora", type=_count, default=0, metavar="R",
+    p.add_argument("--passage-max-length", type=positive_int, default=192, metavar="N")
+    p.add_argument("--lora", type=count, default=0, metavar="R",
                    help="train LoRA adapters of rank R instead of all weights")
-    p.add_argument("--bf16", action="store_true", help="bf16 autocast in training")
-    p.add_argument("--checkpoint-every", type=_count, default=200, metavar="STEPS")
-    p.add_argument("--seed", type=_count, default=0)
-    p.add_argument("--cpu", action="store_true", help="train on the CPU even if a GPU exists")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_schedule_args(p, batch_size=16, unit="examples", lr=2e-5, weight_decay=0.0,
+                      steps_help="cap on optimizer steps per iteration")
+    add_process_args(p)
     p.set_defaults(func=run_dpr)
 
 
@@ -142,12 +107,12 @@ def _add_mining_corpus(jobs) -> None:
         "SAMPLE random other passages, for mining on a budget.")
     p.add_argument("--benchmark", required=True, metavar="DIR")
     p.add_argument("--out", required=True, metavar="STORE")
-    p.add_argument("--sample", type=_count, default=20000,
+    p.add_argument("--sample", type=count, default=20000,
                    help="random passages added besides the gold articles (default 20000)")
-    p.add_argument("--per-article", type=_positive_int, metavar="N",
+    p.add_argument("--per-article", type=positive_int, metavar="N",
                    help="keep only the first N passages of each gold article (plus the answer "
                         "passages); default: every passage")
-    p.add_argument("--seed", type=_count, default=0)
+    p.add_argument("--seed", type=count, default=0)
     p.add_argument("--force", action="store_true", help="replace an existing store")
     p.set_defaults(func=run_mining_corpus)
 
@@ -157,17 +122,11 @@ def _config(args: argparse.Namespace):
     from retrievers.training.mining import MiningConfig
     from retrievers.training.trainer import TrainConfig
 
-    if not 0.0 <= args.warmup_ratio < 1.0:
-        raise ConvQAError(f"--warmup-ratio must be in [0, 1), got {args.warmup_ratio}")
     history: object = args.history
     if args.history_max_tokens:
         history = {"name": args.history, "max_tokens": args.history_max_tokens}
-    train = TrainConfig(
-        epochs=args.epochs, batch_size=args.batch_size, grad_accum=args.grad_accum, lr=args.lr,
-        weight_decay=args.weight_decay, warmup_ratio=args.warmup_ratio,
-        max_steps=args.max_steps, hard_negatives=args.hard_negatives, scale=args.scale,
-        positive_choice=args.positive_choice, bf16=args.bf16, seed=args.seed,
-        checkpoint_every=args.checkpoint_every, progress=not args.quiet)
+    train = TrainConfig(hard_negatives=args.hard_negatives, scale=args.scale,
+                        positive_choice=args.positive_choice, **schedule_settings(args))
     mining = MiningConfig(top_k=args.mine_top_k,
                           keep_positives_in_negatives=args.keep_positives_in_negatives,
                           exclude_gold_article=not args.no_exclude_gold_article,
@@ -184,10 +143,7 @@ def run_dpr(args: argparse.Namespace) -> int:
     from retrievers.training.trainer import make_accelerator
 
     config = _config(args)
-    if args.quiet:  # transformers' own bars (loading and writing weights)
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
+    start_run(args)
     if args.mining_corpus and not Path(args.mining_corpus).is_dir():
         raise ConvQAError(f"{args.mining_corpus}: mining corpus not found (build one with "
                           "`convqa train mining-corpus`)")
@@ -232,16 +188,6 @@ def run_mining_corpus(args: argparse.Namespace) -> int:
 # The extractive reader
 
 
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not 0.0 <= value < 1.0:
-        raise argparse.ArgumentTypeError(f"expected a fraction in [0, 1), got {text}")
-    return value
-
-
 def _add_reader(jobs) -> None:
     p = jobs.add_parser(
         "reader", help="the extractive (DPR) reader on SQuAD-format files and/or a TopiOCQA x "
@@ -251,54 +197,37 @@ def _add_reader(jobs) -> None:
         "the same command to resume. Several processes: torchrun ... -m convqa.cli.main train "
         "reader ... (the same flags).")
     p.add_argument("--out", required=True, metavar="DIR", help="output folder")
-    p.add_argument("--squad", action="append", default=[], metavar="FILE",
-                   help="SQuAD-format file (repeatable); articles are held out by "
-                        "--heldout-fraction")
-    p.add_argument("--benchmark", action="append", default=[], metavar="DIR",
-                   help="benchmark folder of `convqa data topiocqa-wiki` (repeatable): train "
-                        "turns train, dev turns are held out")
-    p.add_argument("--examples", action="append", default=[], metavar="JSONL",
-                   help="prepared reader examples (readers/extractive/data.py format)")
+    add_example_sources(p)
     p.add_argument("--init-model", default="all-MiniLM-L6-v2", metavar="ID_OR_PATH",
                    help="encoder, question-answering checkpoint or reader folder to start from "
                         "(default all-MiniLM-L6-v2)")
-    p.add_argument("--passages-per-question", type=_positive_int, default=8, metavar="N",
+    p.add_argument("--passages-per-question", type=positive_int, default=8, metavar="N",
                    help="passages read per question in training: 1 positive + N-1 negatives "
                         "(default 8)")
-    p.add_argument("--negatives", type=_count, default=7, metavar="N",
+    p.add_argument("--negatives", type=count, default=7, metavar="N",
                    help="negatives stored per built example (default 7)")
-    p.add_argument("--lora", type=_count, default=0, metavar="R",
+    p.add_argument("--lora", type=count, default=0, metavar="R",
                    help="train LoRA adapters of rank R on the encoder (heads fully trained)")
-    p.add_argument("--epochs", type=_positive_int, default=1)
-    p.add_argument("--max-steps", type=_positive_int, metavar="N", help="cap on optimizer steps")
-    p.add_argument("--batch-size", type=_positive_int, default=4,
-                   help="questions per process per step (default 4)")
-    p.add_argument("--grad-accum", type=_positive_int, default=1, metavar="N")
-    p.add_argument("--lr", type=_positive_float, default=2e-5, help="peak learning rate")
-    p.add_argument("--warmup-ratio", type=_fraction, default=0.1)
-    p.add_argument("--max-length", type=_int_at_least(48), default=256, metavar="TOKENS",
+    p.add_argument("--max-length", type=int_at_least(48), default=256, metavar="TOKENS",
                    help="tokens per window (default 256)")
-    p.add_argument("--encoder-layers", type=_positive_int, metavar="N",
+    p.add_argument("--encoder-layers", type=positive_int, metavar="N",
                    help="keep only the first N layers of the initial encoder (3 of MiniLM's 6 "
                         "read about twice as fast)")
     p.add_argument("--history", default="current_first", metavar="STRATEGY",
                    help="query formatting of the conversation (default current_first)")
-    p.add_argument("--history-max-tokens", type=_positive_int, default=64, metavar="N",
+    p.add_argument("--history-max-tokens", type=positive_int, default=64, metavar="N",
                    help="token budget of the query (default 64)")
-    p.add_argument("--max-examples", type=_positive_int, metavar="N",
+    p.add_argument("--max-examples", type=positive_int, metavar="N",
                    help="training examples per source (a seeded sample)")
-    p.add_argument("--max-heldout", type=_positive_int, default=1000, metavar="N",
+    p.add_argument("--max-heldout", type=positive_int, default=1000, metavar="N",
                    help="held-out examples kept per source (default 1000)")
-    p.add_argument("--heldout-fraction", type=_fraction, default=0.1,
+    p.add_argument("--heldout-fraction", type=fraction, default=0.1,
                    help="fraction of SQuAD articles held out (default 0.1)")
-    p.add_argument("--eval-examples", type=_positive_int, default=300, metavar="N",
+    p.add_argument("--eval-examples", type=positive_int, default=300, metavar="N",
                    help="held-out questions scored per source after training (default 300)")
     p.add_argument("--no-eval", action="store_true", help="skip the held-out evaluation")
-    p.add_argument("--bf16", action="store_true", help="bf16 autocast in training")
-    p.add_argument("--checkpoint-every", type=_count, default=200, metavar="STEPS")
-    p.add_argument("--seed", type=_count, default=0)
-    p.add_argument("--cpu", action="store_true", help="train on the CPU even if a GPU exists")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_schedule_args(p, batch_size=4, unit="questions", lr=2e-5)
+    add_process_args(p)
     p.set_defaults(func=run_reader)
 
 
@@ -312,7 +241,7 @@ def _add_reader_eval(jobs) -> None:
     p.add_argument("--examples", required=True, metavar="JSONL")
     p.add_argument("--with-negatives", action="store_true",
                    help="read each question against its gold passage and its negatives")
-    p.add_argument("--max-examples", type=_positive_int, metavar="N")
+    p.add_argument("--max-examples", type=positive_int, metavar="N")
     p.add_argument("--strategy", choices=("best_passage", "global"), default="best_passage")
     p.add_argument("--convention", choices=("squad", "topiocqa"), default="squad",
                    help="EM/F1 with several gold answers (default squad: max over golds)")
@@ -326,11 +255,9 @@ def _reader_config(args: argparse.Namespace):
     from readers.extractive.train import ReaderTrainConfig
 
     train = ReaderTrainConfig(
-        epochs=args.epochs, batch_size=args.batch_size,
-        passages_per_question=args.passages_per_question, grad_accum=args.grad_accum,
-        lr=args.lr, warmup_ratio=args.warmup_ratio, max_steps=args.max_steps,
-        history={"name": args.history, "max_tokens": args.history_max_tokens}, bf16=args.bf16,
-        seed=args.seed, checkpoint_every=args.checkpoint_every, progress=not args.quiet)
+        passages_per_question=args.passages_per_question,
+        history={"name": args.history, "max_tokens": args.history_max_tokens},
+        **schedule_settings(args))
     return ReaderRunConfig(
         squad=list(args.squad), benchmarks=list(args.benchmark), examples=list(args.examples),
         init_model=args.init_model, max_length=args.max_length,
@@ -345,16 +272,8 @@ def run_reader(args: argparse.Namespace) -> int:
     from retrievers.training.trainer import make_accelerator
 
     config = _reader_config(args)
-    if args.quiet:
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
+    say = start_run(args)
     accelerator = make_accelerator(cpu=args.cpu)
-    began = time.perf_counter()
-
-    def say(message: str) -> None:
-        print(f"[{time.perf_counter() - began:7.1f}s] {message}", flush=True)
-
     run_reader_training(config, args.out, accelerator, say)
     return 0
 
@@ -416,49 +335,38 @@ def _add_convdr(jobs) -> None:
     p.add_argument("--pseudo-positives", action="store_true",
                    help="examples without a given positive use the teacher's top-1 on the "
                         "rewrite as their positive (rank, multitask)")
-    p.add_argument("--mine-top-k", type=_positive_int, default=50, metavar="K",
+    p.add_argument("--mine-top-k", type=positive_int, default=50, metavar="K",
                    help="teacher candidates per example; negatives are these minus the "
                         "positives (default 50)")
-    p.add_argument("--negatives", type=_positive_int, default=4, metavar="N",
+    p.add_argument("--negatives", type=positive_int, default=4, metavar="N",
                    help="negatives per example and step in the rank loss (default 4)")
     p.add_argument("--kd-weight", type=float, default=1.0, help="multitask weight of KD")
     p.add_argument("--rank-weight", type=float, default=1.0, help="multitask weight of Rank")
-    p.add_argument("--scale", type=_positive_float, metavar="S",
+    p.add_argument("--scale", type=positive_float, metavar="S",
                    help="rank similarity scale 1/temperature (default 20 for normalised "
                         "embeddings, 1 otherwise)")
     p.add_argument("--history", default="questions_only", metavar="STRATEGY",
                    help="the student's input (default questions_only: ConvDR's)")
-    p.add_argument("--history-max-tokens", type=_positive_int, metavar="N",
+    p.add_argument("--history-max-tokens", type=positive_int, metavar="N",
                    help="token budget of the student's input (default: the strategy's, 256)")
-    p.add_argument("--heldout-fraction", type=_fraction, default=0.1,
+    p.add_argument("--heldout-fraction", type=fraction, default=0.1,
                    help="fraction of conversations held out for fidelity (default 0.1)")
     p.add_argument("--exclude-benchmark", action="append", default=[], metavar="DIR",
                    help="an OR-QuAC benchmark folder (retrievers/convdr/orquac_bench.py) whose "
                         "dialogs are held out of training (repeatable)")
-    p.add_argument("--max-examples", type=_positive_int, metavar="N",
+    p.add_argument("--max-examples", type=positive_int, metavar="N",
                    help="train on a seeded sample of N examples")
-    p.add_argument("--cast-min-relevance", type=_count, default=1, metavar="R",
+    p.add_argument("--cast-min-relevance", type=count, default=1, metavar="R",
                    help="CAsT qrels relevance that makes a positive (default 1)")
-    p.add_argument("--lora", type=_count, default=0, metavar="R",
+    p.add_argument("--lora", type=count, default=0, metavar="R",
                    help="train LoRA adapters of rank R on the student instead of all weights")
-    p.add_argument("--epochs", type=_positive_int, default=1)
-    p.add_argument("--max-steps", type=_positive_int, metavar="N", help="cap on optimizer steps")
-    p.add_argument("--batch-size", type=_positive_int, default=16,
-                   help="examples per process per step (default 16)")
-    p.add_argument("--grad-accum", type=_positive_int, default=1, metavar="N")
-    p.add_argument("--lr", type=_positive_float, default=2e-5, help="peak learning rate")
-    p.add_argument("--warmup-ratio", type=_fraction, default=0.1)
-    p.add_argument("--weight-decay", type=float, default=0.0)
-    p.add_argument("--bf16", action="store_true", help="bf16 autocast in training")
     p.add_argument("--fast", action="store_true",
                    help="bf16 teacher encoding of rewrites where it agrees with fp32")
-    p.add_argument("--encode-batch-size", type=_positive_int, default=64, metavar="N")
-    p.add_argument("--fidelity-examples", type=_count, default=1000, metavar="N",
+    p.add_argument("--encode-batch-size", type=positive_int, default=64, metavar="N")
+    p.add_argument("--fidelity-examples", type=count, default=1000, metavar="N",
                    help="held-out turns measured after training (0: skip; default 1000)")
-    p.add_argument("--checkpoint-every", type=_count, default=200, metavar="STEPS")
-    p.add_argument("--seed", type=_count, default=0)
-    p.add_argument("--cpu", action="store_true", help="train on the CPU even if a GPU exists")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_schedule_args(p, batch_size=16, unit="examples", lr=2e-5, weight_decay=0.0)
+    add_process_args(p)
     p.set_defaults(func=run_convdr)
 
 
@@ -481,12 +389,8 @@ def _convdr_config(args: argparse.Namespace):
     if args.index and not Path(args.index).is_dir():
         raise ConvQAError(f"{args.index}: index folder not found")
     train = ConvDRTrainConfig(
-        mode=args.mode, epochs=args.epochs, batch_size=args.batch_size,
-        grad_accum=args.grad_accum, lr=args.lr, weight_decay=args.weight_decay,
-        warmup_ratio=args.warmup_ratio, max_steps=args.max_steps, negatives=args.negatives,
-        kd_weight=args.kd_weight, rank_weight=args.rank_weight, scale=args.scale,
-        bf16=args.bf16, seed=args.seed, checkpoint_every=args.checkpoint_every,
-        progress=not args.quiet)
+        mode=args.mode, negatives=args.negatives, kd_weight=args.kd_weight,
+        rank_weight=args.rank_weight, scale=args.scale, **schedule_settings(args))
     mining = ConvDRMiningConfig(top_k=args.mine_top_k, pseudo_positives=args.pseudo_positives,
                                 batch_size=args.encode_batch_size)
     return ConvDRRunConfig(
@@ -503,16 +407,8 @@ def run_convdr(args: argparse.Namespace) -> int:
     from retrievers.training.trainer import make_accelerator
 
     config = _convdr_config(args)
-    if args.quiet:
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
+    say = start_run(args)
     accelerator = make_accelerator(cpu=args.cpu)
-    began = time.perf_counter()
-
-    def say(message: str) -> None:
-        print(f"[{time.perf_counter() - began:7.1f}s] {message}", flush=True)
-
     result = run(config, args.out, accelerator, say)
     if accelerator.is_main_process:
         say(f"model: {Path(args.out) / 'model'}")
@@ -536,11 +432,11 @@ def _add_convdr_fidelity(jobs) -> None:
                    help="or raw data as for `train convdr` (all of it is measured)")
     p.add_argument("--history", default="questions_only", metavar="STRATEGY",
                    help="student input for examples without a formatted query")
-    p.add_argument("--history-max-tokens", type=_positive_int, metavar="N")
-    p.add_argument("--max-examples", type=_positive_int, metavar="N",
+    p.add_argument("--history-max-tokens", type=positive_int, metavar="N")
+    p.add_argument("--max-examples", type=positive_int, metavar="N",
                    help="a seeded sample of N examples")
-    p.add_argument("--batch-size", type=_positive_int, default=32)
-    p.add_argument("--seed", type=_count, default=0)
+    p.add_argument("--batch-size", type=positive_int, default=32)
+    p.add_argument("--seed", type=count, default=0)
     p.add_argument("--out", metavar="FILE", help="write the result as JSON")
     p.set_defaults(func=run_convdr_fidelity)
 
@@ -587,14 +483,7 @@ def _add_phrase(jobs) -> None:
         "the same command to resume. Several processes: torchrun ... -m convqa.cli.main train "
         "phrase ... (the same flags).")
     p.add_argument("--out", required=True, metavar="DIR", help="output folder")
-    p.add_argument("--squad", action="append", default=[], metavar="FILE",
-                   help="SQuAD-format file (repeatable); articles held out by "
-                        "--heldout-fraction")
-    p.add_argument("--benchmark", action="append", default=[], metavar="DIR",
-                   help="benchmark folder of `convqa data topiocqa-wiki` (repeatable): train "
-                        "turns train, dev turns are held out")
-    p.add_argument("--examples", action="append", default=[], metavar="JSONL",
-                   help="prepared reader examples (readers/extractive/data.py format)")
+    add_example_sources(p)
     p.add_argument("--init-model", default="all-MiniLM-L6-v2", metavar="ID_OR_PATH",
                    help="checkpoint both towers start from (default all-MiniLM-L6-v2)")
     p.add_argument("--teacher", default="convqa-reader", metavar="READER",
@@ -602,14 +491,14 @@ def _add_phrase(jobs) -> None:
                         "to train without distillation)")
     p.add_argument("--shared-query-encoder", action="store_true",
                    help="encode queries with the phrase tower (default: a separate tower)")
-    p.add_argument("--encoder-layers", type=_positive_int, metavar="N",
+    p.add_argument("--encoder-layers", type=positive_int, metavar="N",
                    help="keep only the first N layers of each tower")
-    p.add_argument("--max-answer-tokens", type=_positive_int, default=10, metavar="N")
-    p.add_argument("--max-passage-tokens", type=_int_at_least(16), default=256, metavar="N")
-    p.add_argument("--max-query-tokens", type=_int_at_least(4), default=128, metavar="N")
-    p.add_argument("--lora", type=_count, default=0, metavar="R",
+    p.add_argument("--max-answer-tokens", type=positive_int, default=10, metavar="N")
+    p.add_argument("--max-passage-tokens", type=int_at_least(16), default=256, metavar="N")
+    p.add_argument("--max-query-tokens", type=int_at_least(4), default=128, metavar="N")
+    p.add_argument("--lora", type=count, default=0, metavar="R",
                    help="train LoRA adapters of rank R (heads fully trained); 0 = all weights")
-    p.add_argument("--export-lora", type=_count, default=0, metavar="R",
+    p.add_argument("--export-lora", type=count, default=0, metavar="R",
                    help="after training all weights, also write OUT/adapter: a rank-R LoRA "
                         "export (what ships)")
     p.add_argument("--turn-weight", type=float, default=0.5,
@@ -619,33 +508,23 @@ def _add_phrase(jobs) -> None:
     p.add_argument("--span-weight", type=float, default=1.0)
     p.add_argument("--distill-weight", type=float, default=1.0)
     p.add_argument("--filter-weight", type=float, default=0.5)
-    p.add_argument("--pre-batch", type=_count, default=2, metavar="C",
+    p.add_argument("--pre-batch", type=count, default=2, metavar="C",
                    help="previous batches whose gold phrases are negatives (default 2)")
     p.add_argument("--no-query-finetune", action="store_true",
                    help="skip query-side fine-tuning (the ablation)")
-    p.add_argument("--query-max-steps", type=_positive_int, metavar="N",
+    p.add_argument("--query-max-steps", type=positive_int, metavar="N",
                    help="cap on query-side fine-tuning steps")
-    p.add_argument("--query-lr", type=_positive_float, default=2e-5)
-    p.add_argument("--pool-passages", type=_positive_int, default=2000, metavar="N",
+    p.add_argument("--query-lr", type=positive_float, default=2e-5)
+    p.add_argument("--pool-passages", type=positive_int, default=2000, metavar="N",
                    help="passages of the frozen phrase matrix in query-side fine-tuning")
-    p.add_argument("--epochs", type=_positive_int, default=1)
-    p.add_argument("--max-steps", type=_positive_int, metavar="N",
-                   help="cap on phrase-stage steps")
-    p.add_argument("--batch-size", type=_positive_int, default=16,
-                   help="questions per process per step (default 16)")
-    p.add_argument("--grad-accum", type=_positive_int, default=1, metavar="N")
-    p.add_argument("--lr", type=_positive_float, default=5e-5, help="phrase-stage learning rate")
-    p.add_argument("--warmup-ratio", type=_fraction, default=0.1)
-    p.add_argument("--max-examples", type=_positive_int, metavar="N",
+    p.add_argument("--max-examples", type=positive_int, metavar="N",
                    help="training examples per source (a seeded sample)")
-    p.add_argument("--heldout-fraction", type=_fraction, default=0.1)
-    p.add_argument("--eval-examples", type=_count, default=300, metavar="N",
+    p.add_argument("--heldout-fraction", type=fraction, default=0.1)
+    p.add_argument("--eval-examples", type=count, default=300, metavar="N",
                    help="held-out questions scored per source, gold passage only (default 300)")
-    p.add_argument("--bf16", action="store_true", help="bf16 autocast in training")
-    p.add_argument("--checkpoint-every", type=_count, default=100, metavar="STEPS")
-    p.add_argument("--seed", type=_count, default=0)
-    p.add_argument("--cpu", action="store_true", help="train on the CPU even if a GPU exists")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_schedule_args(p, batch_size=16, unit="questions", lr=5e-5, checkpoint_every=100,
+                      steps_help="cap on phrase-stage steps", lr_help="phrase-stage learning rate")
+    add_process_args(p)
     p.set_defaults(func=run_phrase)
 
 
@@ -657,15 +536,13 @@ def run_phrase(args: argparse.Namespace) -> int:
     weights = {"span": args.span_weight, "distill": args.distill_weight if teacher else 0.0,
                "filter": args.filter_weight, "in_batch": args.neg_weight,
                "pre_batch": args.neg_weight, "turn": args.turn_weight}
-    common = dict(epochs=args.epochs, batch_size=args.batch_size, grad_accum=args.grad_accum,
-                  warmup_ratio=args.warmup_ratio, bf16=args.bf16, seed=args.seed,
-                  checkpoint_every=args.checkpoint_every, progress=not args.quiet)
-    phrase = PhraseTrainConfig(stage="phrase", lr=args.lr, max_steps=args.max_steps,
-                               weights=weights, pre_batch=args.pre_batch, **common)
+    common = schedule_settings(args)
+    phrase = PhraseTrainConfig(stage="phrase", weights=weights, pre_batch=args.pre_batch,
+                               **common)
     query = None if args.no_query_finetune else PhraseTrainConfig(
-        stage="query", lr=args.query_lr, max_steps=args.query_max_steps,
-        weights={"query_side": 1.0, "turn": args.turn_weight},
-        pool_passages=args.pool_passages, **common)
+        stage="query", weights={"query_side": 1.0, "turn": args.turn_weight},
+        pool_passages=args.pool_passages,
+        **{**common, "lr": args.query_lr, "max_steps": args.query_max_steps})
     model = {"base": args.init_model, "shared_query_encoder": args.shared_query_encoder,
              "encoder_layers": args.encoder_layers, "max_answer_tokens": args.max_answer_tokens,
              "max_passage_tokens": args.max_passage_tokens,
@@ -675,15 +552,7 @@ def run_phrase(args: argparse.Namespace) -> int:
         model=model, teacher=teacher, lora_r=args.lora, export_rank=args.export_lora,
         max_examples=args.max_examples, heldout_fraction=args.heldout_fraction,
         eval_examples=args.eval_examples, phrase=phrase, query=query)
-    if args.quiet:
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
-    began = time.perf_counter()
-
-    def say(message: str) -> None:
-        print(f"[{time.perf_counter() - began:7.1f}s] {message}", flush=True)
-
+    say = start_run(args)
     final = run_phrase_training(config, args.out, make_accelerator(cpu=args.cpu), say)
     say(f"model: {final}")
     return 0

@@ -11,17 +11,14 @@ fingerprint), `reader_heads.safetensors` (the heads) and either the full encoder
 checkpoint (so Hugging Face tools read it) or, for a reader trained with LoRA, only the peft
 adapter (`adapter_config.json` + `adapter_model.safetensors`) over the base encoder named in
 the config: a trained reader then ships as a few MB. safetensors only; remote code never runs.
-The encoder helpers are the dual encoder's (retrievers/dense/model.py), so both models load,
+The encoder helpers are convqa/towers.py's, shared by every convqa model, so all models load,
 adapt and hash weights the same way.
 """
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 import warnings
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -33,14 +30,16 @@ from torch import Tensor
 from convqa.errors import ConfigError, ConvQAError, DataError
 from convqa.io import load_format_json, write_json
 from convqa.models import DEFAULT_MODEL, resolve_model, shipped_model_path
-from retrievers.dense.model import (_attach_adapter, _hash_tower, _is_peft, _load_encoder,
-                                    _load_tokenizer, _merged, _replace_folder, _save_adapter)
+from convqa.model_folder import writing_folder
+from convqa.towers import (ADAPTER_CONFIG, adapted_encoder, hash_state, hash_tower, head_from,
+                           hidden_size, init_std, is_peft, keep_layers, load_encoder,
+                           load_encoder_tokenizer, load_heads, merged, new_head, save_heads,
+                           save_tower)
 
 META_FILE = "convqa_reader.json"
 HEADS_FILE = "reader_heads.safetensors"
 FORMAT = "convqa-extractive-reader"
 VERSION = 1
-ADAPTER_CONFIG = "adapter_config.json"
 _MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
@@ -109,35 +108,6 @@ class ReaderLogits(NamedTuple):
     selection: Tensor | None     # [windows], None without a selection head
 
 
-def _new_head(hidden: int, out: int, std: float) -> torch.nn.Linear:
-    head = torch.nn.Linear(hidden, out)
-    torch.nn.init.normal_(head.weight, std=std)
-    torch.nn.init.zeros_(head.bias)
-    return head
-
-
-def _hidden_size(encoder: torch.nn.Module) -> int:
-    size = getattr(encoder.config, "hidden_size", None) or getattr(encoder.config, "d_model", None)
-    if not isinstance(size, int):
-        raise ConfigError(f"cannot tell the hidden size of encoder {type(encoder).__name__}")
-    return size
-
-
-def keep_layers(encoder: torch.nn.Module, count: int | None) -> torch.nn.Module:
-    """The encoder with only its first `count` transformer layers (BERT-like layouts:
-    `encoder.layer`); None or at least as many as it has: unchanged."""
-    if count is None:
-        return encoder
-    layers = getattr(getattr(encoder, "encoder", None), "layer", None)
-    if not isinstance(layers, torch.nn.ModuleList):
-        raise ConfigError(f"encoder_layers works on BERT-like encoders (encoder.layer), not "
-                          f"{type(encoder).__name__}")
-    if count < len(layers):
-        encoder.encoder.layer = torch.nn.ModuleList(list(layers)[:count])
-        encoder.config.num_hidden_layers = count
-    return encoder
-
-
 def _qa_architecture(source: str) -> bool:
     """Whether `source` is a Hugging Face *ForQuestionAnswering checkpoint."""
     from transformers import AutoConfig
@@ -196,12 +166,12 @@ class ExtractiveReader(torch.nn.Module):
         """A trainable reader starting from `config.model`."""
         config = config or ExtractiveReaderConfig()
         source = resolve_model(config.model)
-        tokenizer = _load_tokenizer(config.model)
+        tokenizer = load_encoder_tokenizer(config.model)
         if _qa_architecture(source):
             encoder, span = _load_qa_checkpoint(source)
         else:
-            encoder = _load_encoder(config.model)
-            span = _new_head(_hidden_size(encoder), 2, _init_std(encoder))
+            encoder = load_encoder(config.model)
+            span = new_head(hidden_size(encoder), 2, init_std(encoder))
         encoder = keep_layers(encoder, config.encoder_layers)
         reader = cls(config, encoder, tokenizer, span, None)
         reader.add_selection_head()
@@ -235,34 +205,25 @@ class ExtractiveReader(torch.nn.Module):
         warnings.warn(f"{path}: a question-answering checkpoint without a passage-selection "
                       "head; passages are ranked by their best span score", UserWarning,
                       stacklevel=2)
-        reader = cls(config, encoder, _load_tokenizer(source), span, None)
+        reader = cls(config, encoder, load_encoder_tokenizer(source), span, None)
         reader.source = str(path)
         return reader
 
     @classmethod
     def _from_folder(cls, folder: Path) -> "ExtractiveReader":
-        from safetensors.torch import load_file
-
         meta_path = folder / META_FILE
         meta = load_format_json(meta_path, FORMAT, VERSION, "convqa extractive reader")
         config = ExtractiveReaderConfig.from_dict(meta.get("config") or {}, str(meta_path))
         heads_path = folder / HEADS_FILE
-        if not heads_path.exists():
-            raise DataError(f"reader heads missing ({HEADS_FILE})", folder)
-        try:
-            heads = load_file(str(heads_path))
-        except Exception as exc:  # noqa: BLE001 - any unreadable file is a damaged model
-            raise DataError(f"cannot read reader heads ({type(exc).__name__})", heads_path
-                            ) from None
+        heads = load_heads(heads_path, "reader")
         if meta.get("adapter"):
-            encoder = keep_layers(_load_encoder(config.model), config.encoder_layers)
-            tokenizer = _load_tokenizer(config.model)
-            encoder = _attach_adapter(encoder, folder)
+            encoder = adapted_encoder(config.model, config.encoder_layers, folder)
+            tokenizer = load_encoder_tokenizer(config.model)
         else:
-            encoder, tokenizer = _load_encoder(str(folder)), _load_tokenizer(str(folder))
-        hidden = _hidden_size(encoder)
-        span = _head_from(heads, "span", hidden, 2, heads_path)
-        selection = _head_from(heads, "selection", hidden, 1, heads_path) \
+            encoder, tokenizer = load_encoder(str(folder)), load_encoder_tokenizer(str(folder))
+        hidden = hidden_size(encoder)
+        span = head_from(heads, "span", hidden, 2, heads_path)
+        selection = head_from(heads, "selection", hidden, 1, heads_path) \
             if "selection.weight" in heads else None
         if bool(meta.get("selection_head")) != (selection is not None):
             raise DataError("selection head listed in the metadata but not in the weights, or "
@@ -274,13 +235,13 @@ class ExtractiveReader(torch.nn.Module):
     def add_selection_head(self) -> "ExtractiveReader":
         """A fresh selection head, if there is none (to train one on a QA checkpoint)."""
         if self.selection_head is None:
-            self.selection_head = _new_head(self.hidden_size, 1, _init_std(self.encoder))
+            self.selection_head = new_head(self.hidden_size, 1, init_std(self.encoder))
         return self
 
     # -- properties -----------------------------------------------------------------------
     @property
     def hidden_size(self) -> int:
-        return _hidden_size(self.encoder)
+        return hidden_size(self.encoder)
 
     @property
     def device(self) -> torch.device:
@@ -288,7 +249,7 @@ class ExtractiveReader(torch.nn.Module):
 
     @property
     def has_adapters(self) -> bool:
-        return _is_peft(self.encoder)
+        return is_peft(self.encoder)
 
     @property
     def has_selection_head(self) -> bool:
@@ -324,11 +285,8 @@ class ExtractiveReader(torch.nn.Module):
         digest = hashlib.sha256()
         digest.update(json.dumps({"selection_head": self.has_selection_head}).encode())
         with torch.no_grad():
-            _hash_tower(digest, self.encoder, self.tokenizer)
-            for name, tensor in sorted(self._head_state().items()):
-                value = tensor.detach().to("cpu", torch.float32).contiguous()
-                digest.update(f"{name}:{tuple(value.shape)};".encode())
-                digest.update(value.numpy().tobytes())
+            hash_tower(digest, self.encoder, self.tokenizer)
+            hash_state(digest, self._head_state())
         return digest.hexdigest()[:24]
 
     def _head_state(self) -> dict[str, Tensor]:
@@ -354,7 +312,7 @@ class ExtractiveReader(torch.nn.Module):
 
     def merge_adapters(self) -> "ExtractiveReader":
         """Fold LoRA into the encoder weights (faster inference; the fingerprint is kept)."""
-        self.encoder = _merged(self.encoder)
+        self.encoder = merged(self.encoder)
         return self
 
     # -- saving ---------------------------------------------------------------------------
@@ -362,51 +320,14 @@ class ExtractiveReader(torch.nn.Module):
         """Write atomically (temporary sibling folder renamed into place), safetensors only.
         A reader with LoRA adapters saves only adapter + heads unless `adapter_only=False`,
         which saves merged full weights (the reader itself stays unmerged)."""
-        from safetensors.torch import save_file
-
         adapter_only = self.has_adapters if adapter_only is None else adapter_only
         if adapter_only and not self.has_adapters:
             raise ConvQAError("adapter_only=True but this reader has no LoRA adapters "
                               "(call add_lora first)")
-        path = Path(path)
-        if path.exists() and not (path / META_FILE).exists() and any(path.iterdir()):
-            raise ConvQAError(f"{path}: exists and is not a convqa reader; not replacing it")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
-        try:
-            if adapter_only:
-                _save_adapter(self.encoder, tmp, self.config.model)
-            else:
-                full = _merged(copy.deepcopy(self.encoder)) if self.has_adapters else self.encoder
-                full.save_pretrained(str(tmp))
-                self.tokenizer.save_pretrained(str(tmp))
-            heads = {k: v.detach().to("cpu").contiguous() for k, v in self._head_state().items()}
-            save_file(heads, str(tmp / HEADS_FILE))
+        with writing_folder(Path(path), META_FILE, "a convqa reader") as tmp:
+            save_tower(self.encoder, tmp, adapter_only, self.config.model, self.tokenizer)
+            save_heads(self._head_state(), tmp / HEADS_FILE)
             write_json(tmp / META_FILE, {
                 "format": FORMAT, "version": VERSION, "config": asdict(self.config),
                 "adapter": adapter_only, "selection_head": self.has_selection_head,
                 "hidden_size": self.hidden_size, "fingerprint": self.fingerprint()})
-            _replace_folder(tmp, path)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-
-
-def _init_std(encoder: torch.nn.Module) -> float:
-    return float(getattr(encoder.config, "initializer_range", 0.02) or 0.02)
-
-
-def _head_from(heads: dict[str, Tensor], name: str, hidden: int, out: int,
-               where: Path) -> torch.nn.Linear:
-    weight, bias = heads.get(f"{name}.weight"), heads.get(f"{name}.bias")
-    if weight is None or bias is None:
-        raise DataError(f"{name} head missing", where)
-    if tuple(weight.shape) != (out, hidden) or tuple(bias.shape) != (out,):
-        raise DataError(f"{name} head has shape {tuple(weight.shape)}, expected "
-                        f"{(out, hidden)} for this encoder", where)
-    head = torch.nn.Linear(hidden, out)
-    with torch.no_grad():
-        head.weight.copy_(weight.float())
-        head.bias.copy_(bias.float())
-    return head
-

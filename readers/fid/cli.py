@@ -15,34 +15,9 @@ import argparse
 import time
 from pathlib import Path
 
-from convqa.errors import ConvQAError
+from convqa.cli.train_args import (add_process_args, add_schedule_args, count, int_at_least,
+                                   positive_int, schedule_settings, start_run)
 
-
-def _int_at_least(minimum: int):
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {value}")
-        return value
-
-    return parse
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
-    return value
-
-
-_positive = _int_at_least(1)
-_count = _int_at_least(0)
 
 
 def add_fid_parser(jobs) -> argparse.ArgumentParser:
@@ -60,37 +35,25 @@ def add_fid_parser(jobs) -> argparse.ArgumentParser:
                    help=f"seq2seq checkpoint (T5, mT5, Flan-T5) or a trained FiD folder "
                         f"(default {DEFAULT_MODEL})")
     p.add_argument("--out", required=True, metavar="DIR", help="output folder (OUT/model)")
-    p.add_argument("--passages", type=_positive, metavar="N",
+    p.add_argument("--passages", type=positive_int, metavar="N",
                    help="passages read per question (default 10, or the folder's)")
-    p.add_argument("--passage-max-length", type=_int_at_least(8), metavar="N",
+    p.add_argument("--passage-max-length", type=int_at_least(8), metavar="N",
                    help="tokens of each question+passage input (default 256)")
-    p.add_argument("--answer-max-length", type=_int_at_least(2), metavar="N",
+    p.add_argument("--answer-max-length", type=int_at_least(2), metavar="N",
                    help="tokens of a training answer, eos included (default 32)")
     p.add_argument("--history", metavar="STRATEGY",
                    help="conversation formatting (default current_first with ' [SEP] ')")
     p.add_argument("--template", metavar="TEXT",
                    help="encoder input of a pair, with {question}, {title}, {text} "
                         "(default 'question: {question} title: {title} context: {text}')")
-    p.add_argument("--epochs", type=_positive, default=1)
-    p.add_argument("--max-steps", type=_positive, metavar="N", help="cap on optimizer steps")
-    p.add_argument("--batch-size", type=_positive, default=2,
-                   help="questions per process per step (default 2)")
-    p.add_argument("--grad-accum", type=_positive, default=1, metavar="N",
-                   help="micro-batches per optimizer step (default 1)")
-    p.add_argument("--lr", type=_positive_float, default=1e-4, help="peak learning rate")
-    p.add_argument("--warmup-ratio", type=float, default=0.1)
-    p.add_argument("--weight-decay", type=float, default=0.01)
-    p.add_argument("--lora", type=_count, default=0, metavar="R",
+    p.add_argument("--lora", type=count, default=0, metavar="R",
                    help="train LoRA adapters of rank R instead of all weights")
-    p.add_argument("--bf16", action="store_true", help="bf16 autocast in training")
     p.add_argument("--gradient-checkpointing", action="store_true",
                    help="recompute activations in the backward pass (less memory)")
-    p.add_argument("--checkpoint-every", type=_count, default=200, metavar="STEPS")
     p.add_argument("--eval-examples", metavar="FILE",
                    help="after training, generate for these examples and write OUT/eval.json")
-    p.add_argument("--seed", type=_count, default=0)
-    p.add_argument("--cpu", action="store_true", help="train on the CPU even if a GPU exists")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_schedule_args(p, batch_size=2, unit="questions", lr=1e-4, weight_decay=0.01)
+    add_process_args(p)
     p.set_defaults(func=run_fid)
     return p
 
@@ -110,21 +73,10 @@ def run_fid(args: argparse.Namespace) -> int:
     from .model import FiDReader
     from .train import FiDTrainConfig, evaluate_fid, train_fid
 
-    if args.quiet:  # transformers' own bars (loading and writing weights)
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
-    if not 0.0 <= args.warmup_ratio < 1.0:
-        raise ConvQAError(f"--warmup-ratio must be in [0, 1), got {args.warmup_ratio}")
-    if args.weight_decay < 0:
-        raise ConvQAError(f"--weight-decay must be >= 0, got {args.weight_decay}")
+    start_run(args)
     examples = load_examples(args.examples)
     held_out = load_examples(args.eval_examples) if args.eval_examples else None
-    config = FiDTrainConfig(
-        epochs=args.epochs, batch_size=args.batch_size, grad_accum=args.grad_accum, lr=args.lr,
-        weight_decay=args.weight_decay, warmup_ratio=args.warmup_ratio,
-        max_steps=args.max_steps, bf16=args.bf16, seed=args.seed,
-        checkpoint_every=args.checkpoint_every, progress=not args.quiet)
+    config = FiDTrainConfig(**schedule_settings(args))
     reader = FiDReader.from_pretrained(args.model, **_reader_overrides(args))
     if args.lora:
         reader.add_lora(r=args.lora)

@@ -20,12 +20,9 @@ config. `fingerprint()` hashes everything the generated answers depend on.
 """
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Sequence
@@ -39,8 +36,9 @@ from convqa.models import resolve_model
 from convqa.registry import HISTORY_STRATEGIES
 from convqa.types import Passage, Turn
 # Generic peft/folder helpers shared with the dual encoder (same on-disk conventions).
-from retrievers.dense.model import (ADAPTER_CONFIG, _attach_adapter, _effective_state, _is_peft,
-                                    _merged, _replace_folder, _save_adapter)
+from convqa.model_folder import writing_folder
+from convqa.towers import (ADAPTER_CONFIG, attach_adapter, effective_state, hash_state, is_peft,
+                           load_encoder_tokenizer, merged, save_tower)
 
 from .data import check_template, collate, special_token_id
 
@@ -113,16 +111,6 @@ def _load_seq2seq(name_or_path: str) -> torch.nn.Module:
                           ) from None
 
 
-def _load_tokenizer(name_or_path: str):
-    from transformers import AutoTokenizer
-
-    try:
-        return AutoTokenizer.from_pretrained(resolve_model(name_or_path), trust_remote_code=False)
-    except (OSError, ValueError) as exc:
-        raise ConvQAError(f"cannot load the tokenizer of {name_or_path!r}: "
-                          f"{str(exc).splitlines()[0]}") from None
-
-
 def make_history(spec: dict[str, Any], tokenizer: Any, model_name: str):
     """The configured history strategy, counting tokens with `tokenizer`."""
     options = {k: v for k, v in spec.items() if k != "name"}
@@ -159,7 +147,7 @@ class FiDReader(torch.nn.Module):
     @classmethod
     def build(cls, config: FiDConfig) -> "FiDReader":
         """From a pretrained seq2seq checkpoint `config.model`."""
-        model = cls(config, _load_seq2seq(config.model), _load_tokenizer(config.model))
+        model = cls(config, _load_seq2seq(config.model), load_encoder_tokenizer(config.model))
         model.source = config.model
         return model
 
@@ -181,7 +169,7 @@ class FiDReader(torch.nn.Module):
                     raise DataError("no base model named", folder / ADAPTER_CONFIG, None,
                                     "base_model_name_or_path")
                 model = cls.build(_config(FiDConfig(model=base), overrides))
-                model.seq2seq = _attach_adapter(model.seq2seq, folder)
+                model.seq2seq = attach_adapter(model.seq2seq, folder)
             else:
                 model = cls.build(_config(FiDConfig(model=str(folder)), overrides))
             model.source = str(path)
@@ -190,9 +178,9 @@ class FiDReader(torch.nn.Module):
         config = _config(FiDConfig.from_dict(meta.get("config") or {}, str(meta_path)), overrides)
         if meta.get("adapter"):
             model = cls.build(config)
-            model.seq2seq = _attach_adapter(model.seq2seq, folder)
+            model.seq2seq = attach_adapter(model.seq2seq, folder)
         else:
-            model = cls(config, _load_seq2seq(str(folder)), _load_tokenizer(str(folder)))
+            model = cls(config, _load_seq2seq(str(folder)), load_encoder_tokenizer(str(folder)))
         model.source = str(path)
         return model
 
@@ -200,7 +188,7 @@ class FiDReader(torch.nn.Module):
     @property
     def core(self) -> torch.nn.Module:
         """The seq2seq model that computes (peft injects LoRA into its layers in place)."""
-        return self.seq2seq.get_base_model() if _is_peft(self.seq2seq) else self.seq2seq
+        return self.seq2seq.get_base_model() if is_peft(self.seq2seq) else self.seq2seq
 
     @property
     def device(self) -> torch.device:
@@ -208,7 +196,7 @@ class FiDReader(torch.nn.Module):
 
     @property
     def has_adapters(self) -> bool:
-        return _is_peft(self.seq2seq)
+        return is_peft(self.seq2seq)
 
     def gradient_checkpointing(self, enabled: bool = True) -> "FiDReader":
         """Recompute activations in the backward pass (less memory, ~30% more time); the
@@ -335,10 +323,7 @@ class FiDReader(torch.nn.Module):
         settings["decoder_start_token_id"] = self.core.config.decoder_start_token_id
         digest.update(json.dumps(settings, sort_keys=True).encode())
         with torch.no_grad():
-            for name, tensor in sorted(_effective_state(self.seq2seq).items()):
-                value = tensor.detach().to("cpu", torch.float32).contiguous()
-                digest.update(f"{name}:{tuple(value.shape)};".encode())
-                digest.update(value.numpy().tobytes())
+            hash_state(digest, effective_state(self.seq2seq))
         tok = self.tokenizer
         digest.update(json.dumps([sorted(tok.get_vocab().items()), tok.pad_token,
                                   tok.eos_token, tok.unk_token]).encode())
@@ -370,7 +355,7 @@ class FiDReader(torch.nn.Module):
 
     def merge_adapters(self) -> "FiDReader":
         """Fold LoRA into the base weights (the fingerprint is kept)."""
-        self.seq2seq = _merged(self.seq2seq)
+        self.seq2seq = merged(self.seq2seq)
         return self
 
     # -- saving -------------------------------------------------------------------------------
@@ -383,25 +368,11 @@ class FiDReader(torch.nn.Module):
         if adapter_only and not self.has_adapters:
             raise ConvQAError("adapter_only=True but this model has no LoRA adapters "
                               "(call add_lora first)")
-        path = Path(path)
-        if path.exists() and not (path / META_FILE).exists() and any(path.iterdir()):
-            raise ConvQAError(f"{path}: exists and is not a convqa FiD reader; not replacing it")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
-        try:
-            if adapter_only:
-                _save_adapter(self.seq2seq, tmp, self.config.model)
-            else:
-                full = _merged(copy.deepcopy(self.seq2seq)) if self.has_adapters else self.seq2seq
-                full.save_pretrained(str(tmp))
-                self.tokenizer.save_pretrained(str(tmp))
+        with writing_folder(Path(path), META_FILE, "a convqa FiD reader") as tmp:
+            save_tower(self.seq2seq, tmp, adapter_only, self.config.model, self.tokenizer)
             write_json(tmp / META_FILE, {
                 "format": FORMAT, "version": VERSION, "config": asdict(self.config),
                 "adapter": adapter_only, "fingerprint": self.fingerprint()})
-            _replace_folder(tmp, path)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
 
 
 def _config(config: FiDConfig, overrides: dict[str, Any]) -> FiDConfig:

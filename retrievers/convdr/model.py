@@ -14,11 +14,8 @@ name (or one passed in) and refuses one whose fingerprint differs from the recor
 """
 from __future__ import annotations
 
-import contextlib
 import copy
 import os
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Sequence
@@ -27,14 +24,15 @@ import torch
 from torch import Tensor
 
 from convqa.errors import ConfigError, ConvQAError, DataError
-from convqa.io import load_format_json, load_json, write_json
+from convqa.io import load_format_json, write_json
 from convqa.models import DEFAULT_MODEL, shipped_model_path
+from convqa.model_folder import writing_folder
+from convqa.towers import attach_adapter, is_peft, merged, save_tower
 from retrievers.dense.model import DualEncoder, DualEncoderConfig
 
 META_FILE = "convqa_convdr.json"
 FORMAT = "convqa-convdr"
 VERSION = 1
-ADAPTER_CONFIG = "adapter_config.json"
 DEFAULT_QUERY_MAX_LENGTH = 258  # ConvDR's 256-token questions-only history + [CLS] [SEP]
 
 
@@ -79,10 +77,6 @@ def load_teacher(teacher: str | os.PathLike | DualEncoder) -> DualEncoder:
     from retrievers.dense.build import load_encoder
 
     return load_encoder(teacher)
-
-
-def _is_peft(module: torch.nn.Module) -> bool:
-    return hasattr(module, "peft_config")
 
 
 class ConvDR(torch.nn.Module):
@@ -140,7 +134,8 @@ class ConvDR(torch.nn.Module):
                 f"{teacher_name(teacher if teacher is not None else config.teacher)!r} has "
                 f"fingerprint {found}; pass the original teacher")
         if meta.get("adapter"):
-            student = _attach_adapter(copy.deepcopy(encoder.query_encoder), folder)
+            student = attach_adapter(copy.deepcopy(encoder.query_encoder), folder,
+                                     "the teacher's query tower")
         else:
             student = DualEncoder.build(DualEncoderConfig(model=str(folder))).query_encoder
         model = cls(config, encoder, student, teacher_fingerprint=found)
@@ -171,7 +166,7 @@ class ConvDR(torch.nn.Module):
 
     @property
     def has_adapters(self) -> bool:
-        return _is_peft(self.query_encoder)
+        return is_peft(self.query_encoder)
 
     @property
     def query_tokenizer(self):
@@ -253,8 +248,7 @@ class ConvDR(torch.nn.Module):
 
     def merge_adapters(self) -> "ConvDR":
         """Fold LoRA into the student's weights for faster inference (fingerprint kept)."""
-        if self.has_adapters:
-            self.query_encoder = self.query_encoder.merge_and_unload()
+        self.query_encoder = merged(self.query_encoder)
         return self
 
     # -- saving ---------------------------------------------------------------------------
@@ -264,57 +258,12 @@ class ConvDR(torch.nn.Module):
         adapter_only = self.has_adapters if adapter_only is None else adapter_only
         if adapter_only and not self.has_adapters:
             raise ConvQAError("adapter_only=True but this student has no LoRA adapters")
-        path = Path(path)
-        if path.exists() and not (path / META_FILE).exists() and any(path.iterdir()):
-            raise ConvQAError(f"{path}: exists and is not a ConvDR model; not replacing it")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
-        try:
-            if adapter_only:
-                for config in self.query_encoder.peft_config.values():
-                    config.base_model_name_or_path = f"convdr-teacher:{self.config.teacher}"
-                self.query_encoder.save_pretrained(str(tmp), safe_serialization=True,
-                                                   save_embedding_layers=False)
-                with contextlib.suppress(FileNotFoundError):
-                    (tmp / "README.md").unlink()  # peft's stub
-            else:
-                tower = self.query_encoder
-                if self.has_adapters:
-                    tower = copy.deepcopy(tower).merge_and_unload()
-                tower.save_pretrained(str(tmp), safe_serialization=True)
-                self.query_tokenizer.save_pretrained(str(tmp))
+        with writing_folder(Path(path), META_FILE, "a ConvDR model") as tmp:
+            save_tower(self.query_encoder, tmp, adapter_only,
+                       f"convdr-teacher:{self.config.teacher}", self.query_tokenizer)
             write_json(tmp / META_FILE, {
                 "format": FORMAT, "version": VERSION, "config": asdict(self.config),
                 "teacher_fingerprint": self.teacher_fingerprint,
                 "teacher_config": asdict(self.teacher.config), "adapter": adapter_only,
                 "dim": self.dim, "fingerprint": self.fingerprint()})
-            _replace_folder(tmp, path)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
 
-
-def _attach_adapter(tower: torch.nn.Module, folder: Path) -> torch.nn.Module:
-    from peft import PeftModel
-
-    config = load_json(folder / ADAPTER_CONFIG)
-    if not isinstance(config, dict) or config.get("peft_type") != "LORA":
-        raise DataError("only peft LoRA adapters are supported", folder / ADAPTER_CONFIG, None,
-                        "peft_type")
-    if not (folder / "adapter_model.safetensors").exists():
-        raise DataError("adapter weights missing (adapter_model.safetensors)", folder)
-    try:
-        return PeftModel.from_pretrained(tower, str(folder), is_trainable=False)
-    except (ValueError, RuntimeError, KeyError) as exc:
-        raise DataError(f"adapter does not fit the teacher's query tower: "
-                        f"{str(exc).splitlines()[0]}", folder) from None
-
-
-def _replace_folder(tmp: Path, path: Path) -> None:
-    if path.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
-        os.rename(path, old / "model")
-        os.rename(tmp, path)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.rename(tmp, path)

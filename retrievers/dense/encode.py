@@ -1,6 +1,7 @@
 """Encoding a passage corpus into vector shards: resumable, parallel under `accelerate`.
 
-The corpus is cut into fixed row ranges (shards of `shard_size` passages, in store order).
+The corpus is cut into fixed row ranges (shards of `shard_size` passages, in store order;
+convqa/corpus/shards.py, shared with the phrase dump).
 Each shard is encoded by one process (shard i by process i % N), then written atomically
 (temporary file, fsync, rename) as `shard-<start>-<end>.npy`, so a killed run loses at most the
 shard each process was working on, and a rerun (with any number of processes) skips every shard
@@ -14,8 +15,6 @@ rounding changes cosines by ~1e-6) or float32; the manifest records which.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import logging
 import os
 import tempfile
@@ -27,13 +26,15 @@ import numpy as np
 import torch
 
 from convqa.corpus import PassageStore
+from convqa.corpus.shards import (MANIFEST, CorpusRows, ShardedFolder, ShardProcesses,
+                                  check_resumable, eval_mode, shard_done)
+from convqa.corpus.shards import launched_accelerator, passages_checksum  # noqa: F401 (our API)
 from convqa.errors import ConfigError, ConvQAError, DataError
-from convqa.io import load_format_json, write_json
+from convqa.io import write_json
 from convqa.types import Passage
 
 from .precision import BF16, FP32, autocast, fast_path_agrees
 
-MANIFEST = "manifest.json"
 FORMAT = "convqa-dense-vectors"
 VERSION = 1
 DTYPES = ("float16", "float32")
@@ -45,42 +46,6 @@ log = logging.getLogger(__name__)
 
 def shard_name(start: int, end: int) -> str:
     return f"shard-{start:010d}-{end:010d}.npy"
-
-
-def passages_checksum(passages: Sequence[Passage]) -> str:
-    """The checksum a `PassageStore` built from `passages` would record (same bytes hashed)."""
-    digest = hashlib.sha256()
-    for passage in passages:
-        digest.update((json.dumps(passage.to_dict(), ensure_ascii=False) + "\n").encode("utf-8"))
-    return f"sha256:{digest.hexdigest()}"
-
-
-class _Corpus:
-    """Uniform row access to a PassageStore or an in-memory sequence of passages."""
-
-    def __init__(self, source: PassageStore | Sequence[Passage]):
-        if isinstance(source, PassageStore):
-            self.store: PassageStore | None = source
-            self.passages: Sequence[Passage] = ()
-            self.checksum = source.checksum
-        elif isinstance(source, Sequence) and not isinstance(source, (str, bytes)):
-            bad = next((i for i, p in enumerate(source) if not isinstance(p, Passage)), None)
-            if bad is not None:
-                raise ConfigError(f"passage {bad + 1}: expected a Passage, got "
-                                  f"{type(source[bad]).__name__}")
-            self.store, self.passages = None, source
-            self.checksum = passages_checksum(source)
-        else:
-            raise ConfigError("expected a PassageStore or a list of Passage, got "
-                              f"{type(source).__name__}")
-
-    def __len__(self) -> int:
-        return len(self.store) if self.store is not None else len(self.passages)
-
-    def rows(self, start: int, end: int) -> list[Passage]:
-        if self.store is not None:
-            return [self.store.at(i) for i in range(start, end)]
-        return list(self.passages[start:end])
 
 
 def _pad(features: list[dict[str, list[int]]], pad_id: int) -> dict[str, torch.Tensor]:
@@ -148,32 +113,17 @@ def encode_tokenized(encode, tokens: dict[str, list[list[int]]], pad_id: int | N
 
 
 @dataclass
-class VectorShards:
+class VectorShards(ShardedFolder):
     """A finished (or partial) folder of encoded vectors, read shard by shard."""
 
     folder: Path
     manifest: dict[str, Any]
 
-    @classmethod
-    def open(cls, folder: str | os.PathLike, require_complete: bool = True) -> "VectorShards":
-        folder = Path(folder)
-        path = folder / MANIFEST
-        if not path.exists():
-            raise DataError("not an encoded-vectors folder (no manifest.json)", folder)
-        manifest = load_format_json(path, FORMAT, VERSION, "encoded-vectors manifest")
-        if require_complete and not manifest.get("complete"):
-            raise ConvQAError(f"{folder}: encoding is not finished; rerun it to resume")
-        return cls(folder, manifest)
-
-    count = property(lambda self: int(self.manifest["count"]))
-    dim = property(lambda self: int(self.manifest["dim"]))
-    dtype = property(lambda self: str(self.manifest["dtype"]))
-    fingerprint = property(lambda self: str(self.manifest["fingerprint"]))
-    corpus_checksum = property(lambda self: str(self.manifest["corpus_checksum"]))
-
-    def ranges(self) -> list[tuple[int, int]]:
-        size = int(self.manifest["shard_size"])
-        return [(s, min(s + size, self.count)) for s in range(0, self.count, size)]
+    FORMAT = FORMAT
+    VERSION = VERSION
+    WHAT = "an encoded-vectors folder"
+    KIND = "encoded-vectors"
+    JOB = "encoding"
 
     def shard(self, start: int, end: int) -> np.ndarray:
         """One shard memory-mapped, checked against the manifest; DataError when damaged."""
@@ -226,23 +176,7 @@ def _write_shard(folder: Path, start: int, end: int, array: np.ndarray) -> None:
         raise
 
 
-def launched_accelerator():
-    """An Accelerator when this process was started by `accelerate launch` or torchrun, else
-    None. Without GPUs it must be told `cpu=True`, or it silently runs as a single process."""
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
-        return None
-    from accelerate import Accelerator
-
-    return Accelerator(cpu=not torch.cuda.is_available())
-
-
-def _same_device(a: torch.device, b: torch.device | str) -> bool:
-    """cpu and cpu:0 are the same place (moving would copy every weight for nothing)."""
-    a, b = torch.device(a), torch.device(b)
-    return a.type == b.type and (a.type == "cpu" or (a.index or 0) == (b.index or 0))
-
-
-def _header(model, corpus: _Corpus, shard_size: int, dtype: str) -> dict[str, Any]:
+def _header(model, corpus: CorpusRows, shard_size: int, dtype: str) -> dict[str, Any]:
     return {"format": FORMAT, "version": VERSION,
             "encoder": model.source or model.config.model, "fingerprint": model.fingerprint(),
             "dim": model.dim, "count": len(corpus), "corpus_checksum": corpus.checksum,
@@ -250,21 +184,11 @@ def _header(model, corpus: _Corpus, shard_size: int, dtype: str) -> dict[str, An
             "normalize": model.config.normalize}
 
 
-def _check_resumable(old: dict[str, Any], new: dict[str, Any], folder: Path) -> None:
-    for field in _HEADER_FIELDS:
-        if old.get(field) != new[field]:
-            raise ConvQAError(
-                f"{folder} holds vectors with another {field} ({old.get(field)!r}, now "
-                f"{new[field]!r}); encoder fingerprints: folder {old.get('fingerprint')}, "
-                f"model {new['fingerprint']}. Use another folder or delete this one")
-
-
-def _choose_precision(model, corpus: _Corpus, fast: bool, batch_size: int,
+def _choose_precision(model, corpus: CorpusRows, fast: bool, batch_size: int,
                       check_size: int) -> tuple[str, float | None]:
     if not fast:
         return FP32, None
-    positions = np.unique(np.linspace(0, len(corpus) - 1, min(check_size, len(corpus))).astype(int))
-    sample = [corpus.rows(int(i), int(i) + 1)[0] for i in positions]
+    sample = corpus.spread(check_size)
     ok, worst = fast_path_agrees(
         lambda: torch.from_numpy(encode_passages(model, sample, batch_size, FP32)),
         model.device, "passages")
@@ -287,56 +211,41 @@ def encode_corpus(model, store_or_passages: PassageStore | Sequence[Passage],
         raise ConfigError(f"vector dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     if isinstance(shard_size, bool) or not isinstance(shard_size, int) or shard_size < 1:
         raise ConfigError(f"shard_size must be a positive int, got {shard_size!r}")
-    corpus = _Corpus(store_or_passages)
+    corpus = CorpusRows(store_or_passages)
     if len(corpus) == 0:
         raise ConvQAError("cannot encode an empty corpus")
-    accelerator = accelerator if accelerator is not None else launched_accelerator()
-    rank, world = (accelerator.process_index, accelerator.num_processes) if accelerator else (0, 1)
-    launched = int(os.environ.get("WORLD_SIZE", "1"))
-    if launched > 1 and world != launched:
-        raise ConvQAError(f"{launched} processes were launched but the accelerator sees {world}"
-                          "; on a machine without GPUs create it with Accelerator(cpu=True)")
-    barrier = accelerator.wait_for_everyone if accelerator else (lambda: None)
-    if accelerator is not None and not _same_device(model.device, accelerator.device):
-        model.to(accelerator.device)
+    processes = ShardProcesses(model, accelerator)
     folder = Path(out_dir)
-    was_training = model.training
-    model.eval()
-    try:
-        if rank == 0:
+    with eval_mode(model):
+        if processes.main:
             _start(model, corpus, folder, fast, batch_size, shard_size, dtype, check_size)
-        barrier()
+        processes.barrier()
         shards = VectorShards.open(folder, require_complete=False)
         precision = shards.manifest["precision"]
-        todo = [(s, e) for n, (s, e) in enumerate(shards.ranges()) if n % world == rank
-                and not _valid(shards, s, e)]
-        from tqdm.auto import tqdm
 
-        bar = tqdm(total=sum(e - s for s, e in todo), unit=" psg", smoothing=0.05,
-                   desc=f"encoding {len(corpus)} passages ({precision}, {world} process"
-                        f"{'es' if world > 1 else ''})", disable=not (progress and rank == 0))
-        with bar:
-            for start, end in todo:
-                vectors = encode_passages(model, corpus.rows(start, end), batch_size,
-                                          precision, sort=True, bar=bar)
-                _write_shard(folder, start, end, _cast(vectors, dtype, start))
-        log.info("process %d/%d encoded %d shards", rank, world, len(todo))
-        barrier()
-        if rank == 0:
+        def work(start: int, end: int, bar) -> None:
+            vectors = encode_passages(model, corpus.rows(start, end), batch_size, precision,
+                                      sort=True, bar=bar)
+            _write_shard(folder, start, end, _cast(vectors, dtype, start))
+
+        count = processes.encode(
+            shards.ranges(), lambda s, e: _valid(shards, s, e), work,
+            f"encoding {len(corpus)} passages ({precision}, {processes.label})", progress)
+        log.info("process %d/%d encoded %d shards", processes.rank, processes.world, count)
+        processes.barrier()
+        if processes.main:
             _finish(shards)
-        barrier()
-    finally:
-        model.train(was_training)
+        processes.barrier()
     return VectorShards.open(folder)
 
 
-def _start(model, corpus: _Corpus, folder: Path, fast: bool, batch_size: int,
+def _start(model, corpus: CorpusRows, folder: Path, fast: bool, batch_size: int,
            shard_size: int, dtype: str, check_size: int) -> None:
     """Main process: check or write the manifest header, clear leftovers of killed writes."""
     header = _header(model, corpus, shard_size, dtype)
     if (folder / MANIFEST).exists():
         old = VectorShards.open(folder, require_complete=False).manifest
-        _check_resumable(old, header, folder)
+        check_resumable(old, header, _HEADER_FIELDS, folder, "vectors")
         if not fast and old.get("precision") != FP32:
             raise ConvQAError(f"{folder} was encoded with {old.get('precision')}; fast=False "
                               "needs another folder")
@@ -352,14 +261,8 @@ def _start(model, corpus: _Corpus, folder: Path, fast: bool, batch_size: int,
 
 
 def _valid(shards: VectorShards, start: int, end: int) -> bool:
-    if not (shards.folder / shard_name(start, end)).exists():
-        return False
-    try:
-        shards.shard(start, end)
-    except DataError as exc:
-        log.warning("re-encoding %s", exc)
-        return False
-    return True
+    return shard_done(shards.folder / shard_name(start, end), lambda: shards.shard(start, end),
+                      "re-encoding")
 
 
 def _cast(vectors: np.ndarray, dtype: str, start: int) -> np.ndarray:

@@ -15,7 +15,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -30,6 +30,7 @@ FORMAT = "convqa-dense-index"
 VERSION = 1
 DEFAULT_NPROBE = 32       # IVF lists visited per query (faiss's default of 1 loses much recall)
 DEFAULT_EF_SEARCH = 128   # HNSW candidate list per query (faiss's default is 16)
+DEFAULT_TRAIN_SIZE = 100_000  # vectors an IVF/PQ index is trained on, at least 39 per list
 
 
 def _faiss():
@@ -38,7 +39,8 @@ def _faiss():
     return faiss
 
 
-def _make_index(factory: str, dim: int):
+def make_index(factory: str, dim: int):
+    """An empty inner-product FAISS index from a factory string; ConfigError when bad."""
     faiss = _faiss()
     try:
         return faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
@@ -60,12 +62,48 @@ def _skip_polysemous_training(index) -> None:
         ivf.do_polysemous_training = False
 
 
-def _ivf_lists(index) -> int | None:
+def ivf_lists(index) -> int | None:
+    """The number of IVF lists of `index`, None when it has none."""
     faiss = _faiss()
     try:
         return faiss.extract_index_ivf(index).nlist
     except (RuntimeError, TypeError, AttributeError):
         return None
+
+
+def train_index(index, factory: str, count: int, sample: Callable[[np.ndarray], np.ndarray], *,
+                train_size: int | None = None, seed: int = 0, what: str = "vectors",
+                source: str = "the corpus") -> None:
+    """Train `index` (if it needs it: IVF, PQ) on a seeded random sample of `train_size` of the
+    `count` vectors (default: up to 100k), read with `sample(sorted rows)`. An IVF with more
+    lists than `what` vectors `source` has is refused."""
+    if index.is_trained:
+        return
+    _skip_polysemous_training(index)
+    lists = ivf_lists(index) or 1
+    if count < lists:
+        raise ConfigError(f"factory {factory!r} needs at least {lists} {what} to train its "
+                          f"{lists} lists; {source} has {count}: use fewer lists")
+    size = min(count, train_size or max(DEFAULT_TRAIN_SIZE, 39 * lists))
+    rows = np.sort(np.random.default_rng(seed).choice(count, size, replace=False))
+    index.train(_as_matrix(sample(rows), index.d))
+
+
+def add_batches(index, batches: Iterable[np.ndarray], count: int, desc: str,
+                progress: bool = False) -> None:
+    """Add the vectors of `batches` (`count` in all) to `index`, with a progress bar."""
+    from tqdm.auto import tqdm
+
+    with tqdm(total=count, desc=desc, unit=" vec", disable=not progress) as bar:
+        for array in batches:
+            index.add(_as_matrix(array, index.d))
+            bar.update(len(array))
+
+
+def search_defaults(index) -> dict[str, int | None]:
+    """The search settings saved with an index: nprobe for IVF, efSearch for HNSW."""
+    return {"nprobe": DEFAULT_NPROBE if ivf_lists(index) else None,
+            "ef_search": DEFAULT_EF_SEARCH if hasattr(index, "hnsw") else None}
 
 
 def _as_matrix(vectors: np.ndarray, dim: int | None = None) -> np.ndarray:
@@ -104,39 +142,24 @@ class DenseIndex:
             encoder = encoder or manifest.get("encoder")
             fingerprint = fingerprint or vectors.fingerprint
             corpus_checksum = corpus_checksum or vectors.corpus_checksum
-            batches = vectors.iter_arrays
+            batches = (array for _, array in vectors.iter_arrays())
             sample = vectors.rows
         else:
             array = _as_matrix(vectors)
             count, dim, dtype = array.shape[0], array.shape[1], str(np.asarray(vectors).dtype)
-            batches = lambda: iter([(0, array)])  # noqa: E731
+            batches = iter([array])
             sample = lambda rows: array[rows]  # noqa: E731
         if count == 0:
             raise ConvQAError("cannot index an empty set of vectors")
-        index = _make_index(factory, dim)
-        if not index.is_trained:
-            _skip_polysemous_training(index)
-            nlist = _ivf_lists(index) or 1
-            if count < nlist:
-                raise ConfigError(f"factory {factory!r} needs at least {nlist} vectors to train "
-                                  f"its {nlist} lists; the corpus has {count}: use fewer lists")
-            size = min(count, train_size or max(100_000, 39 * nlist))
-            rows = np.sort(np.random.default_rng(seed).choice(count, size, replace=False))
-            index.train(_as_matrix(sample(rows), dim))
-        from tqdm.auto import tqdm
-
-        with tqdm(total=count, desc=f"FAISS {factory}", unit=" vec", disable=not progress) as bar:
-            for _, array in batches():
-                index.add(_as_matrix(array, dim))
-                bar.update(len(array))
+        index = make_index(factory, dim)
+        train_index(index, factory, count, sample, train_size=train_size, seed=seed)
+        add_batches(index, batches, count, f"FAISS {factory}", progress)
         faiss = _faiss()
         meta = {"format": FORMAT, "version": VERSION, "factory": factory,
                 "metric": "inner_product", "encoder": encoder, "fingerprint": fingerprint,
                 "dim": dim, "count": count, "corpus_checksum": corpus_checksum,
                 "vector_dtype": dtype, "faiss_version": faiss.__version__,
-                "nprobe": DEFAULT_NPROBE if _ivf_lists(index) else None,
-                "ef_search": DEFAULT_EF_SEARCH if hasattr(index, "hnsw") else None,
-                "build_seconds": round(time.perf_counter() - start_time, 2)}
+                **search_defaults(index), "build_seconds": round(time.perf_counter() - start_time, 2)}
         return cls(index, meta)
 
     # -- saving and loading ---------------------------------------------------------------
@@ -207,7 +230,7 @@ class DenseIndex:
     def set_search_params(self, nprobe: int | None = None, ef_search: int | None = None) -> None:
         faiss = _faiss()
         space = faiss.ParameterSpace()
-        if nprobe is not None and _ivf_lists(self.index):
+        if nprobe is not None and ivf_lists(self.index):
             space.set_index_parameter(self.index, "nprobe", int(nprobe))
             self.meta["nprobe"] = int(nprobe)
         if ef_search is not None and hasattr(self.index, "hnsw"):

@@ -12,13 +12,10 @@ never searched with another's queries.
 """
 from __future__ import annotations
 
-import contextlib
 import copy
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -29,14 +26,16 @@ from torch import Tensor
 
 from convqa.errors import ConfigError, ConvQAError, DataError
 from convqa.io import load_format_json, load_json, write_json
+from convqa.model_folder import writing_folder
 from convqa.models import DEFAULT_MODEL, resolve_model, shipped_model_path
+from convqa.towers import (ADAPTER_CONFIG, attach_adapter, hash_tower, hidden_size, is_peft,
+                           load_encoder, load_encoder_tokenizer, merged, save_tower)
 from convqa.types import Passage
 
 META_FILE = "convqa_dual_encoder.json"
 FORMAT = "convqa-dual-encoder"
 VERSION = 1
 PASSAGE_DIR = "passage_encoder"
-ADAPTER_CONFIG = "adapter_config.json"
 POOLINGS = ("mean", "cls")
 # The inputs a BERT-like encoder takes; tokenizers may return more (e.g. offsets).
 _MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
@@ -73,95 +72,6 @@ class DualEncoderConfig:
             raise DataError(str(exc), where, None, "config") from None
 
 
-def _load_encoder(name_or_path: str) -> torch.nn.Module:
-    """A pretrained encoder in fp32 from safetensors only, never running remote code.
-
-    Neither pooling uses the checkpoint's pooler layer, so it is dropped after loading (unused
-    parameters break distributed training); it is loaded only when the checkpoint has one, so
-    the library's load report stays quiet unless something real is missing."""
-    from transformers import AutoModel
-
-    source = resolve_model(name_or_path)
-    kwargs = dict(dtype=torch.float32, use_safetensors=True, trust_remote_code=False)
-    try:
-        try:
-            encoder = AutoModel.from_pretrained(
-                source, add_pooling_layer=_has_pooler_weights(source), **kwargs)
-        except TypeError:  # not a model with an optional pooler
-            encoder = AutoModel.from_pretrained(source, **kwargs)
-    except (OSError, ValueError) as exc:
-        raise ConvQAError(f"cannot load encoder {name_or_path!r} (safetensors weights needed): "
-                          f"{str(exc).splitlines()[0]}") from None
-    if getattr(encoder, "pooler", None) is not None:
-        encoder.pooler = None
-    return encoder
-
-
-def _has_pooler_weights(source: str) -> bool:
-    """Whether a local checkpoint stores pooler weights (a hub id: assume not)."""
-    folder = Path(source)
-    files = sorted(folder.glob("*.safetensors")) if folder.is_dir() else []
-    if not files:
-        return False
-    from safetensors import safe_open
-
-    for file in files:
-        with safe_open(str(file), framework="pt") as handle:
-            if any(key.startswith("pooler.") or ".pooler." in key for key in handle.keys()):
-                return True
-    return False
-
-
-def _load_tokenizer(name_or_path: str):
-    from transformers import AutoTokenizer
-
-    try:
-        return AutoTokenizer.from_pretrained(resolve_model(name_or_path), trust_remote_code=False)
-    except (OSError, ValueError) as exc:
-        raise ConvQAError(f"cannot load the tokenizer of {name_or_path!r}: "
-                          f"{str(exc).splitlines()[0]}") from None
-
-
-def _is_peft(module: torch.nn.Module) -> bool:
-    return hasattr(module, "peft_config")
-
-
-def _effective_state(tower: torch.nn.Module) -> dict[str, Tensor]:
-    """The weights a tower computes with: for a peft model, base weights plus the (unmerged)
-    LoRA deltas under the plain model's names, so a merged copy fingerprints the same."""
-    if not _is_peft(tower):
-        return dict(tower.state_dict())
-    deltas = {}
-    for name, module in tower.named_modules():
-        if hasattr(module, "get_delta_weight") and hasattr(module, "merged"):
-            if not module.merged:
-                for adapter in module.active_adapters:
-                    if adapter in getattr(module, "lora_A", {}):
-                        delta = module.get_delta_weight(adapter)
-                        key = f"{name}.base_layer.weight"
-                        deltas[key] = deltas[key] + delta if key in deltas else delta
-    state = {}
-    for name, tensor in tower.state_dict().items():
-        if ".lora_" in name:
-            continue
-        if name in deltas:
-            tensor = tensor + deltas[name]  # the same float op peft's merge performs
-        clean = name.removeprefix("base_model.model.").replace(".base_layer.", ".")
-        state[clean] = tensor
-    return state
-
-
-def _hash_tower(digest, tower: torch.nn.Module, tokenizer) -> None:
-    for name, tensor in sorted(_effective_state(tower).items()):
-        if name.endswith("position_ids") or name.endswith("token_type_ids"):
-            continue  # fixed index buffers, present or not depending on the library version
-        value = tensor.detach().to("cpu", torch.float32).contiguous()
-        digest.update(f"{name}:{tuple(value.shape)};".encode())
-        digest.update(value.numpy().tobytes())
-    vocab = sorted(tokenizer.get_vocab().items())
-    digest.update(json.dumps([vocab, tokenizer.sep_token, tokenizer.cls_token]).encode())
-
-
 class DualEncoder(torch.nn.Module):
     """Query and passage encoders; `encode_*` return `[batch, dim]` embeddings with gradients.
 
@@ -183,12 +93,12 @@ class DualEncoder(torch.nn.Module):
     @classmethod
     def build(cls, config: DualEncoderConfig) -> "DualEncoder":
         """From pretrained checkpoints (`config.model`, and `config.passage_model` if set)."""
-        query = _load_encoder(config.model)
-        tokenizer = _load_tokenizer(config.model)
+        query = load_encoder(config.model)
+        tokenizer = load_encoder_tokenizer(config.model)
         passage = passage_tokenizer = None
         if config.passage_model is not None:
-            passage = _load_encoder(config.passage_model)
-            passage_tokenizer = _load_tokenizer(config.passage_model)
+            passage = load_encoder(config.passage_model)
+            passage_tokenizer = load_encoder_tokenizer(config.passage_model)
         model = cls(config, query, tokenizer, passage, passage_tokenizer)
         model._check_dimensions()
         model.source = config.model if config.passage_model is None else None
@@ -214,7 +124,7 @@ class DualEncoder(torch.nn.Module):
                     raise DataError("no base model named", folder / ADAPTER_CONFIG, None,
                                     "base_model_name_or_path")
                 model = cls.build(DualEncoderConfig(model=base))
-                model.query_encoder = _attach_adapter(model.query_encoder, folder)
+                model.query_encoder = attach_adapter(model.query_encoder, folder)
             else:
                 model = cls.build(DualEncoderConfig(model=str(folder)))
             model.source = str(path)
@@ -224,25 +134,25 @@ class DualEncoder(torch.nn.Module):
         shared = bool(meta.get("shared", config.passage_model is None))
         if meta.get("adapter"):
             model = cls.build(config)
-            model.query_encoder = _attach_adapter(model.query_encoder, folder)
+            model.query_encoder = attach_adapter(model.query_encoder, folder)
             if not shared:
-                model.separate_passage_encoder = _attach_adapter(
+                model.separate_passage_encoder = attach_adapter(
                     model.separate_passage_encoder, folder / PASSAGE_DIR)
         else:
-            query, tokenizer = _load_encoder(str(folder)), _load_tokenizer(str(folder))
+            query, tokenizer = load_encoder(str(folder)), load_encoder_tokenizer(str(folder))
             passage = passage_tokenizer = None
             if not shared:
-                passage = _load_encoder(str(folder / PASSAGE_DIR))
-                passage_tokenizer = _load_tokenizer(str(folder / PASSAGE_DIR))
+                passage = load_encoder(str(folder / PASSAGE_DIR))
+                passage_tokenizer = load_encoder_tokenizer(str(folder / PASSAGE_DIR))
             model = cls(config, query, tokenizer, passage, passage_tokenizer)
         model._check_dimensions()
         model.source = str(path)
         return model
 
     def _check_dimensions(self) -> None:
-        if self.dim != _hidden_size(self.passage_encoder):
+        if self.dim != hidden_size(self.passage_encoder):
             raise ConfigError(f"query encoder ({self.dim}-d) and passage encoder "
-                              f"({_hidden_size(self.passage_encoder)}-d) differ in dimension")
+                              f"({hidden_size(self.passage_encoder)}-d) differ in dimension")
 
     # -- properties -----------------------------------------------------------------------
     @property
@@ -256,7 +166,7 @@ class DualEncoder(torch.nn.Module):
 
     @property
     def dim(self) -> int:
-        return _hidden_size(self.query_encoder)
+        return hidden_size(self.query_encoder)
 
     @property
     def device(self) -> torch.device:
@@ -264,7 +174,7 @@ class DualEncoder(torch.nn.Module):
 
     @property
     def has_adapters(self) -> bool:
-        return _is_peft(self.query_encoder) or _is_peft(self.passage_encoder)
+        return is_peft(self.query_encoder) or is_peft(self.passage_encoder)
 
     def towers(self) -> list[torch.nn.Module]:
         return [self.query_encoder] if self.shared else [self.query_encoder,
@@ -332,9 +242,9 @@ class DualEncoder(torch.nn.Module):
                     "shared": self.shared}
         digest.update(json.dumps(settings, sort_keys=True).encode())
         with torch.no_grad():
-            _hash_tower(digest, self.query_encoder, self.query_tokenizer)
+            hash_tower(digest, self.query_encoder, self.query_tokenizer)
             if not self.shared:
-                _hash_tower(digest, self.separate_passage_encoder, self.passage_tokenizer)
+                hash_tower(digest, self.separate_passage_encoder, self.passage_tokenizer)
         return digest.hexdigest()[:24]
 
     # -- LoRA adapters --------------------------------------------------------------------
@@ -356,9 +266,9 @@ class DualEncoder(torch.nn.Module):
 
     def merge_adapters(self) -> "DualEncoder":
         """Fold LoRA into the base weights for faster inference (the fingerprint is kept)."""
-        self.query_encoder = _merged(self.query_encoder)
+        self.query_encoder = merged(self.query_encoder)
         if not self.shared:
-            self.separate_passage_encoder = _merged(self.separate_passage_encoder)
+            self.separate_passage_encoder = merged(self.separate_passage_encoder)
         return self
 
     # -- saving ---------------------------------------------------------------------------
@@ -371,27 +281,13 @@ class DualEncoder(torch.nn.Module):
         if adapter_only and not self.has_adapters:
             raise ConvQAError("adapter_only=True but this model has no LoRA adapters "
                               "(call add_lora first)")
-        path = Path(path)
-        if path.exists() and not (path / META_FILE).exists() and any(path.iterdir()):
-            raise ConvQAError(f"{path}: exists and is not a convqa dual encoder; not replacing it")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
-        try:
+        with writing_folder(Path(path), META_FILE, "a convqa dual encoder") as tmp:
             for tower, tokenizer, where in self._tower_dirs(tmp):
-                if adapter_only:
-                    _save_adapter(tower, where, self._base_name(where != tmp))
-                else:
-                    full = _merged(copy.deepcopy(tower)) if _is_peft(tower) else tower
-                    full.save_pretrained(str(where))
-                    tokenizer.save_pretrained(str(where))
+                save_tower(tower, where, adapter_only, self._base_name(where != tmp), tokenizer)
             write_json(tmp / META_FILE, {
                 "format": FORMAT, "version": VERSION, "config": asdict(self.config),
                 "shared": self.shared, "adapter": adapter_only, "dim": self.dim,
                 "fingerprint": self.fingerprint()})
-            _replace_folder(tmp, path)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
 
     def save_adapter(self, path: str | os.PathLike) -> None:
         """Only the LoRA adapters (a few MB) plus our json; loads with `from_pretrained`."""
@@ -408,52 +304,3 @@ class DualEncoder(torch.nn.Module):
             return self.config.passage_model or self.config.model
         return self.config.model
 
-
-def _hidden_size(tower: torch.nn.Module) -> int:
-    config = tower.config
-    size = getattr(config, "hidden_size", None) or getattr(config, "d_model", None)
-    if not isinstance(size, int):
-        raise ConfigError(f"cannot tell the hidden size of encoder {type(tower).__name__}")
-    return size
-
-
-def _merged(tower: torch.nn.Module) -> torch.nn.Module:
-    return tower.merge_and_unload() if _is_peft(tower) else tower
-
-
-def _attach_adapter(tower: torch.nn.Module, folder: Path) -> torch.nn.Module:
-    from peft import PeftModel
-
-    config_path = folder / ADAPTER_CONFIG
-    config = load_json(config_path)
-    if not isinstance(config, dict) or config.get("peft_type") != "LORA":
-        raise DataError("only peft LoRA adapters are supported", config_path, None, "peft_type")
-    if config.get("use_dora"):
-        raise DataError("DoRA adapters are not supported", config_path, None, "use_dora")
-    if not (folder / "adapter_model.safetensors").exists():
-        raise DataError("adapter weights missing (adapter_model.safetensors)", folder)
-    try:
-        return PeftModel.from_pretrained(tower, str(folder), is_trainable=False)
-    except (ValueError, RuntimeError, KeyError) as exc:
-        raise DataError(f"adapter does not fit its base model: {str(exc).splitlines()[0]}",
-                        folder) from None
-
-
-def _save_adapter(tower: torch.nn.Module, folder: Path, base_name: str) -> None:
-    """peft's files with a portable base name (our alias, not this machine's path)."""
-    for config in tower.peft_config.values():
-        config.base_model_name_or_path = base_name
-    # save_embedding_layers=False: peft would otherwise look the base model up on the hub
-    tower.save_pretrained(str(folder), safe_serialization=True, save_embedding_layers=False)
-    with contextlib.suppress(FileNotFoundError):
-        (folder / "README.md").unlink()  # peft's generated stub; the real card is written by hand
-
-
-def _replace_folder(tmp: Path, path: Path) -> None:
-    if path.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
-        os.rename(path, old / "model")
-        os.rename(tmp, path)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.rename(tmp, path)

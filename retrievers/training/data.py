@@ -22,6 +22,7 @@ import numpy as np
 
 from convqa.errors import ConfigError, DataError
 from convqa.io import iter_jsonl, load_json, require, write_json, write_jsonl
+from convqa.training.schedule import epoch_order, example_rng, global_batches  # noqa: F401
 from convqa.types import Passage
 
 POSITIVE_MODES = ("answer", "article")
@@ -158,24 +159,8 @@ class PassageLookup:
 
 
 # ---------------------------------------------------------------------------------------------
-# Batches
-
-
-def epoch_order(count: int, seed: int, epoch: int) -> np.ndarray:
-    """The order of the examples in `epoch`: a permutation seeded by (seed, epoch)."""
-    return np.random.default_rng([seed, epoch]).permutation(count)
-
-
-def global_batches(count: int, global_batch: int, seed: int, epoch: int) -> list[np.ndarray]:
-    """The epoch's global batches of example numbers; the ragged tail is dropped so every
-    process always holds the same number of examples (needed to gather passages)."""
-    order = epoch_order(count, seed, epoch)
-    full = count // global_batch
-    return [order[i * global_batch:(i + 1) * global_batch] for i in range(full)]
-
-
-def example_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
-    return np.random.default_rng([seed, epoch, int(index), 1])
+# Batches (the seeded epoch order, global_batches and example_rng, are
+# convqa/training/schedule.py's, shared by every trainer)
 
 
 def sample_group(example: TrainingExample, negatives: Sequence[str], count: int,

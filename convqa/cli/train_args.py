@@ -1,0 +1,121 @@
+"""The command-line pieces every `convqa train` job shares (DPR, the readers, ConvDR, FiD, the
+phrase model): argparse value types, the flags of the shared training loop
+(convqa/training/loop.py) and of the process, and the start of a run."""
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any, Callable
+
+
+def int_at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: an integer >= `minimum`."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+positive_int = int_at_least(1)
+count = int_at_least(0)
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+
+
+def positive_float(text: str) -> float:
+    value = _number(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    value = _number(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text}")
+    return value
+
+
+def fraction(text: str) -> float:
+    value = _number(text)
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a fraction in [0, 1), got {text}")
+    return value
+
+
+def add_schedule_args(p: argparse.ArgumentParser, *, batch_size: int, unit: str, lr: float,
+                      checkpoint_every: int = 200, weight_decay: float | None = None,
+                      steps_help: str = "cap on optimizer steps",
+                      lr_help: str = "peak learning rate") -> None:
+    """The training-loop flags: --epochs, --max-steps, --batch-size (`unit` per process per
+    step), --grad-accum, --lr, --warmup-ratio, --weight-decay (when it has a default here),
+    --bf16, --checkpoint-every, --seed; read back by `schedule_settings`."""
+    p.add_argument("--epochs", type=positive_int, default=1)
+    p.add_argument("--max-steps", type=positive_int, metavar="N", help=steps_help)
+    p.add_argument("--batch-size", type=positive_int, default=batch_size,
+                   help=f"{unit} per process per step (default {batch_size})")
+    p.add_argument("--grad-accum", type=positive_int, default=1, metavar="N",
+                   help="micro-batches per optimizer step (default 1)")
+    p.add_argument("--lr", type=positive_float, default=lr, help=lr_help)
+    p.add_argument("--warmup-ratio", type=fraction, default=0.1)
+    if weight_decay is not None:
+        p.add_argument("--weight-decay", type=non_negative_float, default=weight_decay)
+    p.add_argument("--bf16", action="store_true", help="bf16 autocast in training")
+    p.add_argument("--checkpoint-every", type=count, default=checkpoint_every, metavar="STEPS")
+    p.add_argument("--seed", type=count, default=0)
+
+
+def add_example_sources(p: argparse.ArgumentParser) -> None:
+    """--squad, --benchmark, --examples: where reader-style examples come from (the extractive
+    reader and the phrase model train on them)."""
+    p.add_argument("--squad", action="append", default=[], metavar="FILE",
+                   help="SQuAD-format file (repeatable); articles are held out by "
+                        "--heldout-fraction")
+    p.add_argument("--benchmark", action="append", default=[], metavar="DIR",
+                   help="benchmark folder of `convqa data topiocqa-wiki` (repeatable): train "
+                        "turns train, dev turns are held out")
+    p.add_argument("--examples", action="append", default=[], metavar="JSONL",
+                   help="prepared reader examples (readers/extractive/data.py format)")
+
+
+def add_process_args(p: argparse.ArgumentParser) -> None:
+    """--cpu and --quiet."""
+    p.add_argument("--cpu", action="store_true", help="train on the CPU even if a GPU exists")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def schedule_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The train-config settings of the flags of `add_schedule_args` (and --quiet)."""
+    settings = dict(epochs=args.epochs, batch_size=args.batch_size, grad_accum=args.grad_accum,
+                    lr=args.lr, warmup_ratio=args.warmup_ratio, max_steps=args.max_steps,
+                    bf16=args.bf16, seed=args.seed, checkpoint_every=args.checkpoint_every,
+                    progress=not args.quiet)
+    if hasattr(args, "weight_decay"):
+        settings["weight_decay"] = args.weight_decay
+    return settings
+
+
+def start_run(args: argparse.Namespace) -> Callable[[str], None]:
+    """Quiet transformers' own bars (loading and writing weights) under --quiet; returns a
+    `say(message)` that prints with the seconds since now."""
+    if args.quiet:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    began = time.perf_counter()
+
+    def say(message: str) -> None:
+        print(f"[{time.perf_counter() - began:7.1f}s] {message}", flush=True)
+
+    return say

@@ -1,0 +1,331 @@
+"""The resumable training loop every convqa trainer runs under `accelerate` (one CPU process to
+many GPUs, same code). A trainer subclasses `StepTrainer` and supplies its batches and its loss;
+the loop does the rest, the same way for all:
+
+- AdamW over the trainable parameters, linear warm-up then linear decay to 0, gradient
+  clipping, gradient accumulation (DDP syncs only on the last micro-step);
+- each process takes its slice of every global batch of the seeded epoch order, so a resumed
+  run, or a run on another number of processes, sees the same examples;
+- checkpoints every `checkpoint_every` optimizer steps into OUT/checkpoint (checkpoint.py); a
+  rerun after a kill resumes there and ends with the same weights as an uninterrupted run;
+- OUT/log.jsonl, one line per optimizer step (convqa/training_log.py), a progress bar on the
+  main process, and at the end OUT/model plus OUT/training.json; a rerun of a finished run
+  returns its result.
+
+The config is a dataclass with the fields epochs, batch_size, grad_accum, lr, weight_decay,
+warmup_ratio, max_steps, max_grad_norm, bf16, seed, checkpoint_every, keep_checkpoint, progress
+and a `schedule_key()` method (schedule.py).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+
+from convqa.errors import ConfigError, DataError
+from convqa.io import load_json, write_json
+from convqa.training_log import append_log, trim_log
+
+from .checkpoint import (CHECKPOINT, MODEL, STATE, TRAINING_JSON, load_tensors, set_rng_state,
+                         write_checkpoint)
+from .schedule import global_batches, linear_schedule, plan_steps
+
+
+def make_accelerator(cpu: bool = False):
+    """An Accelerator without accelerate's own mixed precision (autocast is ours, so several
+    runs with different settings can share one process). Several CPU processes started by
+    torchrun join one gloo group."""
+    from datetime import timedelta
+
+    from accelerate import Accelerator, InitProcessGroupKwargs
+
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available():
+        cpu = True  # torchrun on CPUs: without this accelerate runs each process alone
+    # Mining runs on the main process while the others wait: allow long waits.
+    return Accelerator(cpu=cpu, kwargs_handlers=[InitProcessGroupKwargs(
+        timeout=timedelta(hours=12))])
+
+
+@dataclass
+class TrainResult:
+    model_dir: Path
+    steps: int
+    seconds: float
+    last_loss: float | None
+    resumed_from: int = 0
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def jsonable(value: Any) -> Any:
+    """`value` as it reads back from JSON (tuples become lists), for comparisons."""
+    return json.loads(json.dumps(value))
+
+
+Loss = tuple[torch.Tensor, Mapping[str, Any]]  # (what is backpropagated, {name: value to log})
+
+
+class StepTrainer:
+    """Trains `model` into `out` with `config` (see the module docstring).
+
+    A subclass gives `num_examples`, `make_batch` and `compute_loss`, and where its model is
+    not a `save_pretrained`/`from_pretrained` model, `save_model` and `load_weights`; the other
+    methods below the loop are hooks with a default."""
+
+    what = "a model"            # named in the error for a folder trained with other settings
+    compared = "settings"       # what the schedule key covers ("settings or data")
+    progress_label = "training"
+
+    def __init__(self, model: torch.nn.Module, out: str | os.PathLike, config: Any,
+                 accelerator: Any = None, info: Mapping[str, Any] | None = None):
+        self.model = model
+        self.out = Path(out)
+        self.config = config
+        self.accelerator = accelerator if accelerator is not None else make_accelerator()
+        self.info = dict(info or {})
+        self.last_batch: Any = None
+
+    @property
+    def model_dir(self) -> Path:
+        return self.out / MODEL
+
+    def finished(self) -> dict[str, Any] | None:
+        """training.json of a finished run with the same settings, else None."""
+        path = self.out / TRAINING_JSON
+        if not path.exists() or not self.model_dir.is_dir():
+            return None
+        record = load_json(path)
+        if self.recorded_schedule(record) != jsonable(self.schedule()):
+            raise ConfigError(f"{self.out} holds {self.what} trained with different "
+                              f"{self.compared}; use another output folder")
+        return record
+
+    # -- the loop ---------------------------------------------------------------------------
+    def train(self, on_step: Callable[[int, float], None] | None = None) -> TrainResult:
+        done = self.finished()
+        if done is not None:
+            return TrainResult(self.model_dir, done["steps"], done["seconds"],
+                               done.get("last_loss"), info=done)
+        acc, config = self.accelerator, self.config
+        world, rank = acc.num_processes, acc.process_index
+        per_epoch, total = plan_steps(self.num_examples(), config, world)
+        warmup = round(config.warmup_ratio * total)
+
+        torch.manual_seed(config.seed + rank)  # dropout; the data order has its own seeds
+        start = self._restore_model()
+        self.before_optimizer()
+        params = self.trainable_parameters()
+        optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_schedule(warmup, total))
+        model, optimizer = acc.prepare(self.model, optimizer)
+        if start:
+            self._restore_optimizer(optimizer, scheduler, start)
+        trim_log(self.out, start, acc.is_main_process)  # those steps are redone
+
+        bar = None
+        if config.progress and acc.is_main_process:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=total, initial=start, desc=self.progress_label, unit=" steps")
+        self.set_train_mode(model)
+        began = time.perf_counter()
+        last_loss = None
+        cached: tuple[int, Sequence] | None = None
+        step = start
+        try:
+            while step < total:
+                epoch = step // per_epoch
+                if cached is None or cached[0] != epoch:
+                    cached = (epoch, self.epoch_batches(epoch, config.batch_size * world))
+                tick = time.perf_counter()
+                first = (step % per_epoch) * config.grad_accum
+                sums, counts = self._accumulate(model, cached[1][first:first + config.grad_accum],
+                                                epoch)
+                if config.max_grad_norm:
+                    acc.clip_grad_norm_(params, config.max_grad_norm)
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+                step += 1
+                names = list(sums)
+                means = acc.reduce(torch.tensor([float(sums[n]) / config.grad_accum
+                                                 for n in names], device=acc.device),
+                                   "mean").cpu().tolist()
+                record = dict(zip(names, means))
+                last_loss = record["loss"]
+                append_log(self.out, {
+                    "step": step, "epoch": epoch, **self.log_tags(),
+                    **{k: round(v, 6) for k, v in record.items()},
+                    "lr": scheduler.get_last_lr()[0],
+                    "seconds": round(time.perf_counter() - tick, 4), **counts},
+                    acc.is_main_process)
+                if bar is not None:
+                    bar.update(1)
+                    bar.set_postfix(loss=f"{last_loss:.4f}")
+                if config.checkpoint_every and step % config.checkpoint_every == 0 \
+                        and step < total:
+                    self._save_checkpoint(model, optimizer, scheduler, step)
+                if on_step is not None:
+                    on_step(step, last_loss)
+        finally:
+            if bar is not None:
+                bar.close()
+        seconds = time.perf_counter() - began
+        run = {"steps": step, "total_steps": total, "resumed_from": start,
+               "seconds": round(seconds, 2), "last_loss": last_loss, "processes": world,
+               "device": str(acc.device), "examples": self.num_examples(),
+               "warmup_steps": warmup}
+        self._save_final(model, run)
+        acc.free_memory()  # drop accelerate's references to this run's model and optimizer
+        return TrainResult(self.model_dir, step, seconds, last_loss, start,
+                           load_json(self.out / TRAINING_JSON))
+
+    def _accumulate(self, model, micro_batches: Sequence, epoch: int
+                    ) -> tuple[dict[str, Any], dict[str, int]]:
+        """Forward and backward of this process's slice of each micro-batch of one optimizer
+        step; returns the summed logged losses and the summed batch counts."""
+        acc, config = self.accelerator, self.config
+        rank, size = acc.process_index, config.batch_size
+        sums: dict[str, Any] = {}
+        counts: dict[str, int] = {}
+        for micro, indices in enumerate(micro_batches):
+            batch = self.make_batch(indices[rank * size:(rank + 1) * size], epoch)
+            self.last_batch = batch
+            for name, value in self.batch_counts(batch).items():
+                counts[name] = counts.get(name, 0) + value
+            last = micro == len(micro_batches) - 1
+            sync = acc.no_sync(model) if not last and acc.num_processes > 1 else nullcontext()
+            with sync:
+                loss, logged = self.compute_loss(model, batch)
+                acc.backward(loss / config.grad_accum)
+            for name, value in logged.items():
+                if value is not None:
+                    sums[name] = sums.get(name, 0.0) + value
+        return sums, counts
+
+    # -- what a trainer supplies ------------------------------------------------------------
+    def num_examples(self) -> int:
+        raise NotImplementedError
+
+    def make_batch(self, indices: Sequence[int], epoch: int) -> Any:
+        """This process's micro-batch of example numbers `indices`."""
+        raise NotImplementedError
+
+    def compute_loss(self, model, batch: Any) -> Loss:
+        """(loss to backpropagate, {name: detached value}); the names are logged and "loss",
+        the first, is the loss reported. A None value is left out of the log."""
+        raise NotImplementedError
+
+    # -- hooks with a default ---------------------------------------------------------------
+    def schedule(self) -> dict[str, Any]:
+        """What a checkpoint or a finished run must share with this run to be reused."""
+        return self.config.schedule_key()
+
+    def recorded_schedule(self, record: Mapping[str, Any]) -> Any:
+        """The schedule stored in a training.json (as `final_record` writes it)."""
+        return record.get("config", {}).get("schedule")
+
+    def epoch_batches(self, epoch: int, global_batch: int) -> Sequence[Sequence[int]]:
+        """The global batches of example numbers of `epoch`, in order."""
+        return global_batches(self.num_examples(), global_batch, self.config.seed, epoch)
+
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    def before_optimizer(self) -> None:
+        """Runs once the checkpoint's weights are loaded, before the optimizer is built."""
+
+    def set_train_mode(self, model) -> None:
+        model.train()
+
+    def batch_counts(self, batch: Any) -> dict[str, int]:
+        """Counts summed over the micro-batches of a step and logged (e.g. padded items)."""
+        return {}
+
+    def log_tags(self) -> dict[str, Any]:
+        """Fixed fields of every log line."""
+        return {}
+
+    def save_model(self, model, folder: Path) -> None:
+        model.save_pretrained(folder)
+
+    def load_weights(self, folder: Path) -> None:
+        """Load the weights saved by `save_model` in `folder` into `self.model`."""
+        saved = type(self.model).from_pretrained(folder)
+        self.model.load_state_dict(saved.state_dict())
+
+    def process_state(self) -> dict[str, Any]:
+        """Per-process objects (plain tensors and numbers) saved with a checkpoint."""
+        return {}
+
+    def restore_process_state(self, folder: Path, rank: int) -> None:
+        """Read back what `process_state` saved in checkpoint `folder`."""
+
+    def config_record(self) -> dict[str, Any]:
+        return {**asdict(self.config), "schedule": self.schedule()}
+
+    def final_record(self, model, run: dict[str, Any]) -> dict[str, Any]:
+        """training.json: `run` (steps, seconds, loss...), the config and `info`; `model` is
+        the trained model, unwrapped."""
+        return {**run, "config": self.config_record(), **self.info}
+
+    # -- checkpoints ------------------------------------------------------------------------
+    def _checkpoint_state(self) -> dict[str, Any] | None:
+        path = self.out / CHECKPOINT / STATE
+        if not path.exists():
+            return None
+        state = load_json(path)
+        if state.get("schedule") != jsonable(self.schedule()):
+            raise ConfigError(f"{self.out / CHECKPOINT} was written with different training "
+                              f"{self.compared}; use another output folder or delete the "
+                              "checkpoint")
+        if state.get("processes") != self.accelerator.num_processes:
+            raise ConfigError(f"{self.out / CHECKPOINT} was written by "
+                              f"{state.get('processes')} processes, this run has "
+                              f"{self.accelerator.num_processes}")
+        return state
+
+    def _restore_model(self) -> int:
+        """The step of the checkpoint to resume (its weights loaded), or 0."""
+        state = self._checkpoint_state()
+        if state is None:
+            return 0
+        self.load_weights(self.out / CHECKPOINT / MODEL)
+        return int(state["step"])
+
+    def _restore_optimizer(self, optimizer, scheduler, step: int) -> None:
+        folder = self.out / CHECKPOINT
+        rank = self.accelerator.process_index
+        optimizer.load_state_dict(load_tensors(folder / "optimizer.pt"))
+        scheduler.load_state_dict(load_tensors(folder / "scheduler.pt"))
+        set_rng_state(load_tensors(folder / f"rng-{rank}.pt"))
+        self.restore_process_state(folder, rank)
+        if scheduler.last_epoch != step:
+            raise DataError(f"scheduler is at step {scheduler.last_epoch}, state.json says "
+                            f"{step} (checkpoint damaged?)", folder / STATE)
+
+    def _save_checkpoint(self, model, optimizer, scheduler, step: int) -> None:
+        acc = self.accelerator
+        unwrapped = acc.unwrap_model(model)
+        write_checkpoint(acc, self.out / CHECKPOINT,
+                         lambda folder: self.save_model(unwrapped, folder), optimizer,
+                         scheduler, {"step": step, "schedule": self.schedule(),
+                                     "processes": acc.num_processes},
+                         per_process=self.process_state())
+
+    def _save_final(self, model, run: dict[str, Any]) -> None:
+        acc = self.accelerator
+        acc.wait_for_everyone()
+        if acc.is_main_process:
+            trained = acc.unwrap_model(model)
+            self.save_model(trained, self.model_dir)
+            write_json(self.out / TRAINING_JSON, self.final_record(trained, run))
+            if not self.config.keep_checkpoint:
+                shutil.rmtree(self.out / CHECKPOINT, ignore_errors=True)
+        acc.wait_for_everyone()

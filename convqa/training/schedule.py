@@ -1,0 +1,85 @@
+"""The settings every trainer config shares and what they imply: checks of those settings, the
+key a checkpoint must match to be resumed, the number of optimizer steps, the LR schedule, and
+the seeded order in which the examples are seen (so a resumed run, or one on another number of
+processes, sees the same batches)."""
+from __future__ import annotations
+
+import math
+from dataclasses import fields
+from typing import Any, Callable, Iterable
+
+import numpy as np
+
+from convqa.errors import ConfigError
+
+# Settings that do not change what is learned: a checkpoint written with other values resumes.
+VOLATILE = frozenset({"progress", "checkpoint_every", "keep_checkpoint"})
+
+
+def check_counts(config: Any, names: Iterable[str], minimum: int) -> None:
+    """Each of the config's `names` must be an integer (not a bool) >= `minimum`."""
+    for name in names:
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ConfigError(f"{name} must be an integer >= {minimum}, got {value!r}")
+
+
+def check_schedule(config: Any) -> None:
+    """The optimizer settings every trainer config has: max_steps, lr and warmup_ratio."""
+    max_steps = config.max_steps
+    if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int)
+                                  or max_steps < 1):
+        raise ConfigError(f"max_steps must be an integer >= 1, got {max_steps!r}")
+    lr = config.lr
+    if not isinstance(lr, (int, float)) or not lr > 0 or not math.isfinite(lr):
+        raise ConfigError(f"lr must be a positive number, got {lr!r}")
+    if not 0.0 <= config.warmup_ratio < 1.0:
+        raise ConfigError(f"warmup_ratio must be in [0, 1), got {config.warmup_ratio!r}")
+
+
+def schedule_key(config: Any) -> dict[str, Any]:
+    """The settings of a config dataclass that a checkpoint must share with the run that
+    resumes it (all but the VOLATILE ones)."""
+    return {f.name: getattr(config, f.name) for f in fields(config) if f.name not in VOLATILE}
+
+
+def plan_steps(examples: int, config: Any, processes: int) -> tuple[int, int]:
+    """(optimizer steps per epoch, total optimizer steps) for `config`'s batch_size,
+    grad_accum, epochs and max_steps."""
+    global_batch = config.batch_size * processes
+    micro = examples // global_batch
+    per_epoch = micro // config.grad_accum
+    if per_epoch == 0:
+        raise ConfigError(f"{examples} training examples are too few for one optimizer step "
+                          f"(batch {config.batch_size} x {processes} processes x "
+                          f"{config.grad_accum} accumulation steps)")
+    total = per_epoch * config.epochs
+    return per_epoch, min(total, config.max_steps) if config.max_steps else total
+
+
+def linear_schedule(warmup: int, total: int) -> Callable[[int], float]:
+    """LR multiplier: 0 -> 1 over `warmup` steps, then linearly to 0 at `total`."""
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / (warmup + 1)
+        return max(0.0, (total - step) / max(1, total - warmup))
+
+    return factor
+
+
+def epoch_order(count: int, seed: int, epoch: int) -> np.ndarray:
+    """The order of the examples in `epoch`: a permutation seeded by (seed, epoch)."""
+    return np.random.default_rng([seed, epoch]).permutation(count)
+
+
+def global_batches(count: int, global_batch: int, seed: int, epoch: int) -> list[np.ndarray]:
+    """The epoch's global batches of example numbers; the ragged tail is dropped so every
+    process always holds the same number of examples (needed to gather passages)."""
+    order = epoch_order(count, seed, epoch)
+    full = count // global_batch
+    return [order[i * global_batch:(i + 1) * global_batch] for i in range(full)]
+
+
+def example_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
+    """The generator of one example's random choices in one epoch (negatives, answer...)."""
+    return np.random.default_rng([seed, epoch, int(index), 1])
