@@ -21,6 +21,7 @@ _MINILM_ALIASES = {DEFAULT_MODEL, "sentence-transformers/all-MiniLM-L6-v2", "min
 SHIPPED_MODELS = {
     "convqa-dpr-ihn": "retriever-dpr-ihn",
     "convqa-reader": "reader-extractive",
+    "convqa-phrase": "phrase-model",
 }
 ASSETS_DIR = Path(__file__).parent / "assets"
 

@@ -10,6 +10,8 @@ models do these the same way:
 """
 from __future__ import annotations
 
+import re
+
 import contextlib
 import copy
 import json
@@ -178,11 +180,12 @@ def effective_state(tower: torch.nn.Module) -> dict[str, Tensor]:
                         deltas[key] = deltas[key] + delta if key in deltas else delta
     state = {}
     for name, tensor in tower.state_dict().items():
-        if ".lora_" in name:
-            continue
+        if ".lora_" in name or ".original_module." in name:
+            continue  # adapters are in the deltas; a module kept whole computes with its copy
         if name in deltas:
             tensor = tensor + deltas[name]  # the same float op peft's merge performs
         clean = name.removeprefix("base_model.model.").replace(".base_layer.", ".")
+        clean = re.sub(r"\.modules_to_save\.[^.]+\.", ".", clean)
         state[clean] = tensor
     return state
 
