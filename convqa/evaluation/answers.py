@@ -95,26 +95,38 @@ def evaluate_answers(benchmark: str | os.PathLike, retriever: Any, reader: Any,
                                        k=max(100, max(top_ks)), cache_dir=cache,
                                        progress=progress, label=label, use_cache=True,
                                        data=data)
-        if retrieval["run_file"] is None:
-            raise ConfigError("end-to-end evaluation needs a cacheable retriever (a spec)")
-        run = read_run(retrieval["run_file"]).hits
         data = data if data is not None else load_labelled_turns(folder)
         turns = [t for t in data.turns
                  if t.answer_evaluable and (split == "all" or t.split == split)]
         if not turns:
             raise DataError(f"no answer-evaluable turns in split {split!r}",
                             folder / "turns.jsonl")
-        model = READERS.build(reader) if isinstance(reader, (str, dict)) else reader
-        key = _reader_key(reader, model)
-        out: dict[str, Any] = {
-            "label": label, "benchmark": str(folder), "split": split,
-            "retriever": retrieval["retriever"], "history": retrieval["history"],
-            "reader": reader if isinstance(reader, (str, dict)) else type(model).__name__,
-            "convention": CONVENTION, "turns": len(turns),
-            "retrieval_run": retrieval["run_file"] if use_cache else None}
-        with PassageStore.open(folder / "passages") as store:
-            out["by_k"] = read_and_score(turns, data.conversations, run, retrieval["run_file"],
-                                         store, model, top_ks, key, progress)
+        out = read_run_and_score(retrieval, turns, data.conversations, folder / "passages",
+                                 reader, top_ks, progress, use_cache,
+                                 {"label": label, "benchmark": str(folder), "split": split,
+                                  "convention": CONVENTION})
+    return out
+
+
+def read_run_and_score(retrieval: Mapping[str, Any], turns: Sequence[Any],
+                       conversations: Mapping[str, Any], passages: str | os.PathLike,
+                       reader: Any, top_ks: Sequence[int], progress: bool, use_cache: bool,
+                       fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The reader half of an end-to-end evaluation: read the top k passages of the cached
+    retrieval run for every turn, for each k; `fields` head the result (label, benchmark,
+    split, convention). With `use_cache` False the run file is temporary and not reported."""
+    if retrieval["run_file"] is None:
+        raise ConfigError("end-to-end evaluation needs a cacheable retriever (a spec)")
+    run = read_run(retrieval["run_file"]).hits
+    model = READERS.build(reader) if isinstance(reader, (str, dict)) else reader
+    out: dict[str, Any] = {
+        **fields, "retriever": retrieval["retriever"], "history": retrieval["history"],
+        "reader": reader if isinstance(reader, (str, dict)) else type(model).__name__,
+        "turns": len(turns), "retrieval_run": retrieval["run_file"] if use_cache else None}
+    with PassageStore.open(passages) as store:
+        out["by_k"] = read_and_score(turns, conversations, run, retrieval["run_file"], store,
+                                     model, top_ks, _reader_key(reader, model), progress,
+                                     fields.get("convention", CONVENTION))
     return out
 
 

@@ -38,9 +38,8 @@ from convqa.corpus import PassageStore
 from convqa.errors import ConfigError, DataError
 from convqa.types import Conversation
 
-from .answers import TOP_KS, _reader_key, read_and_score, run_cache
+from .answers import TOP_KS, read_run_and_score, run_cache
 from .retrieval import KS, retrieve_cached, score_levels
-from .runs import read_run
 
 LEVELS = ("passage", "article")
 TITLE_SEPARATOR = " [SEP] "
@@ -194,8 +193,6 @@ def evaluate_topiocqa_answers(path: str | os.PathLike, passages: str | os.PathLi
                               data: OfficialTurns | None = None) -> dict[str, Any]:
     """Retrieve, read the top k for each k, score every turn of the file (see module doc).
     Returns a dict shaped like `evaluate_answers`'s."""
-    from convqa.registry import READERS
-
     if not top_ks or any(k < 1 for k in top_ks):
         raise ConfigError(f"top_ks must be positive, got {list(top_ks)}")
     data = data if data is not None else load_official_turns(path)
@@ -204,21 +201,11 @@ def evaluate_topiocqa_answers(path: str | os.PathLike, passages: str | os.PathLi
                                                 k=max(100, max(top_ks)), cache_dir=cache,
                                                 progress=progress, label=label, use_cache=True,
                                                 data=data)
-        if retrieval["run_file"] is None:
-            raise ConfigError("end-to-end evaluation needs a cacheable retriever (a spec)")
-        run = read_run(retrieval["run_file"]).hits
         turns, conversations = data
-        model = READERS.build(reader) if isinstance(reader, (str, dict)) else reader
-        key = _reader_key(reader, model)
-        out: dict[str, Any] = {
-            "label": label, "benchmark": str(path), "split": SPLIT,
-            "retriever": retrieval["retriever"], "history": retrieval["history"],
-            "reader": reader if isinstance(reader, (str, dict)) else type(model).__name__,
-            "convention": "topiocqa", "turns": len(turns),
-            "retrieval_run": retrieval["run_file"] if use_cache else None}
-        with PassageStore.open(passages) as store:
-            out["by_k"] = read_and_score(turns, conversations, run, retrieval["run_file"],
-                                         store, model, top_ks, key, progress)
+        out = read_run_and_score(retrieval, turns, conversations, passages, reader, top_ks,
+                                 progress, use_cache,
+                                 {"label": label, "benchmark": str(path), "split": SPLIT,
+                                  "convention": "topiocqa"})
     return out
 
 
