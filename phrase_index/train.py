@@ -52,8 +52,8 @@ PHRASE_WEIGHTS = {"span": 1.0, "distill": 1.0, "filter": 0.5, "in_batch": 1.0,
 QUERY_WEIGHTS = {"query_side": 1.0, "turn": 0.5}
 
 __all__ = ["PhraseTrainConfig", "PhraseTrainResult", "PhraseTrainer", "FrozenPhrases",
-           "evaluate_in_passage", "export_adapter", "make_accelerator", "train_phrase_model",
-           "train_stage"]
+           "evaluate_in_passage", "export_adapter", "heldout_scores", "make_accelerator",
+           "train_phrase_model", "train_stage"]
 
 
 @dataclass
@@ -540,6 +540,28 @@ def evaluate_in_passage(model: PhraseModel, examples: Sequence[PhraseExample],
             "count": count, "convention": convention, "predictions": predictions}
 
 
+def heldout_scores(model: PhraseModel, heldout: Sequence[PhraseExample],
+                   limit: int | None = None) -> dict[str, dict[str, Any]]:
+    """Per source (sorted), EM/F1 of `evaluate_in_passage` and its chance level over the first
+    `limit` held-out examples, scored by the source's convention (rounded to 0.01)."""
+    from readers.extractive.data import scoring_convention
+
+    by_source: dict[str, list[PhraseExample]] = {}
+    for example in heldout:
+        by_source.setdefault(example.source, []).append(example)
+    scores = {}
+    for source, items in sorted(by_source.items()):
+        items = items[:limit] if limit is not None else items
+        convention = scoring_convention(source)
+        result = evaluate_in_passage(model, items, convention)
+        chance = chance_in_passage(model, items, convention)
+        scores[source] = {"em": round(result["em"], 2), "f1": round(result["f1"], 2),
+                          "count": result["count"], "convention": convention,
+                          "chance_em": round(chance["em"], 2),
+                          "chance_f1": round(chance["f1"], 2)}
+    return scores
+
+
 def chance_in_passage(model: PhraseModel, examples: Sequence[PhraseExample],
                       convention: str = "topiocqa", samples: int = 20,
                       seed: int = 0) -> dict[str, Any]:
@@ -633,21 +655,11 @@ def run_phrase_training(config: PhraseRunConfig, out: str | os.PathLike, acceler
         write_json(out / "adapter_export.json", report)
         say(f"adapter: {out / 'adapter'} (rank {config.export_rank})")
     if config.eval_examples and heldout:
-        by_source: dict[str, list[PhraseExample]] = {}
-        for example in heldout:
-            by_source.setdefault(example.source, []).append(example)
-        scores = {"model_fingerprint": tuned.full_fingerprint(), "sources": {}}
-        for source, items in sorted(by_source.items()):
-            items = items[:config.eval_examples]
-            convention = "topiocqa" if source.startswith("topiocqa") else "squad"
-            result = evaluate_in_passage(tuned, items, convention)
-            chance = chance_in_passage(tuned, items, convention)
-            scores["sources"][source] = {
-                "em": round(result["em"], 2), "f1": round(result["f1"], 2),
-                "count": result["count"], "convention": convention,
-                "chance_em": round(chance["em"], 2), "chance_f1": round(chance["f1"], 2)}
-            say(f"held-out {source}: EM {result['em']:.1f} F1 {result['f1']:.1f} "
-                f"(chance EM {chance['em']:.1f} F1 {chance['f1']:.1f}, {result['count']} "
-                "questions, gold passage only)")
+        scores = {"model_fingerprint": tuned.full_fingerprint(),
+                  "sources": heldout_scores(tuned, heldout, config.eval_examples)}
+        for source, score in scores["sources"].items():
+            say(f"held-out {source}: EM {score['em']:.1f} F1 {score['f1']:.1f} "
+                f"(chance EM {score['chance_em']:.1f} F1 {score['chance_f1']:.1f}, "
+                f"{score['count']} questions, gold passage only)")
         write_json(out / "eval.json", scores)
     return final

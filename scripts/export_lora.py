@@ -36,7 +36,7 @@ def export_dual_encoder(tuned_path: str, rank: int, out: str, base_name: str | N
     base.config = tuned.config  # same pooling / lengths as the model that was trained
     adapted, report = lora_from_finetuned(base, tuned, r=rank, exact_modules=exact)
     adapted.save_adapter(out)
-    return tuned.fingerprint(), report
+    return tuned.fingerprint(), report.to_dict()
 
 
 def export_reader(tuned_path: str, rank: int, out: str, base_name: str | None,
@@ -53,7 +53,7 @@ def export_reader(tuned_path: str, rank: int, out: str, base_name: str | None,
     adapted = ExtractiveReader(tuned.config, encoder, tuned.tokenizer, tuned.span_head,
                                tuned.selection_head)
     adapted.save_pretrained(out, adapter_only=True)
-    return tuned.fingerprint(), report
+    return tuned.fingerprint(), report.to_dict()
 
 
 def export_convdr(tuned_path: str, rank: int, out: str, base_name: str | None,
@@ -74,7 +74,7 @@ def export_convdr(tuned_path: str, rank: int, out: str, base_name: str | None,
     adapted = ConvDR(tuned.config, tuned.teacher, tower,
                      teacher_fingerprint=tuned.teacher_fingerprint)
     adapted.save_pretrained(out, adapter_only=True)
-    return tuned.fingerprint(), report
+    return tuned.fingerprint(), report.to_dict()
 
 
 def export_phrase(tuned_path: str, rank: int, out: str, base_name: str | None,
@@ -89,17 +89,7 @@ def export_phrase(tuned_path: str, rank: int, out: str, base_name: str | None,
     config = tuned.config if base_name is None else replace(tuned.config, base=base_name)
     adapted, reports = export_adapter(PhraseModel.build(config), tuned, rank, exact)
     adapted.save(out)
-    return tuned.full_fingerprint(), _Reports(reports)
-
-
-class _Reports:
-    """Per-tower export reports with the `to_dict` of a single one."""
-
-    def __init__(self, reports: dict):
-        self.reports = reports
-
-    def to_dict(self) -> dict:
-        return {"towers": self.reports}
+    return tuned.full_fingerprint(), {"towers": reports}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -126,11 +116,11 @@ def main(argv: list[str] | None = None) -> int:
             export = export_dual_encoder
         fingerprint, report = export(args.tuned, args.rank, args.out, args.base, exact)
         write_json(Path(args.out) / "export_report.json",
-                   {"tuned": args.tuned, "tuned_fingerprint": fingerprint, **report.to_dict()})
+                   {"tuned": args.tuned, "tuned_fingerprint": fingerprint, **report})
     except ConvQAError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps(report.to_dict(), indent=1))
+    print(json.dumps(report, indent=1))
     return 0
 
 

@@ -33,39 +33,29 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from phrase_index.data import build_examples
         from phrase_index.model import PhraseModel
-        from phrase_index.train import chance_in_passage, evaluate_in_passage
+        from phrase_index.train import heldout_scores
 
         models = dict(item.split("=", 1) for item in args.model)
         examples = build_examples(args.squad, args.benchmark, [], args.max_examples,
                                   args.heldout_fraction, args.seed)
-        by_source: dict[str, list] = {}
-        for example in examples:
-            if example.split != "train":
-                by_source.setdefault(example.source, []).append(example)
+        heldout = [example for example in examples if example.split != "train"]
         results: dict[str, dict] = {}
-        print("| model | " + " | ".join(f"{s} EM / F1" for s in sorted(by_source)) + " |")
-        print("|---|" + "---|" * len(by_source))
-        chance: dict[str, dict] = {}
         for label, path in models.items():
             model = PhraseModel.load(path)
             if model.has_adapters:
                 model.merge_adapters()
-            results[label] = {"model": path, "fingerprint": model.fingerprint()}
-            cells = []
-            for source, items in sorted(by_source.items()):
-                items = items[:args.eval_examples]
-                convention = "topiocqa" if source.startswith("topiocqa") else "squad"
-                score = evaluate_in_passage(model, items, convention)
-                chance.setdefault(source, chance_in_passage(model, items, convention))
-                results[label][source] = {"em": round(score["em"], 2), "f1": round(score["f1"], 2),
-                                          "count": score["count"]}
-                cells.append(f"{score['em']:.1f} / {score['f1']:.1f}")
-            print(f"| {label} | " + " | ".join(cells) + " |", flush=True)
-        print("| chance | " + " | ".join(f"{chance[s]['em']:.1f} / {chance[s]['f1']:.1f}"
-                                         for s in sorted(by_source)) + " |")
+            scores = heldout_scores(model, heldout, args.eval_examples)
+            if not results:
+                print("| model | " + " | ".join(f"{s} EM / F1" for s in scores) + " |")
+                print("|---|" + "---|" * len(scores))
+                chance = scores
+            results[label] = {"model": path, "fingerprint": model.fingerprint(), **scores}
+            print(f"| {label} | " + " | ".join(f"{v['em']:.1f} / {v['f1']:.1f}"
+                                               for v in scores.values()) + " |", flush=True)
+        print("| chance | " + " | ".join(f"{v['chance_em']:.1f} / {v['chance_f1']:.1f}"
+                                         for v in chance.values()) + " |")
         if args.json:
-            write_json(args.json, {"models": results, "chance": {
-                s: {"em": round(c["em"], 2), "f1": round(c["f1"], 2)} for s, c in chance.items()}})
+            write_json(args.json, {"models": results})
     except ConvQAError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--examples", required=True)
     parser.add_argument("--per-source", type=int, default=150)
     args = parser.parse_args(argv)
-    from readers.extractive.data import load_examples
+    from readers.extractive.data import load_examples, scoring_convention
     from readers.extractive.model import ExtractiveReader
     from readers.extractive.train import evaluate_reader
 
@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
             reader = ExtractiveReader.from_pretrained(name).eval()
             for source, items in by_source.items():
                 started = time.perf_counter()
-                convention = "topiocqa" if source.startswith("topiocqa") else "squad"
+                convention = scoring_convention(source)
                 scores = evaluate_reader(reader, items[:args.per_source], convention=convention)
                 print(f"| {name} | {source} | {scores['count']} | {scores['em']:.1f} | "
                       f"{scores['f1']:.1f} | {time.perf_counter() - started:.0f} |", flush=True)

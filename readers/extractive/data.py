@@ -304,6 +304,12 @@ def _bm25_negatives(retriever, queries: Sequence[str], exclude: Sequence[set[str
             for row, banned in zip(hits, exclude)]
 
 
+def scoring_convention(source: str) -> str:
+    """How a source's answers are scored: TopiOCQA's convention for the benchmark's turns
+    (`topiocqa-wiki:...`), SQuAD's for SQuAD-format files (`squad:...`) and anything else."""
+    return "topiocqa" if source.startswith("topiocqa") else "squad"
+
+
 def source_name(path: str | os.PathLike) -> str:
     name = Path(path).name
     for suffix in (".gz", ".jsonl", ".json"):

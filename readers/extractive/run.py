@@ -26,7 +26,7 @@ from convqa.io import load_json, write_json
 from convqa.models import DEFAULT_MODEL
 
 from .data import (BuildReport, ReaderExample, benchmark_examples, load_examples, save_examples,
-                   squad_examples)
+                   scoring_convention, squad_examples)
 from .model import META_FILE, ExtractiveReader, ExtractiveReaderConfig
 from .train import ReaderTrainConfig, evaluate_reader, make_accelerator, train_reader
 
@@ -161,7 +161,7 @@ def evaluate_by_source(reader: ExtractiveReader, heldout: Sequence[ReaderExample
     results: dict[str, Any] = {}
     for source, items in sources.items():
         items = items[:limit] if limit is not None else items
-        convention = "topiocqa" if source.startswith("topiocqa") else "squad"
+        convention = scoring_convention(source)
         entry = {}
         for name, negatives in (("gold_passage", False), ("with_negatives", True)):
             scores = evaluate_reader(span_reader, items, with_negatives=negatives,
