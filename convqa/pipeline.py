@@ -21,6 +21,16 @@ from .registry import HISTORY_STRATEGIES, READERS, RETRIEVERS
 from .types import Answer, Hit, Passage, Turn
 
 
+def read_passages(reader: Any, question: str, history: Sequence[Turn],
+                  passages: Sequence[Passage], hits: Sequence[Hit]) -> Answer | None:
+    """`reader.read` of retrieved passages, with the retriever's scores for a reader that
+    weighs them in (`reads_retriever_scores`, e.g. the extractive reader with a fusion)."""
+    if getattr(reader, "reads_retriever_scores", False):
+        return reader.read(question, history, passages,
+                           scores=[hit.score for hit in hits[:len(passages)]])
+    return reader.read(question, history, passages)
+
+
 @dataclass
 class PipelineResult:
     question: str
@@ -94,6 +104,6 @@ class Pipeline:
         answer = None
         if self.reader is not None:
             start = time.perf_counter()
-            answer = self.reader.read(question, list(history), passages)
+            answer = read_passages(self.reader, question, list(history), passages, hits)
             timings["read"] = (time.perf_counter() - start) * 1000
         return PipelineResult(question, query_text, hits, passages, answer, timings)

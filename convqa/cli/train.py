@@ -6,7 +6,8 @@
                      [--mining-corpus STORE] [--bf16] [--max-steps N] [--seed 0] ...
     convqa train mining-corpus --benchmark DIR --out STORE [--sample 20000] [--seed 0]
     convqa train reader --out DIR [--squad FILE]... [--benchmark DIR]... [--examples JSONL]...
-                        [--passages-per-question 8] [--lora R] [--max-steps N] [--bf16] ...
+                        [--passages-per-question 3] [--dense-negatives INDEX]
+                        [--eval-every STEPS] [--lora R] [--max-steps N] [--bf16] ...
     convqa train reader-eval --model DIR --examples JSONL [--with-negatives] [--out FILE]
     convqa train convdr --mode kd|rank|multitask --out DIR --data SOURCE=PATH ...
                         [--teacher all-MiniLM-L6-v2] [--index TEACHER_INDEX] [--lora R] ...
@@ -201,11 +202,29 @@ def _add_reader(jobs) -> None:
     p.add_argument("--init-model", default="all-MiniLM-L6-v2", metavar="ID_OR_PATH",
                    help="encoder, question-answering checkpoint or reader folder to start from "
                         "(default all-MiniLM-L6-v2)")
-    p.add_argument("--passages-per-question", type=positive_int, default=8, metavar="N",
+    p.add_argument("--passages-per-question", type=positive_int, default=3, metavar="N",
                    help="passages read per question in training: 1 positive + N-1 negatives "
-                        "(default 8)")
+                        "(default 3)")
     p.add_argument("--negatives", type=count, default=7, metavar="N",
-                   help="negatives stored per built example (default 7)")
+                   help="negatives stored per built example (default 7); each step samples "
+                        "N-1 of them")
+    p.add_argument("--dense-negatives", metavar="INDEX",
+                   help="dense index folder (e.g. of convqa-dpr-ihn): the benchmark turns' "
+                        "negatives become its top passages outside the gold article that hold "
+                        "no answer, mined once into OUT/data (BM25 ones fill up)")
+    p.add_argument("--dense-top-k", type=positive_int, default=50, metavar="K",
+                   help="passages retrieved per turn for those negatives (default 50)")
+    p.add_argument("--dense-history", default="oldest_first", metavar="STRATEGY",
+                   help="the dense retriever's query formatting (default oldest_first, as "
+                        "DPR-IHN was trained)")
+    p.add_argument("--length-pool", type=count, default=64, metavar="BATCHES",
+                   help="batches of similar length: the epoch order is sorted by length in "
+                        "pools of this many batches (default 64; 0: no bucketing)")
+    p.add_argument("--eval-every", type=count, default=0, metavar="STEPS",
+                   help="score a fixed held-out sample (gold passage) every STEPS optimizer "
+                        "steps into OUT/log.jsonl: the learning curve (default 0: never)")
+    p.add_argument("--eval-per-source", type=positive_int, default=50, metavar="N",
+                   help="held-out questions per source in that sample (default 50)")
     p.add_argument("--lora", type=count, default=0, metavar="R",
                    help="train LoRA adapters of rank R on the encoder (heads fully trained)")
     p.add_argument("--max-length", type=int_at_least(48), default=256, metavar="TOKENS",
@@ -257,14 +276,17 @@ def _reader_config(args: argparse.Namespace):
     train = ReaderTrainConfig(
         passages_per_question=args.passages_per_question,
         history={"name": args.history, "max_tokens": args.history_max_tokens},
-        **schedule_settings(args))
+        length_pool=args.length_pool, eval_every=args.eval_every,
+        eval_per_source=args.eval_per_source, **schedule_settings(args))
     return ReaderRunConfig(
         squad=list(args.squad), benchmarks=list(args.benchmark), examples=list(args.examples),
         init_model=args.init_model, max_length=args.max_length,
         encoder_layers=args.encoder_layers, lora_r=args.lora,
         negatives=args.negatives, heldout_fraction=args.heldout_fraction,
         max_examples=args.max_examples, max_heldout=args.max_heldout,
-        eval_examples=args.eval_examples, evaluate=not args.no_eval, train=train)
+        eval_examples=args.eval_examples, evaluate=not args.no_eval,
+        dense_negatives=args.dense_negatives, dense_top_k=args.dense_top_k,
+        dense_history=args.dense_history, train=train)
 
 
 def run_reader(args: argparse.Namespace) -> int:

@@ -33,6 +33,7 @@ from convqa.errors import ConfigError, DataError
 from convqa.io import iter_jsonl, write_jsonl
 from convqa.metrics import group_means
 from convqa.metrics.answer import score_answer
+from convqa.pipeline import read_passages
 from convqa.registry import READERS
 from convqa.types import Hit
 
@@ -152,10 +153,11 @@ def read_and_score(turns: Sequence[Any], conversations: Mapping[str, Any],
             predictions = {}
             for turn in tqdm(turns, desc=f"read top-{k}", unit=" q", disable=not progress):
                 conversation = conversations[turn.conversation_id]
-                passages = [_passage(store, hit.passage_id, run_file)
-                            for hit in run.get(turn.qid, [])[:k]]
+                hits = run.get(turn.qid, [])[:k]
+                passages = [_passage(store, hit.passage_id, run_file) for hit in hits]
                 started = time.perf_counter()
-                answer = model.read(turn.question, conversation.history(turn.turn), passages)
+                answer = read_passages(model, turn.question, conversation.history(turn.turn),
+                                       passages, hits)
                 ms = (time.perf_counter() - started) * 1000
                 predictions[turn.qid] = {
                     "qid": turn.qid, "prediction": answer.text if answer else "",

@@ -127,6 +127,7 @@ class StepTrainer:
         if start:
             self._restore_optimizer(optimizer, scheduler, start)
         trim_log(self.out, start, acc.is_main_process)  # those steps are redone
+        self.on_start(model, start)
 
         bar = None
         if config.progress and acc.is_main_process:
@@ -168,6 +169,7 @@ class StepTrainer:
                 if bar is not None:
                     bar.update(1)
                     bar.set_postfix(loss=f"{last_loss:.4f}")
+                self.after_step(model, step, total)
                 if config.checkpoint_every and step % config.checkpoint_every == 0 \
                         and step < total:
                     self._save_checkpoint(model, optimizer, scheduler, step)
@@ -247,6 +249,14 @@ class StepTrainer:
     def batch_counts(self, batch: Any) -> dict[str, int]:
         """Counts summed over the micro-batches of a step and logged (e.g. padded items)."""
         return {}
+
+    def on_start(self, model, step: int) -> None:
+        """Runs once before the first step of this process's run (`step`: the step resumed
+        from, 0 for a fresh run), after the log was trimmed to it."""
+
+    def after_step(self, model, step: int, total: int) -> None:
+        """Runs after optimizer step `step` was logged and before its checkpoint is written,
+        so that whatever it logs is redone by a run resumed from an earlier checkpoint."""
 
     def log_tags(self) -> dict[str, Any]:
         """Fixed fields of every log line."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import fields
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -83,3 +83,23 @@ def global_batches(count: int, global_batch: int, seed: int, epoch: int) -> list
 def example_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
     """The generator of one example's random choices in one epoch (negatives, answer...)."""
     return np.random.default_rng([seed, epoch, int(index), 1])
+
+
+def bucketed_batches(lengths: Sequence[float], global_batch: int, seed: int, epoch: int,
+                     pool: int) -> list[np.ndarray]:
+    """The epoch's global batches with examples of similar length together, so a batch padded
+    to its longest item wastes little: the seeded epoch order is cut into pools of `pool`
+    global batches, each pool sorted by length (ties in epoch order) and cut into batches, and
+    the batches of all pools shuffled. Seeded by (seed, epoch) alone: a resumed run sees the
+    same batches. As `global_batches`, the ragged tail of the order is dropped."""
+    count = len(lengths)
+    order = epoch_order(count, seed, epoch)[:(count // global_batch) * global_batch]
+    lengths = np.asarray(lengths, dtype=float)
+    size = global_batch * max(1, pool)
+    batches: list[np.ndarray] = []
+    for begin in range(0, len(order), size):
+        chunk = order[begin:begin + size]
+        chunk = chunk[np.argsort(lengths[chunk], kind="stable")]
+        batches += [chunk[i:i + global_batch] for i in range(0, len(chunk), global_batch)]
+    shuffle = np.random.default_rng([seed, epoch, 2]).permutation(len(batches))
+    return [batches[i] for i in shuffle]

@@ -13,12 +13,19 @@ Strategies over the passages of one question:
   passage without any valid span (empty text) is passed over for the next one;
 - "global": the passage maximising best span score + selection logit.
 Without a selection head (a plain HF QA checkpoint) both rank passages by span score alone.
+- a `Fusion` (weights set in the reader options, chosen by scripts/tune_reader_fusion.py):
+  the passage maximising  w_sel * selection + w_span * span score + w_ret * retriever evidence,
+  the evidence being the retriever's score of the passage standardised over the passages read
+  ((score - best) / standard deviation: 0 for the retriever's best, scale-free, so one weight
+  fits BM25 and dense scores alike; 0 for every passage when no scores are given or all are
+  equal). A large w_ret answers from the retriever's best passage, as top-1 reading does.
 Ties go to the earlier passage (the retriever's better rank).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Sequence
+import math
+from dataclasses import asdict, dataclass
+from typing import Any, Sequence
 
 import torch
 from torch import Tensor
@@ -124,15 +131,93 @@ def choose(spans: Sequence[PassageSpan | None], strategy: str) -> tuple[PassageS
     return best
 
 
+@dataclass(frozen=True)
+class Fusion:
+    """Weights of the reader's selection logit, its span score and the retriever's evidence
+    in the score that picks the passage to answer from (see the module docstring)."""
+
+    selection: float = 1.0
+    span: float = 0.0
+    retriever: float = 0.0
+
+    @classmethod
+    def from_value(cls, value: Any) -> "Fusion | None":
+        """None, a Fusion, or a mapping {selection, span, retriever} (missing ones: 0)."""
+        if value is None or isinstance(value, Fusion):
+            return value
+        if not isinstance(value, dict):
+            raise ConfigError(f"fusion: expected a mapping of weights "
+                              f"{{selection, span, retriever}}, got {value!r}")
+        unknown = sorted(set(value) - {"selection", "span", "retriever"})
+        if unknown:
+            raise ConfigError(f"fusion: unknown weight {unknown[0]!r} (selection, span, "
+                              "retriever)")
+        weights = {name: value.get(name, 0.0) for name in ("selection", "span", "retriever")}
+        for name, weight in weights.items():
+            if isinstance(weight, bool) or not isinstance(weight, (int, float)) \
+                    or not math.isfinite(weight):
+                raise ConfigError(f"fusion: weight {name!r} must be a number, got {weight!r}")
+        return cls(**{k: float(v) for k, v in weights.items()})
+
+    def to_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+def retriever_evidence(scores: Sequence[float] | None, count: int) -> list[float]:
+    """The retriever's scores of `count` passages standardised: (score - best) / std."""
+    if scores is None or count < 2:
+        return [0.0] * count
+    if len(scores) != count:
+        raise ConfigError(f"{len(scores)} retriever scores for {count} passages")
+    values = [float(v) for v in scores]
+    mean = sum(values) / count
+    std = math.sqrt(sum((v - mean) ** 2 for v in values) / count)
+    if not std > 0 or not math.isfinite(std):
+        return [0.0] * count
+    best = max(values)
+    return [(v - best) / std for v in values]
+
+
+def fused_score(span: PassageSpan, evidence: float, fusion: Fusion) -> float:
+    selection = span.selection if span.selection is not None else 0.0
+    return (fusion.selection * selection + fusion.span * span.span_score
+            + fusion.retriever * evidence)
+
+
+def choose_fused(spans: Sequence[PassageSpan | None], evidence: Sequence[float],
+                 fusion: Fusion) -> tuple[PassageSpan, float] | None:
+    """The passage span with the best fused score (ties: the earlier passage)."""
+    best: tuple[PassageSpan, float] | None = None
+    for span in spans:
+        if span is not None:
+            score = fused_score(span, evidence[span.passage], fusion)
+            if best is None or score > best[1]:
+                best = (span, score)
+    return best
+
+
 def decode_answer(start: Tensor, end: Tensor, selection: Tensor | None,
                   features: ReaderFeatures, passages: Sequence[Passage],
-                  strategy: str = "best_passage", max_answer_length: int = 30) -> Answer | None:
+                  strategy: str = "best_passage", max_answer_length: int = 30,
+                  fusion: Fusion | None = None,
+                  retriever_scores: Sequence[float] | None = None) -> Answer | None:
     """The answer of one question whose passages were read as `features` (None when no
-    passage has a valid span). `Answer.score` is what the strategy ranked on: the selection
-    logit for "best_passage", span score + selection for "global", the span score without a
-    selection head."""
+    passage has a valid span). `Answer.score` is what the passage was chosen by: the fused
+    score with a `fusion`, else the selection logit for "best_passage", span score + selection
+    for "global", the span score without a selection head."""
     spans = passage_spans(start, end, selection, features, len(passages), max_answer_length)
-    chosen = choose(spans, strategy)
+    return span_answer(spans, passages, strategy, fusion, retriever_scores)
+
+
+def span_answer(spans: Sequence[PassageSpan | None], passages: Sequence[Passage],
+                strategy: str = "best_passage", fusion: Fusion | None = None,
+                retriever_scores: Sequence[float] | None = None) -> Answer | None:
+    """The Answer chosen among the passages' best spans (see `decode_answer`)."""
+    if fusion is not None:
+        chosen = choose_fused(spans, retriever_evidence(retriever_scores, len(passages)),
+                              fusion)
+    else:
+        chosen = choose(spans, strategy)
     if chosen is None:
         return None
     span, score = chosen

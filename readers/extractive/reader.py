@@ -8,6 +8,11 @@ was trained with (recorded in its folder), else current-first with 64 tokens. A 
 merged on load (same answers, faster). Inference runs under `torch.inference_mode`, in batches
 of `batch_size` windows, optionally under bf16 autocast (`precision: bf16`, about twice as fast
 on CPUs with bf16 support).
+
+With `fusion: {selection: 1, span: 0.1, retriever: 0.5}` the passage to answer from is chosen
+by a weighted sum of the reader's selection logit, its span score and the retriever's evidence
+(decode.py); the retriever's scores come with `read(..., scores=[hit.score, ...])`, as the
+pipeline and `convqa eval answers` pass them (`reads_retriever_scores`).
 """
 from __future__ import annotations
 
@@ -21,7 +26,7 @@ from convqa.errors import ConfigError
 from convqa.registry import READERS
 from convqa.types import Answer, Passage, Turn
 
-from .decode import STRATEGIES, decode_answer
+from .decode import STRATEGIES, Fusion, PassageSpan, passage_spans, span_answer
 from .inputs import build_features
 from .model import ExtractiveReader
 
@@ -38,6 +43,7 @@ class ExtractiveReaderOptions:
     batch_size: int = 16                # windows per forward pass
     precision: str = "fp32"             # fp32 | bf16 (autocast)
     device: str = "auto"                # auto (GPU if there is one) | cpu | cuda | cuda:N
+    fusion: dict | None = None          # {selection, span, retriever} weights; None: `strategy`
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
@@ -51,6 +57,7 @@ class ExtractiveReaderOptions:
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                       or value < 1):
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        Fusion.from_value(self.fusion)  # a ConfigError naming the bad weight
 
 
 def _device(name: str) -> torch.device:
@@ -65,6 +72,8 @@ def _device(name: str) -> torch.device:
 @READERS.register("extractive", config=ExtractiveReaderOptions)
 class SpanReader:
     """Reads passages with an `ExtractiveReader` and returns the best span as an `Answer`."""
+
+    reads_retriever_scores = True  # `read` takes the retriever's scores (convqa/pipeline.py)
 
     def __init__(self, model: ExtractiveReader, options: ExtractiveReaderOptions | None = None):
         from convqa.history import build_history_strategy
@@ -82,6 +91,7 @@ class SpanReader:
             raise ConfigError(f"reader 'extractive': {exc}") from None
         history = self.options.history or model.config.history or DEFAULT_HISTORY
         self.history = build_history_strategy(history)
+        self.fusion = Fusion.from_value(self.options.fusion)
 
     @classmethod
     def from_config(cls, options: ExtractiveReaderOptions) -> "SpanReader":
@@ -103,6 +113,8 @@ class SpanReader:
         settings = {"model": self.model.fingerprint(), "config": dataclasses.asdict(self.config),
                     "history": self.history.to_dict(), "strategy": self.options.strategy,
                     "precision": self.options.precision}
+        if self.fusion is not None:
+            settings["fusion"] = self.fusion.to_dict()
         text = json.dumps(settings, sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:24]
 
@@ -111,19 +123,31 @@ class SpanReader:
         """Wrap a reader model in memory (e.g. during training) with `options`."""
         return cls(model, ExtractiveReaderOptions(**options))
 
-    def read(self, question: str, history: Sequence[Turn], passages: Sequence[Passage]
-             ) -> Answer | None:
+    def read(self, question: str, history: Sequence[Turn], passages: Sequence[Passage],
+             scores: Sequence[float] | None = None) -> Answer | None:
         """The answer to `question` asked after `history`, from `passages` (None if there is
-        no passage, or none has text to answer from)."""
+        no passage, or none has text to answer from); `scores`: the retriever's, one per
+        passage, used by a `fusion`."""
         if not passages:
             return None
-        return self.read_query(self.history.format(question, list(history)), passages)
+        return self.read_query(self.history.format(question, list(history)), passages, scores)
 
-    def read_query(self, query: str, passages: Sequence[Passage]) -> Answer | None:
+    def read_query(self, query: str, passages: Sequence[Passage],
+                   scores: Sequence[float] | None = None) -> Answer | None:
         """The answer for a query text already formatted."""
         if not passages:
             return None
         passages = list(passages)
+        return span_answer(self.passage_spans(query, passages), passages, self.options.strategy,
+                           self.fusion, scores)
+
+    def passage_spans(self, query: str, passages: Sequence[Passage]
+                      ) -> list[PassageSpan | None]:
+        """The best span of every passage with its scores (None: no valid span); a passage's
+        span and scores do not depend on the other passages read with it."""
+        passages = list(passages)
+        if not passages:
+            return []
         features = build_features(self.model.tokenizer, [query] * len(passages), passages,
                                   self.config)
         starts, ends, selections = [], [], []
@@ -145,5 +169,5 @@ class SpanReader:
         finally:
             self.model.train(was_training)
         selection = torch.cat(selections) if selections else None
-        return decode_answer(torch.cat(starts), torch.cat(ends), selection, features, passages,
-                             self.options.strategy, self.config.max_answer_length)
+        return passage_spans(torch.cat(starts), torch.cat(ends), selection, features,
+                             len(passages), self.config.max_answer_length)

@@ -32,6 +32,7 @@ from .train import ReaderTrainConfig, evaluate_reader, make_accelerator, train_r
 
 DATA_DIR = "data"
 EVAL_JSON = "eval.json"
+DENSE_NEGATIVES = "dense-negatives.jsonl"
 
 
 @dataclass
@@ -48,6 +49,9 @@ class ReaderRunConfig:
     max_examples: int | None = None   # training examples per source (seeded sample)
     max_heldout: int | None = 1000    # held-out examples kept per source
     eval_examples: int | None = 300   # held-out questions evaluated per source
+    dense_negatives: str | None = None  # dense index folder: hard negatives for benchmark turns
+    dense_top_k: int = 50             # passages retrieved per turn for them
+    dense_history: str | dict = "oldest_first"  # the dense retriever's query formatting
     evaluate: bool = True
     train: ReaderTrainConfig = field(default_factory=ReaderTrainConfig)
 
@@ -57,7 +61,16 @@ class ReaderRunConfig:
                 "examples": [_file_id(p) for p in self.examples],
                 "negatives": self.negatives, "heldout_fraction": self.heldout_fraction,
                 "max_examples": self.max_examples, "max_heldout": self.max_heldout,
-                "seed": self.train.seed, "history": self.train.history}
+                "seed": self.train.seed, "history": self.train.history,
+                **({"dense_negatives": self.dense_config().identity()}
+                   if self.dense_negatives else {})}
+
+    def dense_config(self):
+        from .dense_negatives import DenseNegativesConfig
+
+        return DenseNegativesConfig(str(self.dense_negatives), top_k=self.dense_top_k,
+                                    keep=max(self.negatives, 1), history=self.dense_history,
+                                    progress=self.train.progress)
 
 
 def _file_id(path: str) -> dict[str, Any]:
@@ -106,10 +119,13 @@ def prepare_data(config: ReaderRunConfig, out: str | os.PathLike, progress: bool
                                    report)
     for path in config.benchmarks:
         say(f"data: {path}")
-        examples += benchmark_examples(path, config.negatives, config.train.history,
-                                       max_examples=config.max_examples,
-                                       max_heldout=config.max_heldout, seed=config.train.seed,
-                                       report=report)
+        turns = benchmark_examples(path, config.negatives, config.train.history,
+                                   max_examples=config.max_examples,
+                                   max_heldout=config.max_heldout, seed=config.train.seed,
+                                   report=report)
+        if config.dense_negatives and config.negatives:
+            _use_dense_negatives(turns, config, folder, report, say)
+        examples += turns
     for path in config.examples:
         loaded = load_examples(path)
         examples += loaded
@@ -127,6 +143,23 @@ def prepare_data(config: ReaderRunConfig, out: str | os.PathLike, progress: bool
                            "train": len(train), "heldout": len(heldout)})
     say(f"data: {len(train)} training and {len(heldout)} held-out examples in {folder}")
     return train, heldout
+
+
+def _use_dense_negatives(examples: list[ReaderExample], config: ReaderRunConfig, folder: Path,
+                         report: BuildReport, say: Callable[[str], None]) -> None:
+    """Replace the BM25 negatives of benchmark turns by the dense retriever's hard ones
+    (mined once into OUT/data/dense-negatives.jsonl; dense_negatives.py)."""
+    from .dense_negatives import add_dense_negatives, mine_dense_negatives
+
+    say(f"data: dense negatives from {config.dense_negatives}")
+    mined = mine_dense_negatives(examples, config.dense_config(), folder / DENSE_NEGATIVES)
+    counts = add_dense_negatives(examples, mined, config.negatives)
+    for example in examples:
+        dense = sum(1 for p in example.negatives if p.id in
+                    {item["id"] for item in mined.get(example.id, [])})
+        report.add(example.source, f"{example.split}_dense_negatives", dense)
+    say(f"data: {counts['dense_negatives']} dense negatives for {counts['examples']} turns "
+        f"({counts['filled_with_bm25']} BM25 ones fill up)")
 
 
 def initial_reader(config: ReaderRunConfig) -> ExtractiveReader:
@@ -191,7 +224,8 @@ def run_reader_training(config: ReaderRunConfig, out: str | os.PathLike, acceler
     result = train_reader(reader, train, out, config.train, acc,
                           info={"init_model": config.init_model, "lora_r": config.lora_r,
                                 "run": {k: v for k, v in asdict(config).items()
-                                        if k != "train"}})
+                                        if k != "train"}},
+                          heldout=heldout)
     talk(f"training: {result.steps} steps, last loss {result.last_loss}, model {result.model_dir}")
     summary: dict[str, Any] = {"model": str(result.model_dir), "steps": result.steps,
                                "train_examples": len(train), "heldout_examples": len(heldout)}

@@ -36,10 +36,13 @@ from torch import Tensor
 
 from convqa.errors import ConvQAError
 from convqa.training.loop import StepTrainer, TrainResult, make_accelerator
-from convqa.training.schedule import check_counts, check_schedule, example_rng, schedule_key
+from convqa.training.schedule import (bucketed_batches, check_counts, check_schedule,
+                                      example_rng, schedule_key)
+from convqa.training_log import append_log
 from convqa.types import Passage
 
 from .data import ReaderExample
+from .heldout import heldout_sample
 from .inputs import ReaderFeatures, build_features, char_span_to_tokens
 from .loss import reader_loss
 from .model import ExtractiveReader
@@ -57,7 +60,7 @@ __all__ = ["DEFAULT_HISTORY", "ReaderBatch", "ReaderTrainConfig", "ReaderTrainRe
 class ReaderTrainConfig:
     epochs: int = 1
     batch_size: int = 4               # questions per process per micro-step
-    passages_per_question: int = 8    # 1 positive + n-1 negatives
+    passages_per_question: int = 3    # 1 positive + n-1 negatives
     grad_accum: int = 1
     lr: float = 2e-5
     weight_decay: float = 0.0
@@ -70,15 +73,23 @@ class ReaderTrainConfig:
     checkpoint_every: int = 200       # optimizer steps; 0 = only at the end
     keep_checkpoint: bool = False
     progress: bool = True
+    length_pool: int = 64             # global batches sorted by length together; 0: no buckets
+    eval_every: int = 0               # optimizer steps between held-out scores; 0: none
+    eval_per_source: int = 50         # held-out questions per source in those scores
 
     def __post_init__(self) -> None:
-        check_counts(self, ("epochs", "batch_size", "grad_accum", "passages_per_question"), 1)
-        check_counts(self, ("checkpoint_every", "seed"), 0)
+        check_counts(self, ("epochs", "batch_size", "grad_accum", "passages_per_question",
+                            "eval_per_source"), 1)
+        check_counts(self, ("checkpoint_every", "seed", "length_pool", "eval_every"), 0)
         check_schedule(self)
 
     def schedule_key(self) -> dict[str, Any]:
-        """The settings a checkpoint must share with the run that resumes it."""
-        return schedule_key(self)
+        """The settings a checkpoint must share with the run that resumes it (the held-out
+        scores change nothing that is learned)."""
+        return {k: v for k, v in schedule_key(self).items() if k not in _EVALUATION}
+
+
+_EVALUATION = ("eval_every", "eval_per_source")
 
 
 ReaderTrainResult = TrainResult  # the shared result type (convqa/training/loop.py)
@@ -193,7 +204,8 @@ class ReaderTrainer(StepTrainer):
 
     def __init__(self, reader: ExtractiveReader, examples: Sequence[ReaderExample],
                  out: str | os.PathLike, config: ReaderTrainConfig, accelerator: Any = None,
-                 info: dict[str, Any] | None = None):
+                 info: dict[str, Any] | None = None,
+                 heldout: Sequence[ReaderExample] = ()):
         from convqa.history import build_history_strategy
 
         if not examples:
@@ -208,6 +220,9 @@ class ReaderTrainer(StepTrainer):
         self.data_key = {"examples": len(self.examples),
                          "ids_sha256": _examples_digest(self.examples)}
         self.last_batch: ReaderBatch | None = None
+        self.curve_sample = heldout_sample(heldout, config.eval_per_source, config.seed) \
+            if config.eval_every else []
+        self._lengths: list[int] | None = None
 
     def schedule(self) -> dict[str, Any]:
         return {**self.config.schedule_key(), "data": self.data_key}
@@ -218,6 +233,40 @@ class ReaderTrainer(StepTrainer):
 
     def num_examples(self) -> int:
         return len(self.examples)
+
+    def example_length(self, index: int) -> int:
+        """What bucketing sorts by: the characters of the query plus those of the example's
+        longest passage (a batch is padded to its longest window)."""
+        example = self.examples[index]
+        passages = [p.passage for p in example.positives] + list(example.negatives)
+        return len(self.query(index)) + max(len(p.title) + len(p.text) for p in passages)
+
+    def epoch_batches(self, epoch: int, global_batch: int):
+        if not self.config.length_pool:
+            return super().epoch_batches(epoch, global_batch)
+        if self._lengths is None:
+            self._lengths = [self.example_length(i) for i in range(len(self.examples))]
+        return bucketed_batches(self._lengths, global_batch, self.config.seed, epoch,
+                                self.config.length_pool)
+
+    def on_start(self, model, step: int) -> None:
+        if self.curve_sample and step == 0:
+            self.log_heldout(model, 0)
+
+    def after_step(self, model, step: int, total: int) -> None:
+        every = self.config.eval_every
+        if self.curve_sample and (step % every == 0 or step == total):
+            self.log_heldout(model, step)
+
+    def log_heldout(self, model, step: int) -> None:
+        """Score the held-out sample (main process; the others wait) into log.jsonl."""
+        from .heldout import scores_by_source
+
+        acc = self.accelerator
+        if acc.is_main_process:
+            scores = scores_by_source(acc.unwrap_model(model), self.curve_sample)
+            append_log(self.out, {"step": step, "heldout": scores})
+        acc.wait_for_everyone()
 
     def make_batch(self, indices, epoch: int) -> ReaderBatch:
         return make_reader_batch(self.examples, indices, self.query, self.reader,
@@ -254,10 +303,12 @@ class ReaderTrainer(StepTrainer):
 def train_reader(reader: ExtractiveReader, examples: Sequence[ReaderExample],
                  out: str | os.PathLike, config: ReaderTrainConfig | None = None,
                  accelerator: Any = None, info: dict[str, Any] | None = None,
-                 on_step: Callable[[int, float], None] | None = None) -> ReaderTrainResult:
-    """Train (or resume, or return the finished result of) one run into `out`."""
+                 on_step: Callable[[int, float], None] | None = None,
+                 heldout: Sequence[ReaderExample] = ()) -> ReaderTrainResult:
+    """Train (or resume, or return the finished result of) one run into `out`; with
+    `config.eval_every`, a fixed sample of `heldout` is scored every that many steps."""
     return ReaderTrainer(reader, examples, out, config or ReaderTrainConfig(), accelerator,
-                         info).train(on_step)
+                         info, heldout).train(on_step)
 
 
 # ---------------------------------------------------------------------------------------------

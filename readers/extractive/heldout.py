@@ -1,0 +1,63 @@
+"""Held-out scores of a reader per source: the sample a training run scores every N steps (its
+curve, readers/extractive/train.py) and the comparison of a run with the shipped reader
+(scripts/promote_reader.py). Each question is read with its gold passage alone, scored under
+its source's convention (`scoring_convention`)."""
+from __future__ import annotations
+
+import hashlib
+import time
+from typing import Any, Sequence
+
+from .data import ReaderExample, scoring_convention
+
+
+def by_source(examples: Sequence[ReaderExample]) -> dict[str, list[ReaderExample]]:
+    """The examples of each source (sources sorted by name, examples in input order)."""
+    groups: dict[str, list[ReaderExample]] = {}
+    for example in examples:
+        groups.setdefault(example.source or "examples", []).append(example)
+    return {source: groups[source] for source in sorted(groups)}
+
+
+def heldout_sample(examples: Sequence[ReaderExample], per_source: int | None,
+                   seed: int = 0) -> list[ReaderExample]:
+    """At most `per_source` examples of each source, the first in sha256("{seed}:{id}") order:
+    a fixed sample that does not depend on the file order, and that grows by adding questions
+    when `per_source` grows."""
+    chosen: list[ReaderExample] = []
+    for items in by_source(examples).values():
+        ranked = sorted(items, key=lambda e: hashlib.sha256(f"{seed}:{e.id}".encode()).digest())
+        chosen += ranked if per_source is None else ranked[:per_source]
+    return chosen
+
+
+def sample_digest(examples: Sequence[ReaderExample]) -> str:
+    """Names a sample (its ids), so scores of two samples are never compared by mistake."""
+    digest = hashlib.sha256()
+    for example in examples:
+        digest.update(example.id.encode() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def scores_by_source(reader: Any, examples: Sequence[ReaderExample]) -> dict[str, Any]:
+    """EM/F1 (percent) of `reader` (a SpanReader or ExtractiveReader) per source on `examples`,
+    the gold passage alone, plus their macro average over sources (each source counts once,
+    however many questions it has) and the micro average over questions."""
+    from .train import evaluate_reader
+
+    started = time.perf_counter()
+    sources: dict[str, dict[str, Any]] = {}
+    for source, items in by_source(examples).items():
+        scores = evaluate_reader(reader, items, convention=scoring_convention(source))
+        sources[source] = {"em": round(scores["em"], 2), "f1": round(scores["f1"], 2),
+                           "count": scores["count"]}
+    count = sum(s["count"] for s in sources.values())
+    result: dict[str, Any] = {"sources": sources, "count": count,
+                              "sample": sample_digest(examples)}
+    for metric in ("em", "f1"):
+        values = [s[metric] for s in sources.values()]
+        result[metric] = round(sum(values) / len(values), 2) if values else 0.0
+        result[f"micro_{metric}"] = round(sum(s[metric] * s["count"] for s in sources.values())
+                                          / count, 2) if count else 0.0
+    result["seconds"] = round(time.perf_counter() - started, 1)
+    return result
