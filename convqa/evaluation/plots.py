@@ -4,7 +4,9 @@
 - `type_bars`: one metric per question type (first / no-switch / switch, and all), a bar per
   system: where the topic-switch turns fall behind;
 - `answer_curve`: EM and F1 against the number of passages read, one line per system (a
-  phrase-index row, which reads no passages, as a dashed level).
+  phrase-index row, which reads no passages, as a dashed level);
+- `training_curve`: a training run's held-out F1 per source (and their mean) against optimizer
+  steps, next to its training loss (scripts/plot_reader_curve.py).
 
 Each takes the result dicts of `convqa.evaluation` (as in the tables' JSON) and writes one PNG
 atomically. matplotlib is imported on first use, so importing this module is cheap.
@@ -136,6 +138,46 @@ def answer_curve(results: Sequence[dict[str, Any]], top_ks: Sequence[int],
         ax.set_ylabel(f"{metric.upper()} (%)")
         ax.set_ylim(0, top)
         ax.grid(True, alpha=0.3)
+    fig.suptitle(title, fontsize=10)
+    _legend(fig, axes)
+    _save(fig, path)
+    plt.close(fig)
+
+
+def training_curve(log: Sequence[dict[str, Any]], path: str | os.PathLike, title: str,
+                   smooth: int = 50) -> None:
+    """From a run's log.jsonl records: held-out F1 per source and the macro mean (lines with
+    a "heldout" entry) against the step, and the training loss (a moving mean over `smooth`
+    steps) against the step."""
+    plt = _pyplot()
+    points = [r for r in log if isinstance(r.get("heldout"), dict)]
+    losses = [(r["step"], r["loss"]) for r in log if "loss" in r and "heldout" not in r]
+    sources = sorted({s for r in points for s in r["heldout"].get("sources", {})})
+    fig, axes = _figure(plt, len(sources) + 1, ncols=2)
+    ax = axes[0][0]
+    steps = [r["step"] for r in points]
+    ax.plot(steps, [r["heldout"]["f1"] for r in points], color="black", linewidth=2.2,
+            marker="o", markersize=3, label="mean over sources (F1)")
+    for index, source in enumerate(sources):
+        kept = [r for r in points if source in r["heldout"]["sources"]]
+        ax.plot([r["step"] for r in kept], [r["heldout"]["sources"][source]["f1"] for r in kept],
+                linestyle=_style(index), marker=".", label=f"{source} (F1, n="
+                f"{kept[-1]['heldout']['sources'][source]['count']})" if kept else source)
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("held-out F1, gold passage (%)")
+    ax.set_ylim(0, _top([r["heldout"]["f1"] for r in points] + [
+        v["f1"] for r in points for v in r["heldout"]["sources"].values()]))
+    ax.grid(True, alpha=0.3)
+    ax = axes[0][1]
+    if losses:
+        window = max(1, min(smooth, len(losses)))
+        values = [v for _, v in losses]
+        means = [sum(values[max(0, i - window + 1):i + 1]) / (i + 1 - max(0, i - window + 1))
+                 for i in range(len(values))]
+        ax.plot([s for s, _ in losses], means, color="tab:gray")
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel(f"training loss (mean of {smooth} steps)")
+    ax.grid(True, alpha=0.3)
     fig.suptitle(title, fontsize=10)
     _legend(fig, axes)
     _save(fig, path)
