@@ -11,7 +11,9 @@ teach the head little about the candidates it must rank at test time, the retrie
   be of another corpus than the examples' passages (the vital corpus for the full benchmark's
   turns): the gold article is then recognised by its title (case-insensitive), which is the
   same article in both; with the examples' own corpus, passages of the gold article id are
-  dropped as well.
+  dropped as well. Meant for the benchmark's turns; SQuAD-format examples would need an index
+  of their paragraphs, and a file with a single title for everything (SQuADShifts reddit,
+  COVID-QA) would lose every paragraph to the title rule.
 - Queries are formatted by the retriever's history strategy (DPR-IHN: oldest-first), fp32.
 - Cache: a JSONL file, first line the provenance (index fingerprint, corpus checksum, k,
   history), then one line per example `{"id", "negatives": [{"id", "title", "text", "score"}]}`,
@@ -34,6 +36,7 @@ from .data import ReaderExample, find_answer_spans
 
 FORMAT = "convqa-reader-dense-negatives"
 VERSION = 1
+BENCHMARK_SOURCE = "topiocqa-wiki:"  # data.py benchmark_examples
 
 
 @dataclass
@@ -72,12 +75,20 @@ def is_gold(passage: Passage, titles: set[str], articles: set[str]) -> bool:
     return passage.title.casefold() in titles or article_id_of(passage.id) in articles
 
 
+def gold_article_ids(example: ReaderExample) -> set[str]:
+    """The gold article ids of a benchmark turn (passage ids "{article}#{n}"); none for other
+    sources, whose passage ids do not name an article (SQuAD: "{file}#{n}")."""
+    if not example.source.startswith(BENCHMARK_SOURCE):
+        return set()
+    return {article_id_of(p.passage.id) for p in example.positives}
+
+
 def filter_hits(example: ReaderExample, hits: Sequence[Any], store: Any,
                 keep: int) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """The first `keep` retrieved passages that are not of the gold article and contain no
     gold answer, with their scores; and how many of each kind were dropped."""
     titles = {p.passage.title.casefold() for p in example.positives if p.passage.title}
-    articles = {article_id_of(p.passage.id) for p in example.positives}
+    articles = gold_article_ids(example)
     golds = example.golds()
     kept: list[dict[str, Any]] = []
     dropped = {"gold_article": 0, "holds_answer": 0}
