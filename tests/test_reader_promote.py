@@ -1,0 +1,113 @@
+"""scripts/promote_reader.py and scripts/plot_reader_curve.py on a real (tiny-model) training
+run over real SQuAD questions: the export is compared with the shipped reader on the same
+held-out questions and installed only when better, with a model card that keeps the previous
+card under History; the curve PNG is drawn from the run's log."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import shared_file
+from readers.extractive.model import ExtractiveReader
+from readers.extractive.run import ReaderRunConfig, run_reader_training
+from readers.extractive.train import ReaderTrainConfig
+from reader_helpers import save_tiny_encoder
+from reader_helpers import single_thread  # noqa: F401 (autouse fixture: one thread)
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+OLD_CARD = "# convqa-reader: old\n\n## Scores\n\n| source | F1 |\n|---|---|\n| squad | 12.3 |\n"
+
+
+def script(name: str):
+    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """A finished run: a tiny encoder trained 6 steps on real SQuAD v2.0 questions, with
+    held-out scores every 2 steps."""
+    root = tmp_path_factory.mktemp("promote")
+    encoder = save_tiny_encoder(root / "encoder")
+    config = ReaderRunConfig(
+        squad=[str(shared_file("squad/dev-v2.0.json"))], init_model=str(encoder),
+        max_length=128, negatives=2, max_examples=24, max_heldout=8, eval_examples=4,
+        train=ReaderTrainConfig(batch_size=4, passages_per_question=2, max_steps=6, lr=5e-3,
+                                warmup_ratio=0.0, progress=False, checkpoint_every=2,
+                                eval_every=2, eval_per_source=8))
+    run_reader_training(config, root / "run", say=lambda _: None)
+    return root / "run"
+
+
+def shipped_copy(run: Path, folder: Path) -> Path:
+    """An 'assets' folder holding the run's own model as a LoRA export, and an old card."""
+    script("promote_reader").export_candidate(run / "model", folder, rank=4)
+    (folder / "README.md").write_text(OLD_CARD)
+    return folder
+
+
+def test_curve_plot(run, tmp_path):
+    out = tmp_path / "curve.png"
+    assert script("plot_reader_curve").main([str(run), "--out", str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    points = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()
+              if "heldout" in line]
+    assert [p["step"] for p in points] == [0, 2, 4, 6]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "log.jsonl").write_text(json.dumps({"step": 1, "loss": 1.0}) + "\n")
+    assert script("plot_reader_curve").main([str(empty), "--out", str(tmp_path / "x.png")]) == 2
+
+
+def test_an_equal_reader_is_not_promoted(run, tmp_path):
+    promote = script("promote_reader")
+    assets = shipped_copy(run, tmp_path / "reader-extractive")
+    before = {p.name: p.read_bytes() for p in assets.iterdir()}
+    result = promote.promote(run, assets, per_source=8, seed=0, rank=4, min_gain=0.0,
+                             curve=None, say=lambda _: None)
+    assert not result["promoted"]
+    assert result["candidate"]["f1"] == result["shipped"]["f1"]
+    assert result["candidate"]["sample"] == result["shipped"]["sample"]
+    assert {p.name: p.read_bytes() for p in assets.iterdir()} == before
+
+
+def test_a_better_reader_is_installed_with_its_card_and_history(run, tmp_path):
+    promote = script("promote_reader")
+    assets = shipped_copy(run, tmp_path / "reader-extractive")
+    old_fingerprint = json.loads((assets / "convqa_reader.json").read_text())["fingerprint"]
+    curve = tmp_path / "docs" / "reader-curve.png"
+    # "better" by the rule's own margin: a negative min_gain makes an equal reader qualify
+    result = promote.promote(run, assets, per_source=8, seed=0, rank=4, min_gain=-1.0,
+                             curve=curve, say=lambda _: None)
+    assert result["promoted"] and result["steps"] == 6 and result["examples_seen"] == 24
+    assert curve.exists()
+    card = (assets / "README.md").read_text()
+    assert card.startswith(promote.HEADER)
+    assert "Steps: 6" in card and "questions seen: 24" in card
+    assert "squad:dev-v2.0" in card and str(curve) in card
+    history = card.split("## History", 1)[1]
+    assert old_fingerprint in history and "| squad | 12.3 |" in history
+    assert "#### Scores" in history  # the old card's headings sit under its History entry
+    saved = json.loads((assets / "heldout.json").read_text())
+    assert saved["candidate"]["f1"] == result["candidate"]["f1"]
+    reader = ExtractiveReader.from_pretrained(assets)
+    assert reader.has_adapters
+    # a second promotion keeps both earlier cards
+    promote.promote(run, assets, per_source=8, seed=0, rank=4, min_gain=-1.0, curve=None,
+                    say=lambda _: None)
+    history = (assets / "README.md").read_text().split("## History", 1)[1]
+    assert history.count("### Until") == 2 and "| squad | 12.3 |" in history
+    assert not [p for p in assets.parent.iterdir() if p.name.startswith(".")]  # no leftovers
+
+
+def test_refusals(run, tmp_path):
+    promote = script("promote_reader")
+    assert promote.main([str(tmp_path), "--assets", str(tmp_path)]) == 2  # no run there
+    not_reader = tmp_path / "assets"
+    not_reader.mkdir()
+    assert promote.main([str(run), "--assets", str(not_reader), "--curve", ""]) == 2
