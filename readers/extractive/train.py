@@ -3,8 +3,13 @@ and scoring it on held-out examples.
 
     torchrun --nproc_per_node 4 -m convqa.cli.main train reader ...   # or plain `convqa`
 
+- Batches are length-bucketed (`length_pool`): the seeded epoch order is sorted by length in
+  pools of that many batches and the batches shuffled (convqa/training/schedule.py
+  `bucketed_batches`), and each batch is padded to its longest window only, so a window of a
+  short passage costs what its tokens cost, not 256.
 - A micro-batch is `batch_size` questions per process, each read against
-  `passages_per_question` passages: one of its positives and n-1 of its negatives, drawn by a
+  `passages_per_question` passages (default 3): one of its positives and n-1 of its negatives
+  (the benchmark's turns: the dense retriever's hard ones, dense_negatives.py), drawn by a
   generator seeded by (seed, epoch, example number), so a resumed run, or a run on another
   number of processes, sees the same questions with the same passages. An example with fewer
   negatives repeats them; one with none gets masked padding passages. Every passage is read in
@@ -22,6 +27,11 @@ and scoring it on held-out examples.
   The loop, shared by every convqa trainer, is convqa/training/loop.py.
 - OUT/log.jsonl (one line per optimizer step), a progress bar on the main process, and at the
   end OUT/model plus OUT/training.json.
+- The curve: with `eval_every` N, a fixed seeded sample of the held-out examples
+  (`eval_per_source` per source, heldout.py) is read with its gold passages at step 0 and every
+  N steps, and its EM/F1 per source written into log.jsonl as `{"step", "heldout": {...}}`
+  (before the step's checkpoint, so a resumed run redoes exactly the scores it lost);
+  scripts/plot_reader_curve.py draws it.
 """
 from __future__ import annotations
 
