@@ -191,7 +191,11 @@ def model_card(run: Path, facts: dict[str, Any], export: dict[str, Any],
         except ValueError:
             shown = curve
         parts += [f"The held-out curve of the run: `{shown}`.", ""]
-    parts += ["## Licenses", "",
+    parts += ["## Reproduce", "",
+              "The training command is in docs/readers.md, \"Training on all the data\"; these "
+              f"weights are its step {facts['steps']:,}, exported and compared by "
+              "`scripts/promote_reader.py`.", "",
+              "## Licenses", "",
               "TopiOCQA: CC BY-NC-SA 4.0 (non-commercial: treat this adapter as such). SQuAD "
               "v2.0: CC BY-SA 4.0. SQuADShifts: CC BY 4.0. COVID-QA: Apache-2.0 repository, "
               "papers of mixed licenses. Wikipedia text: CC BY-SA 3.0 / GFDL. MiniLM: "
