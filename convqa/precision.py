@@ -85,16 +85,24 @@ def autocast(precision: str, device: torch.device | str) -> ContextManager:
     return contextlib.nullcontext()
 
 
-def _is_int8_layer(name: str) -> bool:
-    return "attention" in name.lower()
+INT8_SCOPES = ("attention", "all")
 
 
-def quantize_model_int8(model: torch.nn.Module) -> torch.nn.Module:
-    """A copy of `model` with its attention projections dynamically quantized to int8."""
+def _in_int8_scope(name: str, scope: str) -> bool:
+    return scope == "all" or "attention" in name.lower()
+
+
+def quantize_model_int8(model: torch.nn.Module, scope: str | None = None) -> torch.nn.Module:
+    """A copy of `model` with linear layers dynamically quantized to int8: the attention
+    projections (`scope` "attention", the default) or every linear layer ("all"). A model may
+    name its own default scope in an `int8_scope` attribute."""
     from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
+    scope = scope or getattr(model, "int8_scope", "attention")
+    if scope not in INT8_SCOPES:
+        raise ConfigError(f"int8 scope must be one of {', '.join(INT8_SCOPES)}, got {scope!r}")
     spec = {name: per_channel_dynamic_qconfig for name, module in model.named_modules()
-            if isinstance(module, torch.nn.Linear) and _is_int8_layer(name)}
+            if isinstance(module, torch.nn.Linear) and _in_int8_scope(name, scope)}
     if not spec:
         raise ConfigError(f"precision int8: {type(model).__name__} has no attention linear "
                           "layers to quantize")
