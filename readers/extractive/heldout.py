@@ -42,9 +42,14 @@ def sample_digest(examples: Sequence[ReaderExample]) -> str:
 def scores_by_source(reader: Any, examples: Sequence[ReaderExample]) -> dict[str, Any]:
     """EM/F1 (percent) of `reader` (a SpanReader or ExtractiveReader) per source on `examples`,
     the gold passage alone, plus their macro average over sources (each source counts once,
-    however many questions it has) and the micro average over questions."""
+    however many questions it has) and the micro average over questions. An ExtractiveReader
+    reads in fp32: the reference precision, so that scores of different weights compare."""
+    from .model import ExtractiveReader
+    from .reader import SpanReader
     from .train import evaluate_reader
 
+    if isinstance(reader, ExtractiveReader):
+        reader = SpanReader.from_model(reader, precision="fp32")
     started = time.perf_counter()
     sources: dict[str, dict[str, Any]] = {}
     for source, items in by_source(examples).items():
