@@ -27,7 +27,7 @@ def bench(tmp_path_factory, minilm_tokenizer):
     folder = make_benchmark(root / "bench")
     encoder = make_tiny_bert(root / "bert", minilm_tokenizer)
     with PassageStore.open(folder / "passages") as store:
-        build_dense_index(str(encoder), store, root / "index", batch_size=8, fast=False,
+        build_dense_index(str(encoder), store, root / "index", batch_size=8, precision="fp32",
                           progress=False)
     return folder, root / "index"
 

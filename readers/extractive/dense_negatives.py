@@ -149,7 +149,8 @@ def mine_dense_negatives(examples: Sequence[ReaderExample], config: DenseNegativ
     todo = [e for e in examples if e.id not in done]
     if not todo:
         return done
-    retriever = RETRIEVERS.build({"name": "dense", "index": str(config.index), "fast": False})
+    retriever = RETRIEVERS.build({"name": "dense", "index": str(config.index),
+                                 "precision": "fp32"})
     strategy = build_history_strategy(config.history)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a", encoding="utf-8") as handle, \
