@@ -126,3 +126,34 @@ def test_evaluation_settings_do_not_block_a_resume():
     b = ReaderTrainConfig(eval_every=0, eval_per_source=10)
     assert a.schedule_key() == b.schedule_key()
     assert ReaderTrainConfig(length_pool=0).schedule_key() != a.schedule_key()
+
+
+def test_chunked_forward_matches_one_pass(built):
+    """Windows read a few at a time, each chunk cut to its longest, give the logits and the
+    gradients of one padded pass."""
+    from readers.extractive.train import chunked_logits
+
+    train, _ = built
+    reader = tiny_reader(max_length=128)
+    trainer = ReaderTrainer(reader, train, "unused", ReaderTrainConfig(
+        batch_size=6, passages_per_question=3, progress=False, checkpoint_every=0,
+        length_pool=0))
+    batch = trainer.make_batch(list(range(6)), 0)
+    inputs = batch.features.tensors
+    lengths = inputs["attention_mask"].sum(1)
+    assert int(lengths.min()) < int(lengths.max())  # a real mix of window lengths
+    results = []
+    for chunk in (0, 4):
+        reader.zero_grad()
+        logits = chunked_logits(reader, inputs, chunk)
+        mask = batch.features.context
+        loss = (logits.start[mask].sum() + logits.end[mask].pow(2).sum()
+                + logits.selection.sum())
+        loss.backward()
+        results.append((logits, {k: p.grad.clone() for k, p in reader.named_parameters()}))
+    (one, one_grads), (chunked, chunked_grads) = results
+    mask = batch.features.context
+    assert torch.allclose(one.start[mask], chunked.start[mask], atol=1e-5)
+    assert torch.allclose(one.end[mask], chunked.end[mask], atol=1e-5)
+    assert torch.allclose(one.selection, chunked.selection, atol=1e-5)
+    assert all(torch.allclose(one_grads[k], chunked_grads[k], atol=1e-4) for k in one_grads)

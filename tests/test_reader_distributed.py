@@ -22,7 +22,8 @@ from reader_helpers import tiny_reader
 examples, out = load_examples(sys.argv[1]), Path(sys.argv[2])
 acc = make_accelerator(cpu=True)
 config = ReaderTrainConfig(batch_size=2, passages_per_question=2, epochs=2, lr=5e-3,
-                           warmup_ratio=0.0, progress=False, checkpoint_every=2)
+                           warmup_ratio=0.0, progress=False, checkpoint_every=2,
+                           window_chunk=int(sys.argv[3]))
 trainer = ReaderTrainer(tiny_reader(seed=0), examples, out, config, acc)
 questions = []
 result = trainer.train(on_step=lambda step, loss: questions.append(trainer.last_batch.questions))
@@ -36,7 +37,8 @@ for name, tensor in sorted(trainer.reader.state_dict().items()):
 
 
 @pytest.mark.slow  # two fresh interpreters importing torch and transformers: 20-40 s on 2 cores
-def test_two_processes_match_one_process_with_the_doubled_batch(tmp_path):
+@pytest.mark.parametrize("chunk", [0, 3])  # 3: several forward passes per step under DDP
+def test_two_processes_match_one_process_with_the_doubled_batch(tmp_path, chunk):
     built = squad_examples(shared_file("squad/dev-v2.0.json"), negatives=1, max_examples=60,
                            max_heldout=1)
     examples = [e for e in built if e.split == "train"
@@ -45,7 +47,7 @@ def test_two_processes_match_one_process_with_the_doubled_batch(tmp_path):
     data = tmp_path / "examples.jsonl"
     save_examples(data, examples)
     out = tmp_path / "out"
-    ranks = two_process_ranks(SCRIPT, tmp_path, out, data, out)
+    ranks = two_process_ranks(SCRIPT, tmp_path, out, data, out, chunk)
     assert [r["processes"] for r in ranks] == [2, 2]
     # 8 examples / (2 per process x 2 processes) = 2 steps per epoch, 2 epochs
     assert [r["steps"] for r in ranks] == [4, 4]
@@ -56,7 +58,7 @@ def test_two_processes_match_one_process_with_the_doubled_batch(tmp_path):
         single = tiny_reader(seed=0)
         train_reader(single, load_examples(data), tmp_path / "single", ReaderTrainConfig(
             batch_size=4, passages_per_question=2, epochs=2, lr=5e-3, warmup_ratio=0.0,
-            progress=False, checkpoint_every=0))
+            progress=False, checkpoint_every=0, window_chunk=chunk))
     two = ExtractiveReader.from_pretrained(out / "model").state_dict()
     one = single.state_dict()
     assert one.keys() == two.keys()

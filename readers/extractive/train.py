@@ -5,8 +5,10 @@ and scoring it on held-out examples.
 
 - Batches are length-bucketed (`length_pool`): the seeded epoch order is sorted by length in
   pools of that many batches and the batches shuffled (convqa/training/schedule.py
-  `bucketed_batches`), and each batch is padded to its longest window only, so a window of a
-  short passage costs what its tokens cost, not 256.
+  `bucketed_batches`), and each batch is padded to its longest window only; within a batch
+  the windows go through the model `window_chunk` at a time in order of length, each chunk cut
+  to its own longest (`chunked_logits`), so a window of a short passage costs about what its
+  tokens cost, not 256.
 - A micro-batch is `batch_size` questions per process, each read against
   `passages_per_question` passages (default 3): one of its positives and n-1 of its negatives
   (the benchmark's turns: the dense retriever's hard ones, dense_negatives.py), drawn by a
@@ -55,7 +57,7 @@ from .data import ReaderExample
 from .heldout import heldout_sample
 from .inputs import ReaderFeatures, build_features, char_span_to_tokens
 from .loss import reader_loss
-from .model import ExtractiveReader
+from .model import ExtractiveReader, ReaderLogits
 
 # Current question first, then the newest history: a reader reads the question before all else,
 # and 64 tokens leave ~180 of a 256-token window for the passage.
@@ -84,13 +86,15 @@ class ReaderTrainConfig:
     keep_checkpoint: bool = False
     progress: bool = True
     length_pool: int = 64             # global batches sorted by length together; 0: no buckets
+    window_chunk: int = 8             # windows per forward pass, by length; 0: all at once
     eval_every: int = 0               # optimizer steps between held-out scores; 0: none
     eval_per_source: int = 50         # held-out questions per source in those scores
 
     def __post_init__(self) -> None:
         check_counts(self, ("epochs", "batch_size", "grad_accum", "passages_per_question",
                             "eval_per_source"), 1)
-        check_counts(self, ("checkpoint_every", "seed", "length_pool", "eval_every"), 0)
+        check_counts(self, ("checkpoint_every", "seed", "length_pool", "eval_every",
+                            "window_chunk"), 0)
         check_schedule(self)
 
     def schedule_key(self) -> dict[str, Any]:
@@ -193,6 +197,32 @@ def make_reader_batch(examples: Sequence[ReaderExample], indices: Sequence[int],
                        no_span, real.count(False))
 
 
+def chunked_logits(model, inputs: dict[str, Tensor], chunk: int) -> ReaderLogits:
+    """The model's logits of all windows, computed `chunk` windows at a time in order of
+    length, each chunk cut to its own longest window: a batch mixes short and long windows
+    (a short positive, a long negative), and one forward pass pads them all to the longest.
+    Padding positions get logit 0 (the loss masks them). `chunk` 0: one forward pass."""
+    mask = inputs["attention_mask"]
+    windows, length = mask.shape
+    if not chunk or windows <= chunk:
+        return model(**inputs)
+    lengths = mask.sum(1)
+    order = torch.argsort(lengths, descending=True, stable=True)
+    starts, ends, selections = [], [], []
+    for begin in range(0, windows, chunk):
+        rows = order[begin:begin + chunk]
+        used = int(lengths[rows].max())
+        logits = model(**{k: v[rows, :used] for k, v in inputs.items()})
+        pad = (0, length - used)
+        starts.append(torch.nn.functional.pad(logits.start, pad))
+        ends.append(torch.nn.functional.pad(logits.end, pad))
+        if logits.selection is not None:
+            selections.append(logits.selection.reshape(-1))
+    back = torch.argsort(order)
+    return ReaderLogits(torch.cat(starts)[back], torch.cat(ends)[back],
+                        torch.cat(selections)[back] if selections else None)
+
+
 # ---------------------------------------------------------------------------------------------
 # The loop
 
@@ -290,7 +320,7 @@ class ReaderTrainer(StepTrainer):
         inputs = {k: v.to(acc.device) for k, v in batch.features.tensors.items()}
         with torch.autocast(device_type=acc.device.type, dtype=torch.bfloat16,
                             enabled=self.config.bf16):
-            logits = model(**inputs)
+            logits = chunked_logits(model, inputs, self.config.window_chunk)
         q, n = batch.questions, batch.group
         shape = (q, n, batch.features.length)
         selection = None if logits.selection is None else logits.selection.view(q, n)
