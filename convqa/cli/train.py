@@ -220,6 +220,10 @@ def _add_reader(jobs) -> None:
     p.add_argument("--length-pool", type=count, default=64, metavar="BATCHES",
                    help="batches of similar length: the epoch order is sorted by length in "
                         "pools of this many batches (default 64; 0: no bucketing)")
+    p.add_argument("--window-chunk", type=count, default=4, metavar="N",
+                   help="windows per forward pass in training, in order of length, each chunk "
+                        "padded to its own longest (default 4: ~30%% less time per step on one "
+                        "CPU thread than one pass; 0: one pass, better on a GPU)")
     p.add_argument("--eval-every", type=count, default=0, metavar="STEPS",
                    help="score a fixed held-out sample (gold passage) every STEPS optimizer "
                         "steps into OUT/log.jsonl: the learning curve (default 0: never)")
@@ -276,7 +280,8 @@ def _reader_config(args: argparse.Namespace):
     train = ReaderTrainConfig(
         passages_per_question=args.passages_per_question,
         history={"name": args.history, "max_tokens": args.history_max_tokens},
-        length_pool=args.length_pool, eval_every=args.eval_every,
+        length_pool=args.length_pool, window_chunk=args.window_chunk,
+        eval_every=args.eval_every,
         eval_per_source=args.eval_per_source, **schedule_settings(args))
     return ReaderRunConfig(
         squad=list(args.squad), benchmarks=list(args.benchmark), examples=list(args.examples),

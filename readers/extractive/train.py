@@ -86,7 +86,7 @@ class ReaderTrainConfig:
     keep_checkpoint: bool = False
     progress: bool = True
     length_pool: int = 64             # global batches sorted by length together; 0: no buckets
-    window_chunk: int = 8             # windows per forward pass, by length; 0: all at once
+    window_chunk: int = 4             # windows per forward pass, by length; 0: all at once
     eval_every: int = 0               # optimizer steps between held-out scores; 0: none
     eval_per_source: int = 50         # held-out questions per source in those scores
 
