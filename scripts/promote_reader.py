@@ -66,6 +66,21 @@ def latest_weights(run: Path) -> tuple[Path, dict[str, Any]]:
                                           "schedule": record.get("schedule", {})}
 
 
+def snapshot(run: Path, into: Path, tries: int = 5) -> tuple[Path, dict[str, Any]]:
+    """Copy the run's latest weights into `into` (a running training swaps its checkpoint
+    folder every N steps: a copy taken while the step did not change is whole)."""
+    for _ in range(tries):
+        weights, facts = latest_weights(run)
+        shutil.rmtree(into, ignore_errors=True)
+        try:
+            shutil.copytree(weights, into)
+        except (FileNotFoundError, shutil.Error):
+            continue  # swapped while copying
+        if latest_weights(run)[1]["steps"] == facts["steps"]:
+            return weights, facts
+    raise DataError(f"the run's checkpoint changed during {tries} copies in a row", run)
+
+
 def examples_seen(facts: dict[str, Any]) -> int:
     schedule = facts["schedule"]
     return (facts["steps"] * int(schedule.get("batch_size", 1))
@@ -228,17 +243,18 @@ def promote(run: Path, assets: Path, per_source: int, seed: int, rank: int, min_
     from readers.extractive.data import load_examples
     from readers.extractive.heldout import heldout_sample
 
-    weights, facts = latest_weights(run)
     heldout_path = run / "data" / "heldout.jsonl"
     if not heldout_path.exists():
         raise DataError("no held-out examples (data/heldout.jsonl)", run)
     sample = heldout_sample(load_examples(heldout_path), per_source, seed)
     if not (assets / "convqa_reader.json").exists():
         raise DataError("not a reader folder (no convqa_reader.json)", assets)
-    say(f"candidate: {weights} (step {facts['steps']}); {len(sample)} held-out questions")
     with tempfile.TemporaryDirectory(prefix="convqa-promote-") as tmp:
+        weights, facts = snapshot(run, Path(tmp) / "weights")
+        say(f"candidate: {weights} (step {facts['steps']}); {len(sample)} held-out questions")
         candidate = Path(tmp) / "reader"
-        export = export_candidate(weights, candidate, rank)
+        export = {**export_candidate(Path(tmp) / "weights", candidate, rank),
+                  "tuned": str(weights)}
         new = score(candidate, sample)
         say(f"candidate export: F1 {new['f1']:.2f} (mean over sources)")
         old = score(assets, sample)

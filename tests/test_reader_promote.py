@@ -111,3 +111,23 @@ def test_refusals(run, tmp_path):
     not_reader = tmp_path / "assets"
     not_reader.mkdir()
     assert promote.main([str(run), "--assets", str(not_reader), "--curve", ""]) == 2
+
+
+def test_a_run_in_progress_is_read_from_its_checkpoint(run, tmp_path):
+    import shutil
+
+    promote = script("promote_reader")
+    live = tmp_path / "live"
+    shutil.copytree(run / "data", live / "data")
+    shutil.copytree(run / "model", live / "checkpoint" / "model")
+    schedule = json.loads((run / "training.json").read_text())["config"]["schedule"]
+    (live / "checkpoint" / "state.json").write_text(json.dumps(
+        {"step": 4, "schedule": schedule, "processes": 1}))
+    weights, facts = promote.snapshot(live, tmp_path / "copy")
+    assert weights == live / "checkpoint" / "model" and facts["steps"] == 4
+    assert not facts["finished"] and promote.examples_seen(facts) == 16
+    assert (tmp_path / "copy" / "convqa_reader.json").exists()
+    result = promote.promote(live, shipped_copy(run, tmp_path / "assets"), per_source=8,
+                             seed=0, rank=4, min_gain=0.0, curve=None, dry_run=True,
+                             say=lambda _: None)
+    assert result["steps"] == 4 and not result["promoted"]
