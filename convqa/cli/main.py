@@ -20,6 +20,7 @@ BUILT = {
                  "retrieve passages for conversational queries with any retriever"),
     "train": ("convqa.cli.train", "train DPR-IHN, ConvDR, the readers or the phrase model"),
     "demo": ("convqa.cli.demo", "run the Gradio chat demo on 127.0.0.1"),
+    "serve": ("convqa.cli.serve", "serve the JSON API (POST /v1/answer) on 127.0.0.1"),
     "eval": ("convqa.cli.eval", "produce the QReCC / TopiOCQA retrieval and end-to-end tables"),
     "reproduce": ("convqa.cli.reproduce", "rerun a named run of the reproduction matrix"),
 }
@@ -39,7 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="convqa", description="Open-domain conversational question answering.")
     parser.add_argument("--version", action="version", version=f"convqa {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in ("data", "index", "retrieve", "train", "answer", "eval", "reproduce", "demo"):
+    for name in ("data", "index", "retrieve", "train", "answer", "eval", "reproduce", "demo",
+                 "serve"):
         if name in BUILT:
             module, _ = BUILT[name]
             importlib.import_module(module).add_parser(subparsers)

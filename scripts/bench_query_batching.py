@@ -1,0 +1,82 @@
+#!/usr/bin/env python
+"""Does batching the dense query encoding of concurrent requests pay on this machine?
+
+    python scripts/bench_query_batching.py --sizes 2 4 8 20 --rounds 5 --threads 2
+
+`convqa serve` could gather the queries of requests that arrive together and encode them in
+one call of the shipped DPR-IHN query tower instead of one call each. This measures both on
+real TopiOCQA turns (formatted oldest-first, as the embedded dense retriever formats them):
+for each group size n, the time of n one-query calls and of one n-query call, in fp32 and in
+bf16 autocast (the dense retriever's fast path). Only the encoder is timed: FAISS search and
+the reader are the same either way. Prints a Markdown table (ms per query).
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+
+def real_queries(data_dir: Path, count: int) -> list[str]:
+    """`count` conversational query texts: later turns of TopiOCQA conversations with their
+    history, formatted by the embedded dense default's strategy (oldest-first)."""
+    from convqa.history import build_history_strategy
+    from convqa.loaders.topiocqa import load_topiocqa
+
+    strategy = build_history_strategy("oldest_first")
+    texts = []
+    for conversation in load_topiocqa(data_dir / "topiocqa" / "topiocqa_train.json.gz"):
+        for number in range(2, len(conversation.turns) + 1, 3):
+            texts.append(strategy.format(conversation.turn(number).question,
+                                         conversation.history(number)))
+            if len(texts) == count:
+                return texts
+    return texts
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data-dir", type=Path, default=Path("../shared/data"))
+    parser.add_argument("--model", default="convqa-dpr-ihn")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[2, 4, 8, 20])
+    parser.add_argument("--rounds", type=int, default=5, help="groups timed per size")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads")
+    args = parser.parse_args(argv)
+
+    import torch
+
+    from retrievers.dense.build import load_encoder
+    from retrievers.dense.encode import encode_queries
+    from retrievers.dense.precision import BF16, FP32
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model = load_encoder(args.model)
+    queries = real_queries(args.data_dir, max(args.sizes) * args.rounds)
+    encode_queries(model, queries[:4], 4, FP32)  # warm up both paths
+    encode_queries(model, queries[:4], 4, BF16)
+    print(f"cpu capability: {torch.backends.cpu.get_cpu_capability()}, torch threads: "
+          f"{torch.get_num_threads()}, model {args.model}, {len(queries)} real queries")
+    print("| precision | group | one call per query (ms/query) | one call per group (ms/query)"
+          " | speed-up |")
+    print("|---|---|---|---|---|")
+    for precision in (FP32, BF16):
+        for size in args.sizes:
+            single, batched = [], []
+            for round_ in range(args.rounds):
+                group = queries[round_ * size:(round_ + 1) * size]
+                began = time.perf_counter()
+                for query in group:
+                    encode_queries(model, [query], 1, precision)
+                single.append((time.perf_counter() - began) * 1000 / size)
+                began = time.perf_counter()
+                encode_queries(model, group, size, precision)
+                batched.append((time.perf_counter() - began) * 1000 / size)
+            one, many = statistics.median(single), statistics.median(batched)
+            print(f"| {precision} | {size} | {one:.1f} | {many:.1f} | {one / many:.2f}x |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
