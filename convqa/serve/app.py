@@ -14,6 +14,7 @@ switched off: nothing leaves the process.
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Mapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -50,9 +51,10 @@ def create_app(pipelines: PipelineSource | Mapping[str, Any],
         yield
         await asyncio.to_thread(service.close)  # after uvicorn has drained the connections
 
+    options = {"telemetry": NO_TELEMETRY} if _has_telemetry() else {}
     app = FastAPI(title="convqa", version=__version__, lifespan=lifespan,
                   description="Open-domain conversational question answering with evidence.",
-                  telemetry=NO_TELEMETRY)
+                  **options)
     app.state.service = service
     install_error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes)
@@ -83,3 +85,8 @@ def create_app(pipelines: PipelineSource | Mapping[str, Any],
                             else 503)
 
     return app
+
+
+def _has_telemetry() -> bool:
+    """Whether this FastAPI has OpenTelemetry hooks (newer releases) to switch off."""
+    return "telemetry" in inspect.signature(FastAPI.__init__).parameters

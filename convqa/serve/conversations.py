@@ -50,14 +50,14 @@ class ConversationStore:
             item = self._items.get(conversation_id)
             existed = item is not None
             if item is None:
-                item = _Conversation(list(seed)[-self.max_turns:])
-                self._items[conversation_id] = item
-                self._evict()
+                item = self._items[conversation_id] = _Conversation(
+                    list(seed)[-self.max_turns:])
             elif item.busy:
                 raise ConversationBusy(conversation_id)
             item.busy = True
             item.last_used = now
             self._items.move_to_end(conversation_id)
+            self._evict(keep=conversation_id)
             return list(item.turns), existed
 
     def finish(self, conversation_id: str, turn: Turn) -> None:
@@ -67,11 +67,11 @@ class ConversationStore:
             item = self._items.get(conversation_id)
             if item is None:
                 item = self._items[conversation_id] = _Conversation()
-                self._evict()
             item.turns = (item.turns + [turn])[-self.max_turns:]
             item.busy = False
             item.last_used = self._clock()
             self._items.move_to_end(conversation_id)
+            self._evict(keep=conversation_id)
 
     def abandon(self, conversation_id: str, created: bool) -> None:
         """Free the conversation after a failed answer; one that the failed request created is
@@ -102,9 +102,11 @@ class ConversationStore:
         for key in stale:
             del self._items[key]
 
-    def _evict(self) -> None:
-        """Drop least recently used idle conversations past the bound (busy ones stay: their
-        answer is being computed)."""
+    def _evict(self, keep: str) -> None:
+        """Drop least recently used idle conversations past the bound; busy ones (their answer
+        is being computed) and `keep` (just used) stay."""
         excess = len(self._items) - self.max_conversations
-        for key in [key for key, item in self._items.items() if not item.busy][:max(0, excess)]:
-            del self._items[key]
+        if excess > 0:
+            idle = [key for key, item in self._items.items() if not item.busy and key != keep]
+            for key in idle[:excess]:
+                del self._items[key]

@@ -56,6 +56,10 @@ def _validation_message(error: dict[str, Any]) -> str:
         return "unknown field"
     if kind == "string_pattern_mismatch" and error.get("loc", ())[-1:] == ("conversation_id",):
         return "1-128 characters: letters, digits, _ . : - (starting with a letter or digit)"
+    if kind in ("model_type", "model_attributes_type", "dict_type"):
+        return f"expected a JSON object, got {_json_type(error.get('input'))}"
+    if kind == "list_type":
+        return f"expected a JSON array, got {_json_type(error.get('input'))}"
     message = str(error.get("msg", "invalid"))
     if kind.endswith("_type") or kind.endswith("_parsing"):
         message += f", got {_json_type(error.get('input'))}"
