@@ -57,3 +57,44 @@ class GatedPipeline:
         finally:
             with self._lock:
                 self.running -= 1
+
+
+class DelayedPipeline:
+    """A real pipeline whose every answer takes at least `delay_s`: requests stay in flight
+    long enough for a test to send SIGTERM while they are answered or queued."""
+
+    def __init__(self, pipeline, delay_s: float):
+        self.pipeline = pipeline
+        self.history = pipeline.history
+        self.top_k = pipeline.top_k
+        self.config = pipeline.config
+        self.reader = pipeline.reader
+        self.delay_s = delay_s
+
+    def answer(self, question, history=(), top_k=None):
+        time.sleep(self.delay_s)
+        return self.pipeline.answer(question, history, top_k)
+
+
+def serve_delayed_films(folder: str, delay_s: str) -> None:
+    """Serve BM25 over the film passages with `DelayedPipeline` on a free loopback port, with
+    the server code of `convqa serve` (bind, uvicorn, graceful shutdown)."""
+    from pathlib import Path
+
+    from demo_helpers import build_film_config
+
+    from convqa.pipeline import Pipeline
+    from convqa.serve import ServeConfig, create_app
+    from convqa.serve.server import bind, serve, setup_logging
+
+    pipeline = DelayedPipeline(Pipeline.from_config(build_film_config(Path(folder))),
+                               float(delay_s))
+    app = create_app({"films": pipeline}, ServeConfig(workers=1, queue_size=8))
+    setup_logging()
+    serve(app, bind("127.0.0.1", 0), grace_s=30)
+
+
+if __name__ == "__main__":
+    import sys
+
+    serve_delayed_films(*sys.argv[1:])

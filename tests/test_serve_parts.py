@@ -217,9 +217,8 @@ def test_command_errors_are_one_line(tmp_path, capsys):
 
 
 def test_port_in_use_is_one_line(tmp_path, capsys):
-    from demo_helpers import build_film_config
-
     import yaml
+    from demo_helpers import build_film_config
 
     config = tmp_path / "films.yaml"
     config.write_text(yaml.safe_dump(build_film_config(tmp_path)), encoding="utf-8")

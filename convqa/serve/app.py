@@ -28,8 +28,7 @@ from .body_limit import BodyLimit
 from .config import ServeConfig
 from .errors import ApiError, install_error_handlers
 from .pipelines import PipelineSource, built
-from .schemas import (CONVERSATION_ID, AnswerRequest, AnswerResponse, ErrorBody, Health,
-                      PipelineList)
+from .schemas import CONVERSATION_ID, AnswerRequest, AnswerResponse, ErrorBody, Health, PipelineList
 from .service import AnswerService
 
 NO_TELEMETRY = {"tracing": False, "metrics": False, "logs": False, "operation_spans": False,

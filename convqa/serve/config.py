@@ -10,7 +10,6 @@ import os
 from dataclasses import dataclass, fields
 
 
-
 @dataclass
 class ServeConfig:
     # requests
