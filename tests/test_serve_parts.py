@@ -228,3 +228,11 @@ def test_port_in_use_is_one_line(tmp_path, capsys):
         port = taken.getsockname()[1]
         err = run_cli(["serve", "--config", str(config), "--port", str(port)], capsys)
     assert err.startswith(f"convqa serve: error: cannot serve on 127.0.0.1:{port}: ")
+
+
+def test_bound_socket_is_tcp_so_replies_are_not_delayed():
+    """asyncio disables Nagle's algorithm only on sockets whose protocol is IPPROTO_TCP."""
+    from convqa.serve.server import bind
+
+    with bind("127.0.0.1", 0) as sock:
+        assert sock.proto == socket.IPPROTO_TCP and sock.getsockname()[0] == "127.0.0.1"

@@ -19,6 +19,7 @@ import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from http.client import HTTPConnection
 from pathlib import Path
 
 import pytest
@@ -122,6 +123,17 @@ def delayed_server(tmp_path):
 
 def test_sigterm_finishes_the_requests_in_flight(delayed_server):
     delayed_server.wait_ready()
+    # a kept-alive connection answers at once: no ~40 ms Nagle / delayed-ACK stall per reply
+    host, port = delayed_server.url.rsplit("/", 1)[1].split(":")
+    connection = HTTPConnection(host, int(port), timeout=30)
+    took = []
+    for _ in range(5):
+        began = time.perf_counter()
+        connection.request("GET", "/health")
+        assert connection.getresponse().read()
+        took.append(time.perf_counter() - began)
+    connection.close()
+    assert sorted(took)[2] < 0.035, took
     status, body = http("POST", f"{delayed_server.url}/v1/answer",
                         {"question": FIRST_QUESTION, "conversation_id": "a"})
     assert status == 200 and body["passages"][0]["title"] == FILM_TITLE
