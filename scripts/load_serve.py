@@ -336,6 +336,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-requests", type=int, default=100000)
     parser.add_argument("--baseline-seconds", type=float, default=None,
                         help="single-process run (default: as long as the load; 0: skip)")
+    parser.add_argument("--baseline-threads", type=int, default=None,
+                        help="torch threads of the single-process run (default: every core, "
+                             "as a server with one replica)")
     parser.add_argument("--pipeline", help="answering path to ask (default: the server's)")
     parser.add_argument("--max-turns", type=int, default=12,
                         help="turns per conversation (longer ones are cut)")
@@ -442,6 +445,7 @@ def main(argv: list[str] | None = None) -> int:
                                  all_ok=all(p["status"] == 200 for p in before + after))
     baseline_s = args.seconds if args.baseline_seconds is None else args.baseline_seconds
     if baseline_s > 0:
+        torch.set_num_threads(args.baseline_threads or os.cpu_count() or 1)
         pipelines = build_pipelines(serve_args)
         single = single_process_throughput(pipelines, stats.sent, baseline_s)
         report["single_process"] = dict(single, torch_threads=torch.get_num_threads())

@@ -236,3 +236,53 @@ def test_bound_socket_is_tcp_so_replies_are_not_delayed():
 
     with bind("127.0.0.1", 0) as sock:
         assert sock.proto == socket.IPPROTO_TCP and sock.getsockname()[0] == "127.0.0.1"
+
+
+# -- answering paths --------------------------------------------------------------------------
+
+def serve_args(*argv):
+    from convqa.cli.main import build_parser
+
+    return build_parser().parse_args(["serve", *argv])
+
+
+def test_paths_of_the_command_line_are_named_before_loading(tmp_path):
+    from convqa.cli.serve import pipeline_source
+
+    phrase = tmp_path / "films-phrase"
+    phrase.mkdir()
+    source = pipeline_source(serve_args("--retriever", "bm25", "--retriever", "hybrid",
+                                        "--phrase-index", str(phrase)))
+    assert source.names == ["bm25+extractive", "bm25", "hybrid+extractive", "hybrid",
+                            "phrase:films-phrase"]
+    assert pipeline_source(serve_args()).names == ["dense+extractive", "dense"]
+    assert pipeline_source(serve_args("--no-reader", "--retriever", "bm25")).names == ["bm25"]
+    assert pipeline_source(serve_args("--phrase-index", str(phrase))).names == [
+        "phrase:films-phrase"]
+
+
+def test_config_path_with_and_without_its_reader_shares_the_retriever(tmp_path):
+    import yaml
+    from demo_helpers import build_film_config
+
+    from convqa.cli.serve import pipeline_source
+
+    config = tmp_path / "films.yaml"
+    values = build_film_config(tmp_path)
+    config.write_text(yaml.safe_dump(dict(values, reader={"name": "extractive",
+                                                          "model": "convqa-reader"})),
+                      encoding="utf-8")
+    source = pipeline_source(serve_args("--config", str(config), "--set", "top_k=3"))
+    assert source.names == ["films+extractive", "films"]
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(yaml.safe_dump(values), encoding="utf-8")
+    built = pipeline_source(serve_args("--config", str(plain), "--set", "top_k=3")).build()
+    assert list(built) == ["plain"] and built["plain"].top_k == 3
+
+    from convqa.pipeline import Pipeline
+    from convqa.serve.pipelines import without_reader
+
+    pipeline = Pipeline.from_config(values)
+    bare = without_reader(pipeline)
+    assert bare.reader is None and bare.retriever is pipeline.retriever
+    assert bare.passages is pipeline.passages and bare.history is pipeline.history
