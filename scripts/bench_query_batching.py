@@ -6,16 +6,20 @@
 `convqa serve` could gather the queries of requests that arrive together and encode them in
 one call of the shipped DPR-IHN query tower instead of one call each. This measures both on
 real TopiOCQA turns (formatted oldest-first, as the embedded dense retriever formats them):
-for each group size n, the time of n one-query calls and of one n-query call, in fp32 and in
-bf16 autocast (the dense retriever's fast path). Only the encoder is timed: FAISS search and
-the reader are the same either way. Prints a Markdown table (ms per query).
+for each group size n, the time of n one-query calls and of one n-query call, in each
+precision the dense retriever may choose (convqa/precision.py). The two are interleaved group
+by group, so a busy machine slows both alike. Only the encoder is timed: FAISS search and the
+reader are the same either way. Prints a Markdown table (ms per query).
 """
 from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's convqa
 
 
 def real_queries(data_dir: Path, count: int) -> list[str]:
@@ -42,26 +46,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=[2, 4, 8, 20])
     parser.add_argument("--rounds", type=int, default=5, help="groups timed per size")
     parser.add_argument("--threads", type=int, default=None, help="torch threads")
+    parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16", "int8"])
     args = parser.parse_args(argv)
 
     import torch
 
+    from convqa.precision import normalize_precision
     from retrievers.dense.build import load_encoder
     from retrievers.dense.encode import encode_queries
-    from retrievers.dense.precision import BF16, FP32
 
     if args.threads:
         torch.set_num_threads(args.threads)
     model = load_encoder(args.model)
     queries = real_queries(args.data_dir, max(args.sizes) * args.rounds)
-    encode_queries(model, queries[:4], 4, FP32)  # warm up both paths
-    encode_queries(model, queries[:4], 4, BF16)
+    precisions = [normalize_precision(p) for p in args.precisions]
+    for precision in precisions:  # warm up every path (int8 makes its quantized copy here)
+        encode_queries(model, queries[:4], 4, precision)
     print(f"cpu capability: {torch.backends.cpu.get_cpu_capability()}, torch threads: "
           f"{torch.get_num_threads()}, model {args.model}, {len(queries)} real queries")
     print("| precision | group | one call per query (ms/query) | one call per group (ms/query)"
           " | speed-up |")
     print("|---|---|---|---|---|")
-    for precision in (FP32, BF16):
+    for precision in precisions:
         for size in args.sizes:
             single, batched = [], []
             for round_ in range(args.rounds):

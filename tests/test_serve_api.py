@@ -329,9 +329,9 @@ def test_one_copy_is_used_by_one_worker_at_a_time(pipeline):
         wait_ready(client)
         answers = [pool.submit(client.post, "/v1/answer", json={"question": q})
                    for q in (FIRST_QUESTION, "Who directed Jaws?")]
-        wait_for(lambda: gated.started == 1, what="one answer to start")
-        health = client.get("/health").json()["workers"]
-        assert health["busy"] == 2 and gated.running == 1  # the second waits for the copy
+        wait_for(lambda: client.get("/health").json()["workers"]["busy"] == 2,
+                 what="both workers to take a request")
+        assert gated.running == 1  # the second worker waits for the copy
         gated.release()
         assert [a.result().status_code for a in answers] == [200, 200]
     assert gated.most_at_once == 1

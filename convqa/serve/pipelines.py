@@ -7,7 +7,10 @@ history strategy and passage store of its path with a reader: nothing is loaded 
 
 A `PipelineSource` lists the paths before anything is loaded (GET /v1/pipelines can say what
 is coming while the server loads) and builds one copy ("replica") of them when asked; the
-server builds as many copies as its settings say, in the background.
+server builds as many copies as its settings say, in the background. The sources of the
+command line answer one question with each copy they build (`warmed`): lazy work (tokenizers,
+the precision probe of `precision: auto`) is done before /health says ready, not in the first
+client's request.
 """
 from __future__ import annotations
 
@@ -54,6 +57,15 @@ def built(pipelines: Mapping[str, Any]) -> PipelineSource:
     return PipelineSource(paths, lambda: dict(pipelines), copies=1)
 
 
+WARM_UP_QUESTION = "Who wrote the first encyclopedia?"
+
+
+def warmed(pipeline: Any) -> Any:
+    """`pipeline`, after answering one question (which it is not asked again)."""
+    pipeline.answer(WARM_UP_QUESTION)
+    return pipeline
+
+
 def without_reader(pipeline: Any) -> Any:
     """The same retriever, history and passages answering with passages only."""
     from convqa.pipeline import Pipeline
@@ -88,8 +100,9 @@ def embedded_source(retriever: str, with_reader: bool = True,
     def build_one():
         from convqa.pipeline import Pipeline
 
-        return Pipeline.default(cache_dir=cache_dir, progress=False, retriever=retriever,
-                                reader="default" if with_reader else None)
+        return warmed(Pipeline.default(cache_dir=cache_dir, progress=False,
+                                       retriever=retriever,
+                                       reader="default" if with_reader else None))
 
     return _with_and_without_reader(retriever, "extractive" if with_reader else None, build_one)
 
@@ -104,7 +117,7 @@ def config_source(config: str | os.PathLike, overrides: Sequence[str] = ()) -> P
     def build_one():
         from convqa.pipeline import Pipeline
 
-        return Pipeline.from_config(values)
+        return warmed(Pipeline.from_config(values))
 
     return _with_and_without_reader(Path(config).stem, _spec_name(reader) if reader else None,
                                     build_one)
@@ -120,7 +133,7 @@ def phrase_source(folder: str | os.PathLike) -> PipelineSource:
     def build_one():
         from phrase_index.answerer import PhrasePipeline
 
-        return PhrasePipeline.from_folder(folder)
+        return warmed(PhrasePipeline.from_folder(folder))
 
     return PipelineSource([PathInfo(name, "phrase index", None)], lambda: {name: build_one()})
 
