@@ -362,3 +362,35 @@ def test_two_copies_answer_at_once_without_cross_talk(film_config):
         for n, follow in enumerate(follows):
             assert follow.result().json()["query"] == f"{FOLLOW_UP} [SEP] Who directed {titles[n]}?"
     assert all(copy.most_at_once == 1 for copy in copies)
+
+
+# -- a phrase index as an answering path ------------------------------------------------------
+
+def test_phrase_index_path_answers_without_a_reader(film_config, pipeline, tmp_path_factory):
+    """A tiny random phrase model's index over the film passages (`convqa index --phrase`):
+    its answers are random, but real phrases of real passages."""
+    from pathlib import Path
+
+    from phrase_model_helpers import tiny_phrase_index
+
+    from convqa.serve.pipelines import built, combine, phrase_source
+
+    folder = tiny_phrase_index(tmp_path_factory.mktemp("phrase"), Path(film_config["passages"]))
+    source = combine([built({"films": pipeline}), phrase_source(folder)])
+    with TestClient(create_app(source)) as client:
+        wait_ready(client)
+        listed = {p["name"]: p for p in client.get("/v1/pipelines").json()["pipelines"]}
+        assert set(listed) == {"films", "phrase:phrase-index"}
+        phrase = listed["phrase:phrase-index"]
+        assert phrase["retriever"] == "phrase index" and phrase["reader"] is None
+        assert phrase["history"]["name"] and phrase["ready"]
+        body = ask(client, question=FIRST_QUESTION, pipeline="phrase:phrase-index",
+                   conversation_id="phrased", top_k=3)
+        evidence = body["evidence"]
+        assert body["answer"] and evidence["text"][evidence["start"]:evidence["end"]] == \
+            body["answer"]
+        assert evidence["passage_id"] in {p["passage_id"] for p in body["passages"]}
+        follow = ask(client, question=FOLLOW_UP, pipeline="phrase:phrase-index",
+                     conversation_id="phrased")
+        assert follow["history_turns"] == 1 and FOLLOW_UP in follow["query"]
+        assert FIRST_QUESTION in follow["query"]
