@@ -10,6 +10,12 @@ for each group size n, the time of n one-query calls and of one n-query call, in
 precision the dense retriever may choose (convqa/precision.py). The two are interleaved group
 by group, so a busy machine slows both alike. Only the encoder is timed: FAISS search and the
 reader are the same either way. Prints a Markdown table (ms per query).
+
+Batching must not change answers: with --index (a dense index of the same encoder, e.g. the
+embedded one) it also encodes --agreement queries one by one and in groups of 8 and reports,
+per precision, the lowest cosine between the two and how many top-1 / top-5 results differ.
+int8 dynamic quantization scales activations per batch, so there a query's vector depends on
+the other queries of its batch.
 """
 from __future__ import annotations
 
@@ -47,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5, help="groups timed per size")
     parser.add_argument("--threads", type=int, default=None, help="torch threads")
     parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16", "int8"])
+    parser.add_argument("--index", type=Path, help="dense index to compare the results on")
+    parser.add_argument("--agreement", type=int, default=64, help="queries of that check")
     args = parser.parse_args(argv)
 
     import torch
@@ -81,7 +89,34 @@ def main(argv: list[str] | None = None) -> int:
                 batched.append((time.perf_counter() - began) * 1000 / size)
             one, many = statistics.median(single), statistics.median(batched)
             print(f"| {precision} | {size} | {one:.1f} | {many:.1f} | {one / many:.2f}x |")
+    if args.index:
+        print_agreement(model, real_queries(args.data_dir, args.agreement), precisions,
+                        args.index)
     return 0
+
+
+def print_agreement(model, queries: list[str], precisions: list[str], index_dir: Path) -> None:
+    """Query vectors encoded alone vs in groups of 8: lowest cosine, changed top-1 / top-5."""
+    import numpy as np
+
+    from retrievers.dense.encode import encode_queries
+    from retrievers.dense.index import DenseIndex
+
+    index = DenseIndex.load(index_dir)
+    print(f"\n{len(queries)} queries, alone vs in groups of 8:\n")
+    print("| precision | lowest cosine | top-1 changed | top-5 set changed |")
+    print("|---|---|---|---|")
+    for precision in precisions:
+        alone = np.stack([encode_queries(model, [q], 1, precision)[0] for q in queries])
+        grouped = np.concatenate([encode_queries(model, queries[i:i + 8], 8, precision)
+                                  for i in range(0, len(queries), 8)])
+        cosine = (alone * grouped).sum(1) / (np.linalg.norm(alone, axis=1)
+                                              * np.linalg.norm(grouped, axis=1))
+        _, top_alone = index.search(alone, 5)
+        _, top_grouped = index.search(grouped, 5)
+        first = int((top_alone[:, 0] != top_grouped[:, 0]).sum())
+        sets = sum(set(a) != set(b) for a, b in zip(top_alone.tolist(), top_grouped.tolist()))
+        print(f"| {precision} | {cosine.min():.6f} | {first} | {sets} |")
 
 
 if __name__ == "__main__":
