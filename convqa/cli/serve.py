@@ -34,7 +34,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--phrase-index", action="append", default=[], metavar="DIR",
                    help="also serve this phrase index (`convqa index --phrase`); repeatable")
     p.add_argument("--cache-dir", help="where the embedded indexes live (default ~/.cache/convqa)")
-    p.add_argument("--workers", type=int, help="requests answered at once (default 1)")
+    p.add_argument("--workers", type=int,
+                   help="answering threads (default 1); they take turns on each model copy")
     p.add_argument("--replicas", type=int,
                    help="model copies shared by the workers (default 1; at most --workers)")
     p.add_argument("--queue-size", type=int,
