@@ -192,6 +192,11 @@ BAD_BODIES = [
      "letters"),
     ('{"question": "q", "conversation_id": 12}', 422, "conversation_id", "string"),
     ('{"question": "q", "answer": "a"}', 422, "answer", "unknown field"),
+    ('{"question": "caf\\ud800"}', 422, "question", "lone surrogate at character 3"),
+    ('{"question": "q", "history": [{"question": "a", "answer": "\\udfff"}]}', 422,
+     "history[0].answer", "lone surrogate"),
+    ('{"question": NaN}', 422, "question", "got number"),
+    ('{"question": "q", "top_k": 1e400}', 422, "top_k", "integer"),
 ]
 
 
@@ -207,9 +212,16 @@ def test_bad_request_is_one_line_naming_the_field(client, bug_log, body, status,
     assert not bug_log.records
 
 
-def test_body_without_json_content_type(client, bug_log):
+def test_body_without_json_content_type_or_not_utf8(client, bug_log):
     response = client.post("/v1/answer", content=b'{"question": "who?"}')
     assert response.status_code == 400 and "Content-Type: application/json" in response.text
+    latin = client.post("/v1/answer", content='{"question": "café?"}'.encode("latin-1"),
+                        headers={"content-type": "application/json"})
+    assert latin.status_code == 400
+    assert latin.json() == {"error": "body: not valid UTF-8 (byte 17)", "field": "body"}
+    deep = client.post("/v1/answer", content=b"[" * 990 + b"]" * 990,
+                       headers={"content-type": "application/json"})
+    assert deep.status_code == 400 and deep.json()["field"] == "body"
     assert not bug_log.records
 
 
@@ -219,7 +231,9 @@ def test_oversized_body_is_refused_unread(client, bug_log):
     assert declared.status_code == 413 and declared.json()["field"] == "body"
     chunked = client.post("/v1/answer", content=iter([big[:1500], big[1500:]]),
                           headers={"content-type": "application/json"})  # no Content-Length
-    assert chunked.status_code == 413 and "over 2000 bytes" in chunked.json()["error"]
+    assert chunked.status_code == 413
+    assert chunked.json() == {"error": "body: the request body is over 2000 bytes",
+                              "field": "body"}
     assert not bug_log.records
 
 

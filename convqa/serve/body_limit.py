@@ -12,6 +12,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .errors import error_response
 
 
+class BodyTooLarge(HTTPException):
+    """Raised while the body streams in; FastAPI passes HTTPExceptions from body reading on
+    as they are (anything else would become a 400 "error parsing the body")."""
+
+    field = "body"
+
+
 class BodyLimit:
     def __init__(self, app: ASGIApp, max_bytes: int):
         self.app = app
@@ -38,8 +45,8 @@ class BodyLimit:
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.max_bytes:  # FastAPI passes HTTPExceptions on as they are
-                    raise HTTPException(413, f"body: {self._message()}")
+                if received > self.max_bytes:
+                    raise BodyTooLarge(413, self._message())
             return message
 
         await self.app(scope, counted, send)

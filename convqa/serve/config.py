@@ -47,7 +47,14 @@ class ServeConfig:
         """Torch threads: the cores shared by the copies that can run at once."""
         if self.torch_threads:
             return self.torch_threads
-        return max(1, (cores or os.cpu_count() or 1) // self.replicas)
+        return max(1, (cores or usable_cores()) // self.replicas)
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the OS tells)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
 
 
 def load_serve_config(path: str | os.PathLike | None = None, **overrides) -> ServeConfig:

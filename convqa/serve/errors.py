@@ -93,9 +93,16 @@ async def _on_validation_error(request: Request, exc: RequestValidationError) ->
 
 
 async def _on_http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-    """Routing errors (404 unknown path, 405 wrong method) in the same one-line form."""
-    return error_response(exc.status_code, str(exc.detail), None,
-                          getattr(exc, "headers", None))
+    """Routing errors (404 unknown path, 405 wrong method) and a body over the size limit,
+    in the same one-line form."""
+    field = getattr(exc, "field", None)
+    message = str(exc.detail)
+    cause = exc.__cause__
+    if exc.status_code == 400 and cause is not None:  # FastAPI could not read the body
+        field = "body"
+        message = (f"not valid UTF-8 (byte {cause.start})" if isinstance(cause, UnicodeDecodeError)
+                   else f"cannot read the body as JSON ({type(cause).__name__})")
+    return error_response(exc.status_code, message, field, getattr(exc, "headers", None))
 
 
 async def _on_api_error(request: Request, exc: ApiError) -> JSONResponse:

@@ -11,6 +11,7 @@ from .schemas import AnswerRequest
 
 def check_answer_request(request: AnswerRequest, config: ServeConfig,
                          pipelines: Collection[str]) -> None:
+    _check_unicode(request)
     question = request.question.strip()
     if not question:
         raise ApiError(422, "must not be empty", "question")
@@ -34,3 +35,18 @@ def check_answer_request(request: AnswerRequest, config: ServeConfig,
     if request.pipeline is not None and request.pipeline not in pipelines:
         raise ApiError(422, f"unknown pipeline {request.pipeline!r} (known: "
                             f"{', '.join(pipelines)}; see GET /v1/pipelines)", "pipeline")
+
+
+def _check_unicode(request: AnswerRequest) -> None:
+    """JSON may carry lone surrogates ("\\ud800"), which no tokenizer reads and no UTF-8
+    reply can hold: refuse them here rather than fail later."""
+    texts = [("question", request.question)]
+    for number, turn in enumerate(request.history or []):
+        texts += [(f"history[{number}].question", turn.question),
+                  (f"history[{number}].answer", turn.answer or "")]
+    for field, text in texts:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ApiError(422, f"not valid Unicode (a lone surrogate at character "
+                                f"{exc.start})", field) from None
