@@ -167,6 +167,8 @@ BAD_BODIES = [
     ('{"question": 3}', 422, "question", "string"),
     ('{"question": null}', 422, "question", "string"),
     ('{"question": "   "}', 422, "question", "empty"),
+    ('{"question": "?!"}', 422, "question", "no letter or digit"),
+    ('{"question": "\\u0000\\u202e"}', 422, "question", "no letter or digit"),
     ('{"question": "' + "x" * 61 + '"}', 422, "question", "limit is 60"),
     ('{"question": "q", "history": "q1"}', 422, "history", "expected a JSON array, got string"),
     ('{"question": "q", "history": [{"question": "a"}, {"question": "b"}, {"question": "c"},'
@@ -209,6 +211,25 @@ def test_bad_request_is_one_line_naming_the_field(client, bug_log, body, status,
     assert set(error) == {"error", "field"} and error["field"] == field
     assert error["error"].startswith(f"{field}: ") and words in error["error"]
     assert "\n" not in response.text and "Traceback" not in response.text
+    assert not bug_log.records
+
+
+ODD_VALUES = [None, 0, -1, 1.5, True, "", " ", "x" * 1500, [], {}, [1], {"a": 1},
+              [{"question": 1}], "\u0000", "\u202e", 10 ** 30]
+
+
+@pytest.mark.parametrize("field", ["question", "history", "conversation_id", "top_k",
+                                   "pipeline"])
+def test_any_value_in_any_field_is_answered_or_refused_never_a_500(client, bug_log, field):
+    for value in ODD_VALUES:
+        body = {"question": FIRST_QUESTION, field: value}
+        response = client.post("/v1/answer", json=body)
+        assert response.status_code in (200, 400, 413, 422), (value, response.text)
+        if response.status_code != 200:
+            error = response.json()
+            assert error["field"] is not None and "\n" not in response.text, error
+        else:
+            assert response.json()["query"]
     assert not bug_log.records
 
 

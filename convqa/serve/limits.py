@@ -15,6 +15,8 @@ def check_answer_request(request: AnswerRequest, config: ServeConfig,
     question = request.question.strip()
     if not question:
         raise ApiError(422, "must not be empty", "question")
+    if not any(char.isalnum() for char in question):  # e.g. "?" or control characters only
+        raise ApiError(422, "has no letter or digit to search for", "question")
     if len(question) > config.max_question_chars:
         raise ApiError(422, f"{len(question)} characters, the limit is "
                             f"{config.max_question_chars}", "question")
