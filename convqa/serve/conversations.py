@@ -97,8 +97,14 @@ class ConversationStore:
             return len(self._items)
 
     def _expire(self, now: float) -> None:
-        stale = [key for key, item in self._items.items()
-                 if not item.busy and now - item.last_used > self.idle_s]
+        """Drop idle conversations unused for `idle_s`: the oldest come first (every use moves
+        a conversation to the end), so the scan stops at the first recent one."""
+        stale = []
+        for key, item in self._items.items():
+            if now - item.last_used <= self.idle_s:
+                break
+            if not item.busy:
+                stale.append(key)
         for key in stale:
             del self._items[key]
 
