@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
           f"1-min load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after")
     print("| layout | torch threads | answers/s (median) | each round |")
     print("|---|---|---|---|")
-    for name, replicas, workers, threads, group in layouts:
+    for name, _, _, threads, _ in layouts:
         each = ", ".join(f"{r:.2f}" for r in rates[name])
         print(f"| {name} | {threads} | {statistics.median(rates[name]):.2f} | {each} |")
     return 0

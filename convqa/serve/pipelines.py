@@ -22,8 +22,6 @@ from typing import Any
 
 from convqa.errors import ConfigError, DataError
 
-NO_READER = None
-
 
 @dataclass(frozen=True)
 class PathInfo:
