@@ -8,7 +8,7 @@ import sys
 from convqa.errors import ConvQAError
 
 RETRIEVERS = ("dense", "bm25", "hybrid")
-INSTALL_HINT = 'the demo needs gradio: pip install "convqa[demo]"'
+INSTALL_HINT = 'the demo needs gradio, a convqa dependency missing here: pip install "gradio>=6"'
 
 
 def add_parser(subparsers) -> None:
