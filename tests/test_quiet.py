@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -185,3 +186,14 @@ def test_demo_verbose_shows_third_party_output(tiny_config):
     assert "Running on local URL" in out
     for noise in THIRD_PARTY_NOISE:
         assert noise in err
+
+
+def test_our_progress_bars_stay(tmp_path):
+    """Building the embedded BM25 index (real vital-article text) shows convqa's own bars."""
+    out, err = run_convqa("answer", "--prepare", "--retriever", "bm25",
+                          "--cache-dir", str(tmp_path))
+    assert out.startswith("embedded index ready at ")
+    assert "passage store passages" in err
+    assert re.search(r"BM25 index: 100%\|.*\| (\d+)/\1 ", err)  # the finished bar
+    for noise in THIRD_PARTY_NOISE:
+        assert noise not in err
