@@ -49,3 +49,23 @@ def test_ci_runs_the_readme_test_command_then_the_check():
     assert steps == ["bash scripts/test.sh", "bash scripts/check_readme_first_command.sh"]
     torch_pin = script_setting("TORCH_REQUIREMENT")
     assert f'"{torch_pin}"' in (REPO / "scripts" / "test.sh").read_text()
+
+
+def test_answer_does_not_pay_for_the_demo(tmp_path):
+    """gradio is a core dependency for `convqa demo`, imported by nothing else."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    from demo_helpers import FIRST_QUESTION, build_film_config
+
+    config = tmp_path / "films.yaml"
+    config.write_text(yaml.safe_dump(build_film_config(tmp_path)), encoding="utf-8")
+    code = ("import sys\nfrom convqa.cli.main import main\n"
+            f"assert main(['answer', {FIRST_QUESTION!r}, '--config', {str(config)!r}]) == 0\n"
+            "print(sorted(m for m in ('gradio', 'fastapi', 'uvicorn') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "[]"
