@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -19,10 +18,11 @@ import warnings
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 
 from convqa.quiet import quiet_third_party
+from demo_helpers import free_port
 
-REPO = Path(__file__).resolve().parents[1]
 QUESTION = "Who directed 2001: A Space Odyssey?"
 THIRD_PARTY_NOISE = ("Loading weights", "FutureWarning", "is_gradient_checkpointing")
 
@@ -149,15 +149,9 @@ def test_command_verbose_shows_third_party_output(command, tiny_config):
         assert noise in err
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def _demo_output(config: Path, *flags: str, ready: str) -> tuple[str, str]:
     """Start `convqa demo`, stop it once stdout shows `ready`; (stdout, stderr) until then."""
-    process = convqa_process("demo", "--config", str(config), "--port", str(_free_port()),
+    process = convqa_process("demo", "--config", str(config), "--port", str(free_port()),
                              *flags, bufsize=1)
     lines = []
     deadline = time.monotonic() + 120

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import re
 import shlex
-from pathlib import Path
 
 import pytest
+from conftest import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 CHECK = REPO / "scripts" / "check_readme_first_command.sh"
 
 
