@@ -30,8 +30,8 @@ def embedded_dir(cache: str | os.PathLike | None = None) -> Path:
 RETRIEVER_CHOICES = ("dense", "bm25", "hybrid")
 DEFAULT_RETRIEVER = "dense"
 DEFAULT_DENSE_MODEL = "convqa-dpr-ihn"   # the shipped DPR-IHN LoRA adapter (convqa/assets)
-# The shipped extractive reader (LoRA adapter + heads); bf16 autocast reads ~1.6x faster on CPU.
-DEFAULT_READER = {"name": "extractive", "model": "convqa-reader", "precision": "bf16"}
+# The shipped extractive reader (LoRA adapter + heads), in the precision `auto` measures here.
+DEFAULT_READER = {"name": "extractive", "model": "convqa-reader"}
 
 
 def _check_choice(retriever: str) -> None:
@@ -44,7 +44,9 @@ def ensure_embedded(cache: str | os.PathLike | None = None, progress: bool = Tru
                     retriever: str = DEFAULT_RETRIEVER) -> Path:
     """Build what `retriever` needs over the embedded corpus unless present: the passage store,
     the BM25 index (bm25, hybrid) and the dense index of the shipped DPR-IHN encoder (dense,
-    hybrid; encoding ~12k passages takes a few minutes on 2 CPU cores, once, resumable)."""
+    hybrid): from the vectors shipped in the package when they match this install
+    (convqa/prebuilt_index.py, seconds), else by encoding ~12k passages (a few minutes on 2 CPU
+    cores, once, resumable)."""
     from convqa.benchmark.vital import vital_passages
     from convqa.corpus import PassageStore
 
@@ -66,12 +68,18 @@ def ensure_embedded(cache: str | os.PathLike | None = None, progress: bool = Tru
         from retrievers.dense.build import build_dense_index
         from retrievers.dense.index import META_FILE
 
+        from .prebuilt_index import install_prebuilt
+
         dense_path = root / _dense_dir()
-        if not (dense_path / META_FILE).exists():  # built (or resumed after a stop) once
-            if progress:
-                print(f"preparing the embedded dense index under {root} (once)", file=sys.stderr)
+        if not (dense_path / META_FILE).exists():  # made (or resumed after a stop) once
             with PassageStore.open(store_path) as store:
-                build_dense_index(DEFAULT_DENSE_MODEL, store, dense_path, progress=progress)
+                why_not = install_prebuilt(store, DEFAULT_DENSE_MODEL, dense_path)
+                if why_not is not None:
+                    if progress:
+                        print(f"preparing the embedded dense index under {root} (once; the "
+                              f"shipped prebuilt vectors do not fit: {why_not})",
+                              file=sys.stderr)
+                    build_dense_index(DEFAULT_DENSE_MODEL, store, dense_path, progress=progress)
     return root
 
 

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from convqa.errors import ConfigError, ConvQAError
+from convqa.precision import AUTO, autocast, choose_precision, min_cosine, normalize_precision, prepare
 from convqa.pipeline import PipelineResult
 from convqa.types import Answer, Hit, Turn
 
@@ -28,11 +29,16 @@ from .index import PhraseIndex
 from .search import PhraseSearcher
 
 
+# Query vectors agree when each keeps this cosine to fp32 (start and end vectors together).
+QUERY_AGREEMENT = 0.99
+
+
 class PhrasePipeline:
     """Phrase model (query side) + phrase index + passage store."""
 
     def __init__(self, model, index: PhraseIndex, store, top_k: int = 5,
-                 candidates: int | None = None, max_answer_tokens: int | None = None):
+                 candidates: int | None = None, max_answer_tokens: int | None = None,
+                 precision: str = "auto"):
         if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
             raise ConfigError(f"top_k must be a positive int, got {top_k!r}")
         index.check(fingerprint=model.fingerprint(), model_name=model.source)
@@ -42,13 +48,17 @@ class PhrasePipeline:
         self.passages = store  # as Pipeline: the store answers .get(passage_id)
         self.top_k = top_k
         self.searcher = PhraseSearcher(index, store, candidates, max_answer_tokens)
+        requested = normalize_precision(precision, "phrase query precision")
+        self.precision: str | None = None if requested == AUTO else requested
+        self.precision_choice = None
         self.format_query("warm up", [])  # load the history tokenizer now, not in turn one
 
     @classmethod
     def from_folder(cls, index_dir: str | os.PathLike, model: str | os.PathLike | None = None,
                     passages: str | os.PathLike | None = None, *, top_k: int = 5,
                     candidates: int | None = None, nprobe: int | None = None,
-                    device: str = "cpu", mmap: bool = False) -> "PhrasePipeline":
+                    device: str = "cpu", mmap: bool = False,
+                    precision: str = "auto") -> "PhrasePipeline":
         """Open a folder made by `convqa index --phrase`: the model and passage store it
         records (or the ones given), checked against the index (one-line error otherwise)."""
         from convqa.corpus import PassageStore
@@ -70,17 +80,31 @@ class PhrasePipeline:
         except RuntimeError:
             raise ConfigError(f"bad device {device!r}") from None
         index.set_nprobe(nprobe)
-        return cls(phrase_model, index, PassageStore.open(Path(store_path)), top_k, candidates)
+        return cls(phrase_model, index, PassageStore.open(Path(store_path)), top_k, candidates,
+                   precision=precision)
 
     def format_query(self, question: str, history: Sequence[Turn]) -> str:
         return self.model.format_query(question, list(history))
 
     def encode(self, query_texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """float32 start and end query vectors `[n, d]`."""
+        """float32 start and end query vectors `[n, d]`, in the precision chosen on the first
+        call (`auto`: the fastest candidate that agrees with fp32; convqa/precision.py)."""
         batch = self.model.tokenize_queries(list(query_texts))
-        with torch.inference_mode():
-            vectors = self.model.encode_queries(batch["input_ids"], batch["attention_mask"])
-        return vectors.start.float().cpu().numpy(), vectors.end.float().cpu().numpy()
+
+        def run(precision: str) -> torch.Tensor:
+            vectors = prepare(self.model, precision).encode_queries(batch["input_ids"],
+                                                                    batch["attention_mask"])
+            return torch.cat([vectors.start.float(), vectors.end.float()], dim=-1)
+
+        if self.precision is None:
+            self.precision_choice = choose_precision(
+                run, min_cosine, threshold=QUERY_AGREEMENT, what="phrase queries",
+                device=self.model.device, remember=self.index.meta.get("fingerprint"))
+            self.precision = self.precision_choice.precision
+        with torch.inference_mode(), autocast(self.precision, self.model.device):
+            both = run(self.precision).cpu().numpy()
+        half = both.shape[1] // 2
+        return both[:, :half], both[:, half:]
 
     def answer(self, question: str, history: Sequence[Turn] = (), top_k: int | None = None
                ) -> PipelineResult:

@@ -40,7 +40,8 @@ from convqa.corpus.shards import (MANIFEST, CorpusRows, ShardedFolder, ShardProc
 from convqa.errors import ConfigError, ConvQAError, DataError
 from convqa.io import write_json
 from convqa.types import Passage
-from retrievers.dense.precision import BF16, FP32, autocast, fast_path_agrees
+from convqa.precision import (AUTO, FP32, autocast, choose_precision, min_cosine,
+                              normalize_precision, prepare)
 
 from .vectors import (DTYPES, SIDES, DumpSide, Shard, pack_shard, read_shard, shard_dir_name,
                       write_shard)
@@ -148,11 +149,12 @@ def encode_dump_batch(model, passages: Sequence[Passage], row0: int, batch_size:
     order = torch.argsort(lengths, descending=True, stable=True).tolist()
     out: list[DumpedPassage | None] = [None] * len(passages)
     thresholds = {"start": start_threshold, "end": end_threshold}
+    runner = prepare(model, precision)
     with torch.inference_mode(), autocast(precision, model.device):
         for begin in range(0, len(order), batch_size):
             rows = order[begin:begin + batch_size]
             width = int(lengths[rows].max())
-            vectors = model.encode_passages(ids[rows, :width], mask[rows, :width])
+            vectors = runner.encode_passages(ids[rows, :width], mask[rows, :width])
             sides = {"start": (vectors.start, vectors.start_filter),
                      "end": (vectors.end, vectors.end_filter)}
             for b, k in enumerate(rows):
@@ -272,18 +274,24 @@ def _check_resumable(old: dict[str, Any], new: dict[str, Any], folder: Path) -> 
     check_resumable(old, new, fields, folder, "a phrase dump")
 
 
-def _choose_precision(model, corpus: CorpusRows, fast: bool, batch_size: int) -> tuple[str, float | None]:
-    if not fast:
-        return FP32, None
-    sample = corpus.spread(16)
-    encoding = model.tokenize_passages([p.title for p in sample], [p.text for p in sample])
+# Phrase vectors agree when every probe token vector keeps this cosine to fp32.
+VECTOR_AGREEMENT = 0.99
 
-    def tokens() -> torch.Tensor:
-        vectors = model.encode_passages(encoding["input_ids"], encoding["attention_mask"])
+
+def choose_dump_precision(model, passages: Sequence[Passage], batch_size: int,
+                          requested: str = AUTO, **probe):
+    """The precision to dump in: `requested`, or for `auto` the fastest candidate whose token
+    vectors for `passages` (a probe sample) agree with fp32 (convqa/precision.py)."""
+    encoding = model.tokenize_passages([p.title for p in passages], [p.text for p in passages])
+
+    def tokens(precision: str) -> torch.Tensor:
+        vectors = prepare(model, precision).encode_passages(encoding["input_ids"],
+                                                            encoding["attention_mask"])
         return vectors.start[encoding["phrase_mask"]].float()
 
-    ok, worst = fast_path_agrees(tokens, model.device, "phrase vectors")
-    return (BF16 if ok else FP32), worst
+    return choose_precision(tokens, min_cosine, threshold=VECTOR_AGREEMENT,
+                            what="phrase dump", device=model.device, requested=requested,
+                            **probe)
 
 
 def _check_options(dtype: str, shard_size: int, batch_size: int, thresholds,
@@ -307,16 +315,17 @@ def dump_corpus(model, store_or_passages: PassageStore | Sequence[Passage],
                 out_dir: str | os.PathLike, *, dtype: str = "float16",
                 start_threshold: float | None = 0.0, end_threshold: float | None = 0.0,
                 keep_fraction: float | None = None, batch_size: int = 16,
-                shard_size: int = 512, fast: bool = True, accelerator=None,
+                shard_size: int = 512, precision: str = AUTO, accelerator=None,
                 progress: bool = True, estimate_sample: int = 32) -> PhraseDump:
     """Dump the kept phrase vectors of every passage into shards under `out_dir`; resume.
 
-    `fast`: bf16 autocast where a sample keeps cosine >= 0.999 to fp32 (else fp32); the choice
-    is recorded and kept on resume. `keep_fraction` (instead of the thresholds) sets both
+    `precision`: auto (a probe sample times fp32, bf16 and int8 and keeps the fastest whose
+    vectors agree with fp32) or a fixed one; the choice is recorded and kept on resume. `keep_fraction` (instead of the thresholds) sets both
     thresholds from the size-estimate sample so that about that fraction of the candidate
     tokens is kept (`thresholds_for_fraction`); the manifest records the thresholds used. A
     rerun must use the same model, corpus, dtype, thresholds (or fraction) and shard size
     (else a one-line error). Returns the finished dump."""
+    precision = normalize_precision(precision)
     _check_options(dtype, shard_size, batch_size, (("start_threshold", start_threshold),
                                                    ("end_threshold", end_threshold)), keep_fraction)
     keep_fraction = None if keep_fraction is None else float(keep_fraction)
@@ -332,10 +341,10 @@ def dump_corpus(model, store_or_passages: PassageStore | Sequence[Passage],
     with eval_mode(model):
         if processes.main:
             _start(model, corpus, folder, dtype, start_threshold, end_threshold, keep_fraction,
-                   batch_size, shard_size, fast, progress, estimate_sample)
+                   batch_size, shard_size, precision, progress, estimate_sample)
         processes.barrier()
         dump = PhraseDump.open(folder, require_complete=False)
-        precision = dump.manifest["precision"]
+        precision = normalize_precision(dump.manifest["precision"], f"{folder}/{MANIFEST}")
         start_threshold = dump.manifest["start_threshold"]
         end_threshold = dump.manifest["end_threshold"]
 
@@ -357,16 +366,17 @@ def dump_corpus(model, store_or_passages: PassageStore | Sequence[Passage],
 
 def _start(model, corpus: CorpusRows, folder: Path, dtype: str, start_threshold: float | None,
            end_threshold: float | None, keep_fraction: float | None, batch_size: int,
-           shard_size: int, fast: bool, progress: bool, estimate_sample: int) -> None:
+           shard_size: int, precision: str, progress: bool, estimate_sample: int) -> None:
     """Main process: check (resume) or write the manifest, with the size estimate."""
     header = _header(model, corpus, shard_size, dtype, start_threshold, end_threshold,
                      keep_fraction)
     if (folder / MANIFEST).exists():
         old = PhraseDump.open(folder, require_complete=False).manifest
         _check_resumable(old, header, folder)
-        if not fast and old.get("precision") != FP32:
-            raise ConvQAError(f"{folder} was dumped with {old.get('precision')}; fast=False "
-                              "needs another folder")
+        recorded = normalize_precision(old.get("precision"), f"{folder}/{MANIFEST}")
+        if precision != AUTO and recorded != precision:
+            raise ConvQAError(f"{folder} was dumped with precision {recorded}; "
+                              f"precision {precision} needs another folder")
         for leftover in folder.glob(".shard-*.tmp"):
             shutil.rmtree(leftover, ignore_errors=True)
         if progress and not old.get("complete"):
@@ -375,7 +385,8 @@ def _start(model, corpus: CorpusRows, folder: Path, dtype: str, start_threshold:
     if folder.exists() and any(folder.iterdir()):
         raise ConvQAError(f"{folder}: exists and is not a phrase dump")
     folder.mkdir(parents=True, exist_ok=True)
-    precision, worst = _choose_precision(model, corpus, fast, batch_size)
+    choice = choose_dump_precision(model, corpus.spread(16), batch_size, precision)
+    precision = choice.precision
     sample = _sample(model, corpus, estimate_sample, batch_size, precision)
     thresholds = {"start": start_threshold, "end": end_threshold}
     if keep_fraction is not None:
@@ -386,7 +397,8 @@ def _start(model, corpus: CorpusRows, folder: Path, dtype: str, start_threshold:
     if progress:
         print(estimate.describe(len(corpus), dtype), file=sys.stderr)
     write_json(folder / MANIFEST, {**header, "precision": precision,
-                                   "fast_path_min_cosine": worst, "estimate": asdict(estimate),
+                                   "precision_probe": choice.to_dict(),
+                                   "estimate": asdict(estimate),
                                    "complete": False})
 
 

@@ -210,7 +210,7 @@ def build_phrase_index(model, store, out_dir: str | os.PathLike, *, dtype: str =
                        factory: str | None = None, flat_max: int = FLAT_MAX,
                        start_threshold: float | None = 0.0, end_threshold: float | None = 0.0,
                        keep_fraction: float | None = None, batch_size: int = 16,
-                       shard_size: int = 512, fast: bool = True,
+                       shard_size: int = 512, precision: str = "auto",
                        accelerator=None, train_size: int | None = None,
                        progress: bool = True) -> PhraseIndex:
     """Dump `store` with `model` into `out_dir/dump` (resumable, sharded, parallel under
@@ -234,7 +234,7 @@ def build_phrase_index(model, store, out_dir: str | os.PathLike, *, dtype: str =
     dump = dump_corpus(model, store, out / DUMP_DIR, dtype=dtype, start_threshold=start_threshold,
                        end_threshold=end_threshold, keep_fraction=keep_fraction,
                        batch_size=batch_size,
-                       shard_size=shard_size, fast=fast, accelerator=accelerator,
+                       shard_size=shard_size, precision=precision, accelerator=accelerator,
                        progress=progress)
     rank = accelerator.process_index if accelerator is not None else 0
     if rank == 0:

@@ -47,3 +47,12 @@ def minilm_tokenizer():
     from convqa.models import load_tokenizer
 
     return load_tokenizer()
+
+
+@pytest.fixture(autouse=True)
+def _precision_choices_in_tmp(tmp_path, monkeypatch):
+    """Remembered precision choices (convqa/precision.py) go to each test's own folder, so no
+    test sees another's choice or the developer's."""
+    from convqa import precision
+
+    monkeypatch.setattr(precision, "choices_file", lambda: tmp_path / "precision-choices.json")

@@ -64,7 +64,7 @@ def make_index(root: Path, teacher: Path, name: str = "index"):
     store_dir = root / "store"
     store = PassageStore.open(store_dir) if store_dir.exists() else PassageStore.build(
         [Passage(pid, text) for pid, text in PASSAGES], store_dir, progress=False)
-    build_dense_index(str(teacher), store, root / name, batch_size=8, fast=False,
+    build_dense_index(str(teacher), store, root / name, batch_size=8, precision="fp32",
                       dtype="float32", shard_size=5, progress=False)
     return store, root / name
 

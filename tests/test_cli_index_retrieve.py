@@ -208,8 +208,8 @@ def test_dense_index_flag_wiring(bench, tmp_path, capsys, monkeypatch):
     class Built:
         count = 7
 
-    def fake(model, store, out, factory, batch_size, fast, progress):
-        calls.append((model, len(store), Path(out), factory, batch_size, fast, progress))
+    def fake(model, store, out, factory, batch_size, precision, progress):
+        calls.append((model, len(store), Path(out), factory, batch_size, precision, progress))
         return Built()
 
     monkeypatch.setattr(build, "build_dense_index", fake)
@@ -217,7 +217,7 @@ def test_dense_index_flag_wiring(bench, tmp_path, capsys, monkeypatch):
                                "--out", str(tmp_path / "d"), "--factory", "HNSW32",
                                "--batch-size", "8", "--no-fast", "--quiet"], capsys)
     assert code == 0 and "dense index (HNSW32) of 7 passages" in stdout
-    assert calls == [("all-MiniLM-L6-v2", 7, tmp_path / "d", "HNSW32", 8, False, False)]
+    assert calls == [("all-MiniLM-L6-v2", 7, tmp_path / "d", "HNSW32", 8, "fp32", False)]
     code, _, err = run_cli(["index", "--dense", "--preset", "qrecc", "--passages",
                             str(bench / "passages"), "--out", str(tmp_path / "d")], capsys)
     assert "BM25 options" in one_line_error(err, "index")

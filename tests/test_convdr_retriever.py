@@ -44,7 +44,7 @@ def test_student_searches_the_teachers_index_unchanged(setup):
     import retrievers.convdr.retriever  # noqa: F401  (registers "convdr")
 
     retriever = RETRIEVERS.build({"name": "convdr", "model": str(root / "student"),
-                                  "index": str(index_dir), "fast": False})
+                                  "index": str(index_dir), "precision": "fp32"})
     assert isinstance(retriever, ConvDRRetriever)
     queries = ["who built it? [SEP] the eiffel tower", "danube capitals"]
     hits = retriever.retrieve_batch(queries, k=12)
@@ -67,7 +67,7 @@ def test_untrained_student_finds_a_passage_from_its_own_text(setup):
     root, teacher, _, index_dir, _ = setup
     ConvDR.build(str(teacher), query_max_length=64).save_pretrained(root / "zero-shot")
     retriever = RETRIEVERS.build({"name": "convdr", "model": str(root / "zero-shot"),
-                                  "index": str(index_dir), "fast": False})
+                                  "index": str(index_dir), "precision": "fp32"})
     for pid, text in PASSAGES[:4]:
         assert retriever.retrieve(text, k=1)[0].passage_id == pid
 
@@ -101,7 +101,7 @@ def test_a_pipeline_config_uses_it_like_any_retriever(setup):
     pipe = Pipeline.from_config({
         "passages": str(store.path),
         "retriever": {"name": "convdr", "model": str(root / "student"), "index": str(index_dir),
-                      "fast": False},
+                      "precision": "fp32"},
         "history": {"name": "questions_only", "max_tokens": 62}, "top_k": 3})
     result = pipe.answer("who built it?", [Turn("what is the eiffel tower?", "a tower")])
     assert result.query_text == "what is the eiffel tower? [SEP] who built it?"

@@ -12,7 +12,7 @@ import pytest
 from convqa.corpus import PassageStore
 from convqa.errors import ConfigError, ConvQAError
 from convqa.types import Passage
-from retrievers.dense import precision
+from convqa import precision
 from retrievers.dense.encode import (VectorShards, encode_corpus, encode_passages,
                                      passages_checksum, shard_name)
 from retrievers.dense.model import DualEncoder, DualEncoderConfig
@@ -48,7 +48,7 @@ def reference(model, passages) -> np.ndarray:
 
 def test_shards_manifest_and_row_order(model, tmp_path):
     passages = corpus(50)
-    shards = encode_corpus(model, passages, tmp_path / "v", batch_size=8, fast=False,
+    shards = encode_corpus(model, passages, tmp_path / "v", batch_size=8, precision="fp32",
                            shard_size=16, progress=False)
     names = sorted(p.name for p in (tmp_path / "v").iterdir())
     assert names == ["manifest.json"] + [shard_name(s, min(s + 16, 50)) for s in (0, 16, 32, 48)]
@@ -68,7 +68,7 @@ def test_float32_vectors_and_store_input(model, tmp_path):
     passages = corpus(20)
     store = PassageStore.build(passages, tmp_path / "store", progress=False)
     assert passages_checksum(passages) == store.checksum  # the same bytes are hashed
-    shards = encode_corpus(model, store, tmp_path / "v", batch_size=4, fast=False,
+    shards = encode_corpus(model, store, tmp_path / "v", batch_size=4, precision="fp32",
                            shard_size=8, dtype="float32", progress=False)
     assert shards.dtype == "float32"
     np.testing.assert_allclose(shards.load(), reference(model, passages), atol=1e-5)
@@ -76,7 +76,7 @@ def test_float32_vectors_and_store_input(model, tmp_path):
 
 def test_resume_after_kill_encodes_only_what_is_missing(model, tmp_path, monkeypatch):
     passages = corpus(40)
-    clean = encode_corpus(model, passages, tmp_path / "clean", batch_size=4, fast=False,
+    clean = encode_corpus(model, passages, tmp_path / "clean", batch_size=4, precision="fp32",
                           shard_size=8, progress=False).load()
 
     calls = {"n": 0}
@@ -90,7 +90,7 @@ def test_resume_after_kill_encodes_only_what_is_missing(model, tmp_path, monkeyp
 
     monkeypatch.setattr(model, "encode_passage", dies_on_batch_7)
     with pytest.raises(KeyboardInterrupt):
-        encode_corpus(model, passages, tmp_path / "v", batch_size=4, fast=False, shard_size=8,
+        encode_corpus(model, passages, tmp_path / "v", batch_size=4, precision="fp32", shard_size=8,
                       progress=False)
     monkeypatch.setattr(model, "encode_passage", real)
     folder = tmp_path / "v"
@@ -112,7 +112,7 @@ def test_resume_after_kill_encodes_only_what_is_missing(model, tmp_path, monkeyp
         return counted(batch)
 
     monkeypatch.setattr(model, "encode_passage", counting)
-    resumed = encode_corpus(model, passages, folder, batch_size=4, fast=False, shard_size=8,
+    resumed = encode_corpus(model, passages, folder, batch_size=4, precision="fp32", shard_size=8,
                             progress=False)
     assert calls["n"] == 2 * 3  # shards 8-16 (damaged), 24-32, 32-40: two batches each
     assert (folder / shard_name(0, 8)).stat().st_mtime_ns == kept
@@ -123,38 +123,60 @@ def test_resume_after_kill_encodes_only_what_is_missing(model, tmp_path, monkeyp
 def test_refuses_to_mix_encoders_corpora_or_settings(model, tiny_dir, tmp_path,
                                                      minilm_tokenizer):
     passages = corpus(12)
-    encode_corpus(model, passages, tmp_path / "v", fast=False, shard_size=8, progress=False)
+    encode_corpus(model, passages, tmp_path / "v", precision="fp32", shard_size=8, progress=False)
     other = DualEncoder.build(DualEncoderConfig(
         model=str(make_tiny_bert(tmp_path / "other", minilm_tokenizer, seed=5))))
     with pytest.raises(ConvQAError) as error:
-        encode_corpus(other, passages, tmp_path / "v", fast=False, shard_size=8, progress=False)
+        encode_corpus(other, passages, tmp_path / "v", precision="fp32", shard_size=8, progress=False)
     assert model.fingerprint() in str(error.value) and other.fingerprint() in str(error.value)
     with pytest.raises(ConvQAError, match="corpus_checksum"):
         encode_corpus(model, passages[:-1] + [Passage("x", "changed")], tmp_path / "v",
-                      fast=False, shard_size=8, progress=False)
+                      precision="fp32", shard_size=8, progress=False)
     with pytest.raises(ConvQAError, match="shard_size"):
-        encode_corpus(model, passages, tmp_path / "v", fast=False, shard_size=4, progress=False)
+        encode_corpus(model, passages, tmp_path / "v", precision="fp32", shard_size=4, progress=False)
     with pytest.raises(ConvQAError, match="dtype"):
-        encode_corpus(model, passages, tmp_path / "v", fast=False, shard_size=8,
+        encode_corpus(model, passages, tmp_path / "v", precision="fp32", shard_size=8,
                       dtype="float32", progress=False)
 
 
-def test_fast_path_falls_back_to_fp32_when_it_disagrees(model, tmp_path, monkeypatch, caplog):
+def fixed_timer(seconds):
+    """A probe timer that reports the given seconds per precision (the CPU's speed injected)."""
+    def timer(name, run):
+        return seconds[name], run()
+    return timer
+
+
+def test_auto_precision_keeps_the_fastest_agreeing_candidate(model, tmp_path, monkeypatch):
     passages = corpus(10)
-    monkeypatch.setattr(precision, "MIN_COSINE", 1.0 + 1e-6)  # no bf16 result can pass
-    with caplog.at_level(logging.WARNING, logger="retrievers.dense.precision"):
-        shards = encode_corpus(model, passages, tmp_path / "v", shard_size=8, progress=False)
-    assert shards.manifest["precision"] == "fp32"
-    assert shards.manifest["fast_path_min_cosine"] < 1.0
-    assert "using fp32" in caplog.text
-    monkeypatch.setattr(precision, "MIN_COSINE", -1.0)  # any result passes
-    shards = encode_corpus(model, passages, tmp_path / "w", shard_size=8, progress=False)
-    assert shards.manifest["precision"] == "bf16-autocast"
-    # the bf16 vectors are still close to fp32 ones
+    # bf16 measured fastest (a CPU with native bf16): auto picks it, its vectors agree
+    monkeypatch.setattr(precision, "time_run", fixed_timer({"fp32": 1.0, "bf16": 0.5,
+                                                            "int8": 0.8}))
+    shards = encode_corpus(model, passages, tmp_path / "v", shard_size=8, progress=False)
+    probe = shards.manifest["precision_probe"]
+    assert shards.manifest["precision"] == "bf16" and probe["precision"] == "bf16"
+    assert probe["probe_seconds"] == {"fp32": 1.0, "bf16": 0.5, "int8": 0.8}
+    assert probe["agreement"]["bf16"] >= 0.99 and probe["agreement"]["fp32"] == 1.0
     np.testing.assert_allclose(shards.load(), reference(model, passages), atol=0.05)
-    # a run started fast cannot be resumed in fp32 (the vectors would be mixed)
-    with pytest.raises(ConvQAError, match="fast=False"):
-        encode_corpus(model, passages, tmp_path / "w", shard_size=8, fast=False, progress=False)
+    # bf16 measured 6x slower than fp32 (an AVX2-only CPU): auto keeps fp32
+    monkeypatch.setattr(precision, "time_run", fixed_timer({"fp32": 1.0, "bf16": 6.0,
+                                                            "int8": 1.5}))
+    slow = encode_corpus(model, passages, tmp_path / "w", shard_size=8, progress=False)
+    assert slow.manifest["precision"] == "fp32"
+    # a run that chose bf16 cannot be resumed in fp32 (the vectors would be mixed); auto resumes
+    with pytest.raises(ConvQAError, match="precision bf16; precision fp32 needs another folder"):
+        encode_corpus(model, passages, tmp_path / "v", shard_size=8, precision="fp32",
+                      progress=False)
+    again = encode_corpus(model, passages, tmp_path / "v", shard_size=8, progress=False)
+    assert again.manifest["precision"] == "bf16"
+
+
+def test_forced_int8_vectors_stay_close_to_fp32(model, tmp_path):
+    passages = corpus(10)
+    shards = encode_corpus(model, passages, tmp_path / "v", shard_size=8, precision="int8",
+                           progress=False)
+    assert shards.manifest["precision"] == "int8"
+    cosine = np.sum(shards.load() * reference(model, passages), axis=1)
+    assert cosine.min() > 0.9  # a tiny random model: close, not exact
 
 
 def test_bad_inputs(model, tmp_path):
@@ -169,7 +191,7 @@ def test_bad_inputs(model, tmp_path):
     with pytest.raises(ConfigError, match="shard_size"):
         encode_corpus(model, corpus(3), tmp_path / "e", shard_size=0, progress=False)
     with pytest.raises(ConfigError, match="batch_size"):
-        encode_corpus(model, corpus(3), tmp_path / "f", batch_size=0, fast=False, progress=False)
+        encode_corpus(model, corpus(3), tmp_path / "f", batch_size=0, precision="fp32", progress=False)
     (tmp_path / "g").mkdir()
     (tmp_path / "g" / "mine.txt").write_text("x")
     with pytest.raises(ConvQAError, match="not an encoded-vectors folder"):
@@ -185,7 +207,7 @@ from retrievers.dense.encode import encode_corpus
 from retrievers.dense.model import DualEncoder, DualEncoderConfig
 from test_dense_encode import corpus
 model = DualEncoder.build(DualEncoderConfig(model=sys.argv[1])).eval()
-encode_corpus(model, corpus(45), sys.argv[2], batch_size=4, fast=False, shard_size=8,
+encode_corpus(model, corpus(45), sys.argv[2], batch_size=4, precision="fp32", shard_size=8,
               progress=False)
 # one write call: the two processes share stdout, and print() writes its pieces one by one
 sys.stdout.write(f"rank {os.environ['RANK']} of {os.environ['WORLD_SIZE']} done" + chr(10))
@@ -223,7 +245,7 @@ def test_accelerate_launch_two_cpu_processes_equal_one(model, tiny_dir, tmp_path
     # the six shards were split between the processes, not encoded twice
     assert "process 0/2 encoded 3 shards" in result.stdout
     assert "process 1/2 encoded 3 shards" in result.stdout
-    single = encode_corpus(model, corpus(45), tmp_path / "one", batch_size=4, fast=False,
+    single = encode_corpus(model, corpus(45), tmp_path / "one", batch_size=4, precision="fp32",
                            shard_size=8, progress=False).load()
     merged = VectorShards.open(tmp_path / "out")
     assert len(list((tmp_path / "out").glob("shard-*.npy"))) == 6

@@ -28,7 +28,7 @@ def setup(tmp_path_factory, minilm_tokenizer):
     tiny = make_tiny_bert(root / "bert", minilm_tokenizer)
     passages = [Passage(p.id, p.text) for p in corpus(30)]
     store = PassageStore.build(passages, root / "store", progress=False)
-    index = build_dense_index(str(tiny), store, root / "index", batch_size=8, fast=False,
+    index = build_dense_index(str(tiny), store, root / "index", batch_size=8, precision="fp32",
                               shard_size=8, progress=False)
     return root, tiny, store, passages, index
 
@@ -36,7 +36,7 @@ def setup(tmp_path_factory, minilm_tokenizer):
 def test_passage_text_as_query_finds_that_passage(setup):
     root, _, _, passages, _ = setup
     retriever = RETRIEVERS.build({"name": "dense", "index": str(root / "index"),
-                                  "fast": False})
+                                  "precision": "fp32"})
     assert isinstance(retriever, DenseRetriever)
     queries = [passages[i].text for i in (0, 7, 29)]
     results = retriever.retrieve_batch(queries, k=5)
@@ -51,12 +51,23 @@ def test_passage_text_as_query_finds_that_passage(setup):
     assert len(retriever.retrieve("x", k=100)) == 30  # k above the corpus: every passage
 
 
-def test_fast_query_path_is_checked_once(setup):
+def test_auto_query_precision_is_measured_once(setup, monkeypatch):
+    from convqa import precision
+
     root = setup[0]
     retriever = RETRIEVERS.build({"name": "dense", "index": str(root / "index")})
     assert retriever.precision is None
-    retriever.retrieve_batch(["river mountain"], k=2)
-    assert retriever.precision in ("fp32", "bf16-autocast")
+    calls = []
+
+    def timer(name, run):
+        calls.append(name)
+        return {"fp32": 1.0, "bf16": 3.0, "int8": 2.0}[name], run()
+
+    monkeypatch.setattr(precision, "time_run", timer)
+    first = retriever.retrieve_batch(["river mountain"], k=2)
+    assert retriever.precision == "fp32" and calls == ["fp32", "bf16", "int8"]
+    assert retriever.precision_choice.seconds == {"fp32": 1.0, "bf16": 3.0, "int8": 2.0}
+    assert retriever.retrieve_batch(["river mountain"], k=2) == first and len(calls) == 3
 
 
 def test_index_metadata_records_encoder_and_store(setup):
@@ -78,14 +89,14 @@ def test_rebuild_reuses_vectors_and_index(setup, monkeypatch):
     real = encode.encode_passages
     monkeypatch.setattr(encode, "encode_passages",
                         lambda *a, **k: encoded.append(1) or real(*a, **k))
-    build_dense_index(str(tiny), store, root / "index", fast=False, shard_size=8,
+    build_dense_index(str(tiny), store, root / "index", precision="fp32", shard_size=8,
                       progress=False)
     assert encoded == [] and (root / "index" / "index.faiss").stat().st_mtime_ns == before
     # another factory: a new index from the same vectors, no encoding
-    hnsw = build_dense_index(str(tiny), store, root / "index", factory="HNSW32", fast=False,
+    hnsw = build_dense_index(str(tiny), store, root / "index", factory="HNSW32", precision="fp32",
                              shard_size=8, progress=False)
     assert encoded == [] and hnsw.meta["factory"] == "HNSW32"
-    flat = build_dense_index(str(tiny), store, root / "index", fast=False, shard_size=8,
+    flat = build_dense_index(str(tiny), store, root / "index", precision="fp32", shard_size=8,
                              progress=False)
     assert flat.meta["factory"] == "Flat"
 
@@ -120,13 +131,15 @@ def test_config_errors(setup, tmp_path):
         RETRIEVERS.build({"name": "dense", "index": str(root / "index"), "modle": "x"})
     with pytest.raises(ConvQAError, match="not a dense index"):
         RETRIEVERS.build({"name": "dense", "index": str(tmp_path)})
-    assert DenseRetrieverConfig().fast is True
+    assert DenseRetrieverConfig().precision == "auto"
+    with pytest.raises(ConfigError, match="unknown precision 'fp16'"):
+        RETRIEVERS.build({"name": "dense", "index": str(root / "index"), "precision": "fp16"})
 
 
 def test_search_with_precomputed_vectors(setup):
     root, _, _, passages, _ = setup
     retriever = RETRIEVERS.build({"name": "dense", "index": str(root / "index"),
-                                  "fast": False})
+                                  "precision": "fp32"})
     vectors = retriever.encode_queries([passages[3].text, passages[4].text])
     assert vectors.shape == (2, 32) and vectors.dtype == np.float32
     hits = retriever.search(vectors, k=1)

@@ -58,7 +58,7 @@ def side_of(dump: PhraseDump, side: str, row: int):
 
 def test_keeps_word_boundary_text_tokens_with_their_vectors_and_offsets(model, tmp_path):
     dump = dump_corpus(model, PASSAGES, tmp_path / "d", start_threshold=None,
-                       end_threshold=None, batch_size=3, shard_size=4, fast=False,
+                       end_threshold=None, batch_size=3, shard_size=4, precision="fp32",
                        progress=False)
     assert dump.manifest["complete"] and dump.count == len(PASSAGES)
     assert dump.manifest["fingerprint"] == model.fingerprint()
@@ -89,7 +89,7 @@ def test_filter_thresholds_keep_tokens_above_them(model, tmp_path):
     k = middle + int(np.argmax(gaps[middle:middle + 20]))  # a wide gap near the median
     threshold = float((logits[k] + logits[k + 1]) / 2)
     dump = dump_corpus(model, PASSAGES, tmp_path / "d", start_threshold=threshold,
-                       end_threshold=None, batch_size=4, shard_size=5, fast=False,
+                       end_threshold=None, batch_size=4, shard_size=5, precision="fp32",
                        progress=False)
     for row, ref in enumerate(refs):
         expected = [t for t in ref["starts"] if ref["start_filter"][t] > threshold]
@@ -103,7 +103,7 @@ def test_keep_fraction_sets_thresholds_from_the_sample(model, tmp_path):
     candidates = {"start": np.concatenate([r["start_filter"][r["starts"]] for r in refs]),
                   "end": np.concatenate([r["end_filter"][r["ends"]] for r in refs])}
     dump = dump_corpus(model, PASSAGES, tmp_path / "d", keep_fraction=0.4, shard_size=4,
-                       fast=False, progress=False)
+                       precision="fp32", progress=False)
     for side in ("start", "end"):
         # the sample is the whole corpus (14 passages): the threshold is the 60% quantile of
         # every candidate token's logit, and about 40% of the candidates pass it
@@ -115,12 +115,12 @@ def test_keep_fraction_sets_thresholds_from_the_sample(model, tmp_path):
         assert abs(kept / len(logits) - 0.4) <= 1 / len(logits) + 1e-9
     assert dump.manifest["keep_fraction"] == 0.4
     # a rerun with the same fraction resumes (thresholds from the folder); another is refused
-    dump_corpus(model, PASSAGES, tmp_path / "d", keep_fraction=0.4, shard_size=4, fast=False,
+    dump_corpus(model, PASSAGES, tmp_path / "d", keep_fraction=0.4, shard_size=4, precision="fp32",
                 progress=False)
     with pytest.raises(ConvQAError, match="another keep_fraction"):
         dump_corpus(model, PASSAGES, tmp_path / "d", keep_fraction=0.5, shard_size=4,
-                    fast=False, progress=False)
-    every = dump_corpus(model, PASSAGES, tmp_path / "all", keep_fraction=1.0, fast=False,
+                    precision="fp32", progress=False)
+    every = dump_corpus(model, PASSAGES, tmp_path / "all", keep_fraction=1.0, precision="fp32",
                         progress=False)
     assert every.manifest["start_threshold"] is None
     assert every.manifest["start_count"] == len(candidates["start"])
@@ -130,9 +130,9 @@ def test_keep_fraction_sets_thresholds_from_the_sample(model, tmp_path):
 
 def test_int8_dump_matches_float16_within_the_quantization_step(model, tmp_path):
     fp16 = dump_corpus(model, PASSAGES, tmp_path / "a", start_threshold=None,
-                       end_threshold=None, fast=False, progress=False)
+                       end_threshold=None, precision="fp32", progress=False)
     int8 = dump_corpus(model, PASSAGES, tmp_path / "b", start_threshold=None,
-                       end_threshold=None, dtype="int8", fast=False, progress=False)
+                       end_threshold=None, dtype="int8", precision="fp32", progress=False)
     for side in ("start", "end"):
         a, b = fp16.side(side), int8.side(side)
         ids = np.arange(a.count)
@@ -147,7 +147,7 @@ def test_int8_dump_matches_float16_within_the_quantization_step(model, tmp_path)
 
 def test_a_token_kept_on_both_sides_is_stored_once(model, tmp_path):
     dump = dump_corpus(model, PASSAGES, tmp_path / "d", start_threshold=None,
-                       end_threshold=None, shard_size=4, fast=False, progress=False)
+                       end_threshold=None, shard_size=4, precision="fp32", progress=False)
     start, end = dump.side("start"), dump.side("end")
     keys = {side: {tuple(p) for p in dump.side(side).positions(np.arange(dump.side(side).count))[:, :2]}
             for side in ("start", "end")}
@@ -169,7 +169,7 @@ def test_a_token_kept_on_both_sides_is_stored_once(model, tmp_path):
 
 def test_size_estimate_is_printed_first_and_matches_the_dump(model, tmp_path, capsys):
     dump = dump_corpus(model, PASSAGES, tmp_path / "d", start_threshold=None,
-                       end_threshold=0.0, shard_size=4, fast=False, progress=True)
+                       end_threshold=0.0, shard_size=4, precision="fp32", progress=True)
     err = capsys.readouterr().err
     assert 0 <= err.index("phrase dump estimate (from 14 passages)") < err.index("phrase dump (")
     estimate = dump.manifest["estimate"]
@@ -186,7 +186,7 @@ def arrays(folder):
 
 def test_resume_after_a_kill_gives_the_identical_dump(model, tmp_path, monkeypatch):
     options = dict(start_threshold=-0.01, end_threshold=0.0, batch_size=3, shard_size=4,
-                   fast=False, progress=False)
+                   precision="fp32", progress=False)
     clean = dump_corpus(model, PASSAGES, tmp_path / "clean", **options)
     writes = {"n": 0}
     real_write = dump_module._write
@@ -233,24 +233,24 @@ def test_resume_after_a_kill_gives_the_identical_dump(model, tmp_path, monkeypat
 
 def test_refuses_to_mix_models_corpora_or_settings(model, tmp_path):
     folder = tmp_path / "d"
-    dump_corpus(model, PASSAGES, folder, fast=False, progress=False, shard_size=4)
+    dump_corpus(model, PASSAGES, folder, precision="fp32", progress=False, shard_size=4)
     checks = [(dict(dtype="int8"), "another dtype"),
               (dict(start_threshold=1.0), "another start_threshold"),
               (dict(shard_size=5), "another shard_size")]
     for options, message in checks:
         with pytest.raises(ConvQAError, match=message) as error:
-            dump_corpus(model, PASSAGES, folder, **{"fast": False, "progress": False,
+            dump_corpus(model, PASSAGES, folder, **{"precision": "fp32", "progress": False,
                                                     "shard_size": 4, **options})
         assert "\n" not in str(error.value)
     with pytest.raises(ConvQAError, match="another fingerprint"):
-        dump_corpus(tiny_phrase_model(seed=1), PASSAGES, folder, fast=False, progress=False,
+        dump_corpus(tiny_phrase_model(seed=1), PASSAGES, folder, precision="fp32", progress=False,
                     shard_size=4)
     with pytest.raises(ConvQAError, match="another count"):
-        dump_corpus(model, PASSAGES[:5], folder, fast=False, progress=False, shard_size=4)
+        dump_corpus(model, PASSAGES[:5], folder, precision="fp32", progress=False, shard_size=4)
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "notes.txt").write_text("mine")
     with pytest.raises(ConvQAError, match="exists and is not a phrase dump"):
-        dump_corpus(model, PASSAGES, tmp_path / "other", fast=False, progress=False)
+        dump_corpus(model, PASSAGES, tmp_path / "other", precision="fp32", progress=False)
 
 
 def test_bad_options(model, tmp_path):
@@ -272,7 +272,7 @@ def test_bad_options(model, tmp_path):
 def test_long_passages_are_cut_and_counted(model, tmp_path):
     long = Passage("long#0", " ".join(["river"] * 120), "Long")
     dump = dump_corpus(model, [PASSAGES[0], long], tmp_path / "d", start_threshold=None,
-                       end_threshold=None, fast=False, progress=False)
+                       end_threshold=None, precision="fp32", progress=False)
     assert dump.manifest["truncated"] == 1
     pos, _ = dump.side("start").passage(1)
     # 64-token window: [CLS] long [SEP] ... [SEP] leaves 60 text tokens, "river" 60 times
@@ -294,7 +294,7 @@ from phrase_model_helpers import tiny_phrase_model
 from test_phrase_dump import PASSAGES
 from reader_helpers import single_thread  # noqa: F401 (autouse fixture: one thread)
 dump_corpus(tiny_phrase_model(seed=0).eval(), PASSAGES, sys.argv[1], batch_size=3,
-            shard_size=3, fast=False, progress=False)
+            shard_size=3, precision="fp32", progress=False)
 # one write call: the two processes share stdout
 sys.stdout.write(f"rank {os.environ['RANK']} of {os.environ['WORLD_SIZE']} done" + chr(10))
 sys.stdout.flush()
@@ -329,7 +329,7 @@ def test_accelerate_launch_two_cpu_processes_equal_one(model, tmp_path):
     # 14 passages in shards of 3: five shards, three for process 0 and two for process 1
     assert "process 0/2 dumped 3 shards" in result.stdout
     assert "process 1/2 dumped 2 shards" in result.stdout
-    dump_corpus(model, PASSAGES, tmp_path / "one", batch_size=3, shard_size=3, fast=False,
+    dump_corpus(model, PASSAGES, tmp_path / "one", batch_size=3, shard_size=3, precision="fp32",
                 progress=False)
     a, b = arrays(tmp_path / "one"), arrays(tmp_path / "two")
     assert a.keys() == b.keys() and len(a) == 5 * 2 * 3

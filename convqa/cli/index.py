@@ -3,7 +3,7 @@
     convqa index --bm25 --passages STORE_OR_FILE --out DIR [--preset default|topiocqa|qrecc]
                  [--k1 X] [--b Y] [--store DIR] [--overwrite]
     convqa index --dense --passages STORE_OR_FILE --out DIR [--model PATH_OR_ID]
-                 [--factory Flat] [--batch-size 64] [--no-fast]
+                 [--factory Flat] [--batch-size 64] [--precision auto]
     convqa index --phrase --model PHRASE_MODEL --passages STORE_OR_FILE --out DIR [--int8]
                  [--factory Flat|IVF4096,PQ48] [--keep FRACTION | --threshold LOGIT|none]
                  [--flat-max N]
@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from convqa.errors import ConvQAError
+from convqa.precision import CHOICES
 
 
 def add_parser(subparsers) -> None:
@@ -54,8 +55,11 @@ def add_parser(subparsers) -> None:
                        help="FAISS index factory string: Flat, HNSW32, IVF4096,PQ48 ... "
                             "(default: Flat for --dense, chosen by size for --phrase)")
     dense.add_argument("--batch-size", type=int, default=64, help="passages per encoder batch")
-    dense.add_argument("--no-fast", action="store_true",
-                       help="encode in fp32 instead of the fast path (bf16, length-sorted)")
+    dense.add_argument("--precision", default="auto", choices=CHOICES,
+                       help="auto (default): time fp32, bf16 and int8 on a sample of passages "
+                            "and keep the fastest that agrees with fp32; or force one")
+    dense.add_argument("--no-fast", dest="precision", action="store_const", const="fp32",
+                       help=argparse.SUPPRESS)  # the flag's old spelling of --precision fp32
     phrase = p.add_argument_group("phrase options (--model is a phrase model folder)")
     phrase.add_argument("--int8", action="store_true",
                         help="store phrase vectors as int8 with per-vector scale and offset "
@@ -142,7 +146,7 @@ def run_dense(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     args.factory = args.factory or "Flat"
     index = build_dense_index(args.model or DEFAULT_MODEL, store, out, factory=args.factory,
-                              batch_size=args.batch_size, fast=not args.no_fast,
+                              batch_size=args.batch_size, precision=args.precision,
                               progress=not args.quiet)
     seconds = time.perf_counter() - started
     print(f"dense index ({args.factory}) of {index.count} passages written to {out} "
@@ -201,7 +205,7 @@ def run_phrase(args: argparse.Namespace) -> int:
                                factory=args.factory, start_threshold=threshold,
                                end_threshold=threshold, keep_fraction=keep,
                                batch_size=args.batch_size,
-                               fast=not args.no_fast, progress=not args.quiet, **options)
+                               precision=args.precision, progress=not args.quiet, **options)
     seconds = time.perf_counter() - started
     vectors, factories = index.meta["vectors"], index.meta["factory"]
     print(f"phrase index of {index.count} passages written to {out} in {seconds:.1f} s: "

@@ -361,7 +361,8 @@ def _add_convdr(jobs) -> None:
     p.add_argument("--lora", type=count, default=0, metavar="R",
                    help="train LoRA adapters of rank R on the student instead of all weights")
     p.add_argument("--fast", action="store_true",
-                   help="bf16 teacher encoding of rewrites where it agrees with fp32")
+                   help="teacher encoding of rewrites in the fastest precision that agrees "
+                        "with fp32 (measured; default fp32)")
     p.add_argument("--encode-batch-size", type=positive_int, default=64, metavar="N")
     p.add_argument("--fidelity-examples", type=count, default=1000, metavar="N",
                    help="held-out turns measured after training (0: skip; default 1000)")

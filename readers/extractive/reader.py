@@ -6,8 +6,10 @@
 The query is the conversation formatted by a history strategy: by default the one the reader
 was trained with (recorded in its folder), else current-first with 64 tokens. A LoRA reader is
 merged on load (same answers, faster). Inference runs under `torch.inference_mode`, in batches
-of `batch_size` windows, optionally under bf16 autocast (`precision: bf16`, about twice as fast
-on CPUs with bf16 support).
+of `batch_size` windows, in the precision `precision` names: `auto` (the default) times fp32,
+bf16 autocast and int8 on the first passages read and keeps the fastest whose best start and end
+tokens agree with fp32's (convqa/precision.py); bf16 is ~2x faster than fp32 on CPUs with
+AVX512-BF16 and several times slower on AVX2-only CPUs, so nothing is assumed.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from typing import Any, Sequence
 import torch
 
 from convqa.errors import ConfigError
+from convqa.precision import AUTO, autocast, choose_precision, normalize_precision, prepare
 from convqa.registry import READERS
 from convqa.types import Answer, Passage, Turn
 
@@ -25,7 +28,10 @@ from .decode import STRATEGIES, decode_answer
 from .inputs import build_features
 from .model import ExtractiveReader
 
-PRECISIONS = ("fp32", "bf16")
+# The reader agrees with fp32 when at least this share of the probe windows keeps the same best
+# start token and the same best end token.
+SPAN_AGREEMENT = 0.9
+PROBE_WINDOWS = 4
 
 
 @dataclass
@@ -36,16 +42,14 @@ class ExtractiveReaderOptions:
     max_answer_length: int | None = None  # tokens; None: the model's setting
     max_length: int | None = None       # tokens per window; None: the model's setting
     batch_size: int = 16                # windows per forward pass
-    precision: str = "fp32"             # fp32 | bf16 (autocast)
+    precision: str = "auto"             # auto (measured on the first read) | fp32 | bf16 | int8
     device: str = "auto"                # auto (GPU if there is one) | cpu | cuda | cuda:N
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
             raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, "
                              f"got {self.strategy!r}")
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, "
-                             f"got {self.precision!r}")
+        self.precision = normalize_precision(self.precision, "reader precision")
         for name in ("max_answer_length", "max_length", "batch_size"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)
@@ -82,6 +86,9 @@ class SpanReader:
             raise ConfigError(f"reader 'extractive': {exc}") from None
         history = self.options.history or model.config.history or DEFAULT_HISTORY
         self.history = build_history_strategy(history)
+        self.precision: str | None = (None if self.options.precision == AUTO
+                                      else self.options.precision)
+        self.precision_choice = None
 
     @classmethod
     def from_config(cls, options: ExtractiveReaderOptions) -> "SpanReader":
@@ -102,7 +109,7 @@ class SpanReader:
 
         settings = {"model": self.model.fingerprint(), "config": dataclasses.asdict(self.config),
                     "history": self.history.to_dict(), "strategy": self.options.strategy,
-                    "precision": self.options.precision}
+                    "precision": self.options.precision}  # auto: an agreeing choice
         text = json.dumps(settings, sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:24]
 
@@ -126,24 +133,44 @@ class SpanReader:
         passages = list(passages)
         features = build_features(self.model.tokenizer, [query] * len(passages), passages,
                                   self.config)
-        starts, ends, selections = [], [], []
         was_training = self.model.training
         self.model.eval()
-        device = self.model.device
         try:
-            with torch.inference_mode(), torch.autocast(
-                    device_type=device.type, dtype=torch.bfloat16,
-                    enabled=self.options.precision == "bf16"):
-                for begin in range(0, len(features), self.options.batch_size):
-                    part = features.select(range(begin, min(begin + self.options.batch_size,
-                                                            len(features))), trim=False)
-                    logits = self.model(**self.model.model_inputs(part.tensors))
-                    starts.append(logits.start.float().cpu())
-                    ends.append(logits.end.float().cpu())
-                    if logits.selection is not None:
-                        selections.append(logits.selection.float().cpu())
+            if self.precision is None:
+                self._choose_precision(features)
+            start, end, selection = self._logits(features, self.precision)
         finally:
             self.model.train(was_training)
-        selection = torch.cat(selections) if selections else None
-        return decode_answer(torch.cat(starts), torch.cat(ends), selection, features, passages,
+        return decode_answer(start, end, selection, features, passages,
                              self.options.strategy, self.config.max_answer_length)
+
+    def _logits(self, features, precision: str) -> tuple[torch.Tensor, torch.Tensor,
+                                                         torch.Tensor | None]:
+        """Start, end (and selection) logits of every window, float32 on CPU."""
+        model = prepare(self.model, precision)
+        starts, ends, selections = [], [], []
+        with torch.inference_mode(), autocast(precision, self.model.device):
+            for begin in range(0, len(features), self.options.batch_size):
+                part = features.select(range(begin, min(begin + self.options.batch_size,
+                                                        len(features))), trim=False)
+                logits = model(**self.model.model_inputs(part.tensors))
+                starts.append(logits.start.float().cpu())
+                ends.append(logits.end.float().cpu())
+                if logits.selection is not None:
+                    selections.append(logits.selection.float().cpu())
+        return torch.cat(starts), torch.cat(ends), torch.cat(selections) if selections else None
+
+    def _choose_precision(self, features) -> None:
+        """`auto`: time each candidate on the first windows of this read (convqa/precision.py)."""
+        probe = features.select(range(min(PROBE_WINDOWS, len(features))), trim=False)
+
+        def agreement(reference, other) -> float:
+            same = [(ref.argmax(-1) == out.argmax(-1)).float()
+                    for ref, out in zip(reference[:2], other[:2])]
+            return float((same[0] * same[1]).mean())
+
+        self.precision_choice = choose_precision(
+            lambda precision: self._logits(probe, precision), agreement,
+            threshold=SPAN_AGREEMENT, what="extractive reader", device=self.model.device,
+            remember=self.model.fingerprint())
+        self.precision = self.precision_choice.precision

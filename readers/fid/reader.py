@@ -26,6 +26,7 @@ from typing import Sequence
 
 from convqa.errors import ConfigError
 from convqa.metrics.answer import normalize_answer
+from convqa.precision import AUTO, autocast, choose_precision, normalize_precision, prepare
 from convqa.registry import READERS
 from convqa.types import Answer, Passage, Turn
 
@@ -37,10 +38,12 @@ class FiDReadConfig:
     num_beams: int | None = None
     max_new_tokens: int | None = None
     device: str | None = None        # None: cuda if available, else cpu
+    precision: str = "auto"          # auto (measured on the first read) | fp32 | bf16 | int8
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, str) or not self.model:
             raise ValueError("model must be a trained FiD folder or a seq2seq checkpoint")
+        self.precision = normalize_precision(self.precision, "fid reader precision")
         for name in ("n_passages", "num_beams", "max_new_tokens"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)
@@ -74,12 +77,25 @@ class FiDAnswerReader:
         except (RuntimeError, AssertionError) as exc:
             raise ConfigError(f"fid reader: cannot use device {device!r}: "
                               f"{str(exc).splitlines()[0]}") from None
+        self.precision: str | None = None if config.precision == AUTO else config.precision
+        self.precision_choice = None
 
     def read(self, question: str, history_turns: Sequence[Turn],
              passages: Sequence[Passage]) -> Answer:
         query = self.reader.format_question(question, list(history_turns))
         passages = list(passages)[:self.reader.config.n_passages]
-        [(text, score)] = self.reader.generate_scored([query], [passages])
+
+        def generate(precision: str) -> list[tuple[str, float]]:
+            with autocast(precision, self.reader.device):
+                return prepare(self.reader, precision).generate_scored([query], [passages])
+
+        if self.precision is None:  # auto: candidates must generate the very same answer
+            self.precision_choice = choose_precision(
+                generate, lambda ref, out: float(ref[0][0] == out[0][0]), threshold=1.0,
+                what="fid reader", device=self.reader.device,
+                remember=self.reader.fingerprint())
+            self.precision = self.precision_choice.precision
+        [(text, score)] = generate(self.precision)
         return locate_answer(text, score, passages)
 
     def fingerprint(self) -> str:

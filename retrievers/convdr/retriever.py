@@ -6,8 +6,8 @@
 `index` is the folder `convqa index --dense --model TEACHER` wrote; it is used as it is (never
 re-encoded, never written). Loading checks that the index's recorded encoder fingerprint is the
 student's recorded teacher fingerprint (one-line ConvQAError otherwise), that the dimensions
-agree, and that the passage store is the one the index was built over. Query encoding, bf16
-fast path and search are the `dense` retriever's.
+agree, and that the passage store is the one the index was built over. Query encoding,
+precision (`auto` by default) and search are the `dense` retriever's.
 
 Heavy libraries are imported on first use, so registering this retriever costs nothing.
 """
@@ -30,7 +30,7 @@ class ConvDRRetrieverConfig:
     teacher: str = ""         # teacher id/path if it moved; default: the one the model records
     batch_size: int = 16
     device: str = "cpu"       # cpu | cuda | cuda:N | auto
-    fast: bool = True         # bf16 autocast for queries where it agrees with fp32
+    precision: str = "auto"   # auto (measured on the first queries) | fp32 | bf16 | int8
     nprobe: int | None = None
     ef_search: int | None = None
     mmap: bool = False
@@ -75,7 +75,7 @@ class ConvDRRetriever(DenseRetriever):
         self.index = index
         self.store = store
         index.set_search_params(self.config.nprobe, self.config.ef_search)
-        self._precision: str | None = None if self.config.fast else "fp32"
+        self._init_precision()
         self._fingerprint: str | None = None
 
     @classmethod

@@ -59,7 +59,7 @@ class ConvDRRunConfig:
     lora_r: int = 0
     fidelity_examples: int | None = 1000
     encode_batch_size: int = 64
-    fast: bool = False                  # bf16 teacher encoding where it agrees with fp32
+    fast: bool = False                  # teacher encoding in the measured-fastest agreeing precision
     mining: ConvDRMiningConfig = field(default_factory=ConvDRMiningConfig)
     train: ConvDRTrainConfig = field(default_factory=ConvDRTrainConfig)
 
@@ -215,7 +215,7 @@ def teacher_arrays(model, examples: list[ConvDRExample], config: ConvDRRunConfig
     if main:
         began = time.perf_counter()
         teacher_targets(model.teacher, texts, out / TEACHER_DIR, config.encode_batch_size,
-                        config.fast, config.train.progress, fingerprint)
+                        "auto" if config.fast else "fp32", config.train.progress, fingerprint)
         say(f"teacher targets: {len(texts)} rewrites ({time.perf_counter() - began:.1f}s)")
     wait()
     vectors = teacher_targets(model.teacher, texts, out / TEACHER_DIR, fingerprint=fingerprint)
@@ -239,7 +239,7 @@ def mining_stage(model, examples: list[ConvDRExample], targets: np.ndarray, has:
         if len(missing):  # no rewrite: the teacher reads the conversation instead
             queries[missing], _ = encode_teacher_queries(
                 model.zero_shot_encoder(), [examples[i].query for i in missing],
-                config.encode_batch_size, config.fast)
+                config.encode_batch_size, "auto" if config.fast else "fp32")
         meta = mine_groups(model.teacher, examples, queries, config.index, folder,
                            config.mining, model.teacher_fingerprint, config.passages,
                            config.train.progress)

@@ -38,23 +38,19 @@ def texts_digest(texts: Sequence[str]) -> str:
 
 
 def encode_teacher_queries(teacher, texts: Sequence[str], batch_size: int = 64,
-                           fast: bool = False, progress: bool = False) -> tuple[np.ndarray, str]:
-    """(float32 [n, dim] teacher query embeddings, precision used). `fast` uses bf16 autocast
-    where a sample agrees with fp32 (retrievers/dense/precision.py)."""
-    import torch
-
-    from retrievers.dense.encode import encode_queries
-    from retrievers.dense.precision import BF16, FP32, fast_path_agrees
+                           precision: str = "fp32", progress: bool = False
+                           ) -> tuple[np.ndarray, str]:
+    """(float32 [n, dim] teacher query embeddings, precision used). `precision` auto measures
+    the candidates on a sample and keeps the fastest that agrees with fp32 (convqa/precision.py);
+    fp32 by default, since these are training targets."""
+    from retrievers.dense.encode import choose_query_precision, encode_queries
 
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ConfigError(f"batch_size must be an integer >= 1, got {batch_size!r}")
     texts = list(texts)
-    precision = FP32
-    if fast and texts:
-        sample = texts[:batch_size]
-        ok, _ = fast_path_agrees(lambda: torch.from_numpy(
-            encode_queries(teacher, sample, batch_size, FP32)), teacher.device, "rewrites")
-        precision = BF16 if ok else FP32
+    if texts:
+        precision = choose_query_precision(teacher, texts[:batch_size], batch_size,
+                                           precision).precision
     out = np.empty((len(texts), teacher.dim), dtype=np.float32)
     from tqdm.auto import tqdm
 
@@ -68,7 +64,7 @@ def encode_teacher_queries(teacher, texts: Sequence[str], batch_size: int = 64,
 
 
 def teacher_targets(teacher, texts: Sequence[str], folder: str | os.PathLike,
-                    batch_size: int = 64, fast: bool = False, progress: bool = False,
+                    batch_size: int = 64, precision: str = "fp32", progress: bool = False,
                     fingerprint: str | None = None) -> np.ndarray:
     """The teacher's embeddings of `texts`, from `folder` when cached for this teacher and
     these texts, else computed and cached. `fingerprint`: the teacher's, if already known."""
@@ -79,7 +75,7 @@ def teacher_targets(teacher, texts: Sequence[str], folder: str | os.PathLike,
     cached = load_targets(folder, record)
     if cached is not None:
         return cached
-    vectors, precision = encode_teacher_queries(teacher, texts, batch_size, fast, progress)
+    vectors, precision = encode_teacher_queries(teacher, texts, batch_size, precision, progress)
     folder.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{TARGETS_FILE}.", suffix=".tmp", dir=folder)
     try:

@@ -38,7 +38,7 @@ def _source_name(model: DualEncoder | str | os.PathLike, encoder: DualEncoder) -
 
 def build_dense_index(model: DualEncoder | str | os.PathLike,
                       store: PassageStore | str | os.PathLike, out_dir: str | os.PathLike,
-                      factory: str = "Flat", batch_size: int = 32, fast: bool = True,
+                      factory: str = "Flat", batch_size: int = 32, precision: str = "auto",
                       accelerator=None, *, dtype: str = "float16", shard_size: int = 1024,
                       train_size: int | None = None, progress: bool = True) -> DenseIndex:
     """Encode `store` with `model` into `out_dir/vectors` (resumable, sharded, parallel under
@@ -53,7 +53,7 @@ def build_dense_index(model: DualEncoder | str | os.PathLike,
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise ConvQAError(f"{out}: exists and is not a folder")
-    vectors = encode_corpus(encoder, store, out / VECTORS_DIR, batch_size, fast, accelerator,
+    vectors = encode_corpus(encoder, store, out / VECTORS_DIR, batch_size, precision, accelerator,
                             shard_size=shard_size, dtype=dtype, progress=progress)
     rank = accelerator.process_index if accelerator is not None else 0
     if rank == 0 and not _up_to_date(out, vectors.fingerprint, store.checksum, factory):

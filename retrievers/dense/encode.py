@@ -33,7 +33,8 @@ from convqa.errors import ConfigError, ConvQAError, DataError
 from convqa.io import write_json
 from convqa.types import Passage
 
-from .precision import BF16, FP32, autocast, fast_path_agrees
+from convqa.precision import (AUTO, FP32, PrecisionChoice, autocast, choose_precision,
+                              min_cosine, normalize_precision, prepare)
 
 FORMAT = "convqa-dense-vectors"
 VERSION = 1
@@ -73,7 +74,8 @@ def encode_passages(model, passages: Sequence[Passage], batch_size: int = 32,
     if not passages:
         return np.zeros((0, model.dim), dtype=np.float32)
     tokens = model.tokenize_passages(passages, padding=False)
-    return encode_tokenized(model.encode_passage, tokens, model.passage_tokenizer.pad_token_id,
+    runner = prepare(model, precision)
+    return encode_tokenized(runner.encode_passage, tokens, model.passage_tokenizer.pad_token_id,
                             model.dim, model.device, batch_size, precision, sort, bar)
 
 
@@ -83,7 +85,8 @@ def encode_queries(model, queries: Sequence[str], batch_size: int = 16,
     if not queries:
         return np.zeros((0, model.dim), dtype=np.float32)
     tokens = model.tokenize_queries(queries, padding=False)
-    return encode_tokenized(model.encode_query, tokens, model.query_tokenizer.pad_token_id,
+    runner = prepare(model, precision)
+    return encode_tokenized(runner.encode_query, tokens, model.query_tokenizer.pad_token_id,
                             model.dim, model.device, batch_size, precision, sort)
 
 
@@ -184,31 +187,46 @@ def _header(model, corpus: CorpusRows, shard_size: int, dtype: str) -> dict[str,
             "normalize": model.config.normalize}
 
 
-def _choose_precision(model, corpus: CorpusRows, fast: bool, batch_size: int,
-                      check_size: int) -> tuple[str, float | None]:
-    if not fast:
-        return FP32, None
-    sample = corpus.spread(check_size)
-    ok, worst = fast_path_agrees(
-        lambda: torch.from_numpy(encode_passages(model, sample, batch_size, FP32)),
-        model.device, "passages")
-    return (BF16 if ok else FP32), worst
+# Vectors agree when every probe vector keeps this cosine to fp32 (the bound under which
+# retrieval Hits@5 on the vital dev turns moved by < 0.5 point: docs/results/precision.md).
+VECTOR_AGREEMENT = 0.99
+
+
+def choose_passage_precision(model, passages: Sequence[Passage], batch_size: int,
+                             requested: str = AUTO, **probe: Any) -> PrecisionChoice:
+    """The precision to encode passages in: `requested`, or for `auto` the fastest candidate
+    whose vectors for `passages` (a probe sample) agree with fp32 (convqa/precision.py)."""
+    return choose_precision(
+        lambda precision: encode_passages(model, passages, batch_size, precision),
+        min_cosine, threshold=VECTOR_AGREEMENT, what="passage encoding", device=model.device,
+        requested=requested, **probe)
+
+
+def choose_query_precision(model, queries: Sequence[str], batch_size: int,
+                           requested: str = AUTO, **probe: Any) -> PrecisionChoice:
+    """As `choose_passage_precision`, for query vectors of `queries`."""
+    return choose_precision(
+        lambda precision: encode_queries(model, queries, batch_size, precision),
+        min_cosine, threshold=VECTOR_AGREEMENT, what="query encoding", device=model.device,
+        requested=requested, **probe)
 
 
 def encode_corpus(model, store_or_passages: PassageStore | Sequence[Passage],
-                  out_dir: str | os.PathLike, batch_size: int = 32, fast: bool = True,
+                  out_dir: str | os.PathLike, batch_size: int = 32, precision: str = AUTO,
                   accelerator=None, *, shard_size: int = 1024, dtype: str = "float16",
-                  progress: bool = True, check_size: int = 32) -> VectorShards:
+                  progress: bool = True, check_size: int = 64) -> VectorShards:
     """Encode every passage with `model.encode_passage` into shards under `out_dir`; resume.
 
-    `fast`: bf16 autocast + length-sorted batches, used only when a sample of `check_size`
-    passages keeps cosine >= 0.999 to fp32 (else fp32, logged); the choice is recorded in the
-    manifest and kept on resume. Under `accelerate launch` (or with `accelerator` given) each
+    `precision`: auto (the default: a probe of `check_size` passages spread over the corpus
+    times fp32, bf16 and int8 and keeps the fastest whose vectors agree with fp32), or a fixed
+    fp32 / bf16 / int8; batches are length-sorted. The choice and the probe's measurements are
+    recorded in the manifest and kept on resume. Under `accelerate launch` (or with `accelerator` given) each
     process encodes its share of the shards on `accelerator.device`. The model is put in eval
     mode while encoding and restored after. Returns the finished `VectorShards`.
     """
     if dtype not in DTYPES:
         raise ConfigError(f"vector dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    precision = normalize_precision(precision)
     if isinstance(shard_size, bool) or not isinstance(shard_size, int) or shard_size < 1:
         raise ConfigError(f"shard_size must be a positive int, got {shard_size!r}")
     corpus = CorpusRows(store_or_passages)
@@ -218,10 +236,10 @@ def encode_corpus(model, store_or_passages: PassageStore | Sequence[Passage],
     folder = Path(out_dir)
     with eval_mode(model):
         if processes.main:
-            _start(model, corpus, folder, fast, batch_size, shard_size, dtype, check_size)
+            _start(model, corpus, folder, precision, batch_size, shard_size, dtype, check_size)
         processes.barrier()
         shards = VectorShards.open(folder, require_complete=False)
-        precision = shards.manifest["precision"]
+        precision = normalize_precision(shards.manifest["precision"], f"{folder}/{MANIFEST}")
 
         def work(start: int, end: int, bar) -> None:
             vectors = encode_passages(model, corpus.rows(start, end), batch_size, precision,
@@ -239,25 +257,26 @@ def encode_corpus(model, store_or_passages: PassageStore | Sequence[Passage],
     return VectorShards.open(folder)
 
 
-def _start(model, corpus: CorpusRows, folder: Path, fast: bool, batch_size: int,
+def _start(model, corpus: CorpusRows, folder: Path, precision: str, batch_size: int,
            shard_size: int, dtype: str, check_size: int) -> None:
     """Main process: check or write the manifest header, clear leftovers of killed writes."""
     header = _header(model, corpus, shard_size, dtype)
     if (folder / MANIFEST).exists():
         old = VectorShards.open(folder, require_complete=False).manifest
         check_resumable(old, header, _HEADER_FIELDS, folder, "vectors")
-        if not fast and old.get("precision") != FP32:
-            raise ConvQAError(f"{folder} was encoded with {old.get('precision')}; fast=False "
-                              "needs another folder")
+        recorded = normalize_precision(old.get("precision"), f"{folder}/{MANIFEST}")
+        if precision != AUTO and recorded != precision:
+            raise ConvQAError(f"{folder} was encoded with precision {recorded}; "
+                              f"precision {precision} needs another folder")
         for leftover in folder.glob(".shard-*.tmp"):
             leftover.unlink(missing_ok=True)
         return
     if folder.exists() and any(folder.iterdir()):
         raise ConvQAError(f"{folder}: exists and is not an encoded-vectors folder")
     folder.mkdir(parents=True, exist_ok=True)
-    precision, worst = _choose_precision(model, corpus, fast, batch_size, check_size)
-    write_json(folder / MANIFEST, {**header, "precision": precision,
-                                   "fast_path_min_cosine": worst, "complete": False})
+    choice = choose_passage_precision(model, corpus.spread(check_size), batch_size, precision)
+    write_json(folder / MANIFEST, {**header, "precision": choice.precision,
+                                   "precision_probe": choice.to_dict(), "complete": False})
 
 
 def _valid(shards: VectorShards, start: int, end: int) -> bool:

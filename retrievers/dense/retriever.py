@@ -1,8 +1,9 @@
 """The `dense` retriever: a dual encoder's query tower over a saved FAISS index.
 
 Loading checks that the encoder (fingerprint, dimension) and the passage store (checksum) are
-the ones the index was built from. Queries are encoded with bf16 autocast when, on the first
-batch, that agrees with fp32 to cosine >= 0.999, else in fp32 (logged).
+the ones the index was built from. Queries are encoded in the precision `precision` names; with
+`auto` (the default) it is chosen on the first batch of queries by timing each candidate and
+keeping the fastest whose vectors agree with fp32 (convqa/precision.py; logged once).
 
 Heavy libraries (torch, transformers, faiss) are imported on first use, so registering this
 retriever costs nothing.
@@ -27,7 +28,7 @@ class DenseRetrieverConfig:
     passages: str = ""        # passage store folder; default: the one the index records
     batch_size: int = 16      # queries per forward pass (on 2 CPU cores 8-16 beat 64 by ~40%)
     device: str = "cpu"       # cpu | cuda | cuda:N | auto
-    fast: bool = True         # bf16 autocast for queries where it agrees with fp32
+    precision: str = "auto"   # auto (measured on the first queries) | fp32 | bf16 | int8
     nprobe: int | None = None     # IVF lists searched (index default 32)
     ef_search: int | None = None  # HNSW candidates (index default 128)
     mmap: bool = False        # memory-map a Flat index instead of reading it
@@ -56,7 +57,15 @@ class DenseRetriever(Retriever):
         index.check(fingerprint=model.fingerprint(), dim=model.dim,
                     corpus_checksum=store.checksum, encoder_name=model.source)
         index.set_search_params(self.config.nprobe, self.config.ef_search)
-        self._precision: str | None = None if self.config.fast else "fp32"
+        self._init_precision()
+
+    def _init_precision(self) -> None:
+        from convqa.precision import AUTO, normalize_precision
+
+        requested = normalize_precision(self.config.precision,
+                                        f"{type(self).__name__}: precision")
+        self._precision: str | None = None if requested == AUTO else requested
+        self.precision_choice = None
 
     @classmethod
     def from_config(cls, config: DenseRetrieverConfig) -> "DenseRetriever":
@@ -83,22 +92,21 @@ class DenseRetriever(Retriever):
 
     @property
     def precision(self) -> str | None:
-        """fp32 or bf16-autocast once decided (on the first batch of queries)."""
+        """fp32, bf16 or int8 once decided (`auto`: on the first batch of queries)."""
         return self._precision
 
     def encode_queries(self, queries: Sequence[str]):
         """float32 numpy `[len(queries), dim]` query vectors (length-sorted batches)."""
-        import torch
+        from convqa.precision import FP32
 
-        from .encode import encode_queries
-        from .precision import BF16, FP32, fast_path_agrees
+        from .encode import choose_query_precision, encode_queries
 
         queries = list(queries)
         if self._precision is None and queries:
-            sample = queries[:self.config.batch_size]
-            ok, _ = fast_path_agrees(lambda: torch.from_numpy(encode_queries(
-                self.model, sample, self.config.batch_size, FP32)), self.model.device, "queries")
-            self._precision = BF16 if ok else FP32
+            self.precision_choice = choose_query_precision(
+                self.model, queries[:self.config.batch_size], self.config.batch_size,
+                remember=self.index.fingerprint)
+            self._precision = self.precision_choice.precision
         return encode_queries(self.model, queries, self.config.batch_size,
                               self._precision or FP32)
 

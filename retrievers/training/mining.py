@@ -52,7 +52,7 @@ class MiningConfig:
     exclude_gold_article: bool = True
     factory: str = "Flat"
     batch_size: int = 64         # passages and queries per encoding batch
-    fast: bool = True            # bf16 autocast where it agrees with fp32 (dense/encode.py)
+    fast: bool = True            # measured-fastest agreeing precision (convqa/precision.py)
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -84,9 +84,12 @@ def filter_negatives(ranked_ids: list[str], positive_ids: Iterable[str],
             if pid not in ids and (article is None or article_id_of(pid) != article)]
 
 
-def encode_queries(model, queries: list[str], batch_size: int = 64, bf16: bool = False,
+def encode_queries(model, queries: list[str], batch_size: int = 64, precision: str = "fp32",
                    progress: bool = False) -> np.ndarray:
-    """float32 `[n, dim]` query vectors (no gradients), batches sorted by length."""
+    """float32 `[n, dim]` query vectors (no gradients), batches sorted by length, in a fixed
+    `precision` (convqa/precision.py)."""
+    from convqa.precision import autocast, prepare
+
     out = np.empty((len(queries), model.dim), dtype=np.float32)
     order = sorted(range(len(queries)), key=lambda i: -len(queries[i]))
     from tqdm.auto import tqdm
@@ -94,13 +97,13 @@ def encode_queries(model, queries: list[str], batch_size: int = 64, bf16: bool =
     was_training = model.training
     model.eval()
     try:
-        with torch.inference_mode(), torch.autocast(model.device.type, dtype=torch.bfloat16,
-                                                    enabled=bf16), \
+        runner = prepare(model, precision)
+        with torch.inference_mode(), autocast(precision, model.device), \
                 tqdm(total=len(queries), desc="encoding queries", unit=" q",
                      disable=not progress) as bar:
             for start in range(0, len(order), batch_size):
                 rows = order[start:start + batch_size]
-                vectors = model.encode_query(model.tokenize_queries([queries[i] for i in rows]))
+                vectors = runner.encode_query(model.tokenize_queries([queries[i] for i in rows]))
                 out[rows] = vectors.float().cpu().numpy()
                 bar.update(len(rows))
     finally:
@@ -142,12 +145,13 @@ def mine_hard_negatives(model, example_set: ExampleSet, store, out_dir: str | os
     main = accelerator is None or accelerator.is_main_process
     start = _dt.datetime.now(_dt.timezone.utc)
     index = build_dense_index(model, store, out / INDEX_DIR, config.factory, config.batch_size,
-                              config.fast, accelerator, progress=config.progress)
+                              "auto" if config.fast else "fp32", accelerator,
+                              progress=config.progress)
     index.check(fingerprint=record["model_fingerprint"], corpus_checksum=store.checksum)
     if main:
         queries = [e.query for e in example_set.examples]
-        vectors = encode_queries(model, queries, config.batch_size, config.fast,
-                                 config.progress)
+        vectors = encode_queries(model, queries, config.batch_size,
+                                 index.meta.get("precision") or "fp32", config.progress)
         scores, rows = index.search(vectors, config.top_k)
         counts = _write_negatives(out / NEGATIVES_FILE, example_set, store, scores, rows, config)
         record.update(counts)

@@ -1,0 +1,322 @@
+"""Inference precision chosen by measurement on the machine at hand, in one place.
+
+Which precision is fastest depends on the CPU, not on the model: bf16 autocast roughly doubles
+MiniLM's speed on CPUs with AVX512-BF16 (and on GPUs) but is 4-6x *slower* than fp32 on
+AVX2-only CPUs, which emulate bf16; int8 dynamic quantization speeds up some CPUs and not
+others, and is lossier. So `precision: auto` (the default everywhere) runs a short probe of every
+candidate on the caller's real inputs, keeps the fastest whose output agrees with fp32, logs the
+choice with the measured times once, and the caller records it (index manifests record it).
+`fp32`, `bf16`, `int8` force one.
+
+    choice = choose_precision(lambda p: encode(prepare(model, p), sample, p), agreement=min_cosine,
+                              threshold=0.99, what="passages", device=model.device)
+    with autocast(choice.precision, model.device):
+        vectors = encode(prepare(model, choice.precision), corpus)
+
+- `fp32`: the reference.
+- `bf16`: `torch.autocast(dtype=torch.bfloat16)`; weights stay fp32, outputs come back fp32.
+- `int8`: PyTorch dynamic quantization (int8 weights per output channel, activations quantized
+  per batch) of the attention projections only: quantizing every linear layer of MiniLM moves
+  passage vectors down to cosine 0.90 from fp32, the attention projections alone keep >= 0.99.
+  CPU only. `prepare` makes (and caches) a quantized copy; the original model is untouched, so
+  fingerprints are always computed on the fp32 weights.
+
+A choice is remembered per machine (CPU capability and model, torch version, threads), kind of
+work and model fingerprint in `~/.cache/convqa/precision-choices.json`, so a one-shot command
+such as `convqa answer` probes once per machine, not at every run.
+
+Tests inject `timer` to cover every outcome without depending on the test machine's CPU.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import logging
+import os
+import platform
+import tempfile
+import time
+import warnings
+import weakref
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Callable, ContextManager, Sequence
+
+import torch
+
+from .errors import ConfigError
+
+AUTO, FP32, BF16, INT8 = "auto", "fp32", "bf16", "int8"
+FIXED = (FP32, BF16, INT8)
+CHOICES = (AUTO, *FIXED)
+# Names that older index manifests and configs hold for the same precisions.
+_ALIASES = {"bf16-autocast": BF16, "float32": FP32, "bfloat16": BF16}
+
+log = logging.getLogger(__name__)
+
+Timer = Callable[[str, Callable[[], Any]], "tuple[float, Any]"]
+
+
+def normalize_precision(name: Any, where: str = "precision") -> str:
+    """The canonical name of a precision setting; ConfigError naming `where` otherwise."""
+    if isinstance(name, str):
+        key = name.strip().lower()
+        key = _ALIASES.get(key, key)
+        if key in CHOICES:
+            return key
+    raise ConfigError(f"{where}: unknown precision {name!r} (one of {', '.join(CHOICES)})")
+
+
+def candidates_for(device: torch.device | str) -> tuple[str, ...]:
+    """What `auto` may pick on `device`: int8 dynamic quantization has CPU kernels only."""
+    kind = torch.device(device).type
+    return (FP32, BF16, INT8) if kind == "cpu" else (FP32, BF16)
+
+
+def autocast(precision: str, device: torch.device | str) -> ContextManager:
+    """The context to run in: bf16 autocast for `bf16`, nothing for `fp32` and `int8`."""
+    precision = normalize_precision(precision)
+    if precision == AUTO:
+        raise ConfigError("precision 'auto' must be resolved (choose_precision) before running")
+    if precision == BF16:
+        return torch.autocast(torch.device(device).type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+INT8_SCOPES = ("attention", "all")
+
+
+def _in_int8_scope(name: str, scope: str) -> bool:
+    return scope == "all" or "attention" in name.lower()
+
+
+def quantize_model_int8(model: torch.nn.Module, scope: str | None = None) -> torch.nn.Module:
+    """A copy of `model` with linear layers dynamically quantized to int8: the attention
+    projections (`scope` "attention", the default) or every linear layer ("all"). A model may
+    name its own default scope in an `int8_scope` attribute."""
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+    scope = scope or getattr(model, "int8_scope", "attention")
+    if scope not in INT8_SCOPES:
+        raise ConfigError(f"int8 scope must be one of {', '.join(INT8_SCOPES)}, got {scope!r}")
+    spec = {name: per_channel_dynamic_qconfig for name, module in model.named_modules()
+            if isinstance(module, torch.nn.Linear) and _in_int8_scope(name, scope)}
+    if not spec:
+        raise ConfigError(f"precision int8: {type(model).__name__} has no attention linear "
+                          "layers to quantize")
+    with warnings.catch_warnings():  # torch.ao.quantization announces its successor on import
+        warnings.simplefilter("ignore")
+        return quantize_dynamic(copy.deepcopy(model).eval(), spec, dtype=torch.qint8)
+
+
+_INT8_COPIES: "weakref.WeakKeyDictionary[torch.nn.Module, tuple[int, torch.nn.Module]]" = \
+    weakref.WeakKeyDictionary()
+
+
+def _weights_version(model: torch.nn.Module) -> int:
+    """Changes whenever a parameter is updated in place (an optimizer step, a load)."""
+    return sum(p._version for p in model.parameters())
+
+
+def prepare(model: torch.nn.Module, precision: str) -> torch.nn.Module:
+    """The module to run for `precision`: `model` itself, or (int8) its quantized copy, made
+    once and reused until the model's weights change (then made again)."""
+    precision = normalize_precision(precision)
+    if precision != INT8:
+        return model
+    if next(model.parameters()).device.type != "cpu":
+        raise ConfigError("precision int8 runs on CPU only (dynamic quantization)")
+    version = _weights_version(model)
+    cached = _INT8_COPIES.get(model)
+    if cached is None or cached[0] != version:
+        cached = (version, quantize_model_int8(model))
+        _INT8_COPIES[model] = cached
+    return cached[1]
+
+
+@dataclass
+class PrecisionChoice:
+    """What `auto` picked for one kind of work, and why: the probe's seconds and agreement
+    per candidate (fp32's agreement is 1 by definition)."""
+
+    precision: str
+    what: str = ""
+    seconds: dict[str, float] = field(default_factory=dict)
+    agreement: dict[str, float] = field(default_factory=dict)
+    threshold: float | None = None
+    cpu: str = ""
+    remembered: bool = False
+
+    @classmethod
+    def forced(cls, precision: str, what: str = "") -> "PrecisionChoice":
+        return cls(normalize_precision(precision), what, cpu=cpu_capability())
+
+    @property
+    def measured(self) -> bool:
+        return bool(self.seconds)
+
+    def summary(self) -> str:
+        """One line: the choice and each candidate's probe time and agreement."""
+        if not self.measured:
+            return f"precision for {self.what or 'inference'}: {self.precision} (forced)"
+        if self.remembered:
+            return (f"precision for {self.what or 'inference'}: {self.precision} "
+                    f"(measured earlier on this machine, {choices_file()})")
+        parts = []
+        for name, seconds in self.seconds.items():
+            agree = self.agreement.get(name)
+            ok = "" if agree is None or self.threshold is None or agree >= self.threshold \
+                else ", disagrees"
+            parts.append(f"{name} {seconds * 1000:.1f} ms (agreement {agree:.4f}{ok})"
+                         if agree is not None else f"{name} {seconds * 1000:.1f} ms")
+        return (f"precision for {self.what or 'inference'}: {self.precision} on {self.cpu} "
+                f"[{'; '.join(parts)}]")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"precision": self.precision, "what": self.what, "cpu": self.cpu,
+                "probe_seconds": {k: round(v, 6) for k, v in self.seconds.items()},
+                "agreement": {k: round(v, 6) for k, v in self.agreement.items()},
+                "threshold": self.threshold}
+
+
+def cpu_capability() -> str:
+    """What torch's CPU kernels dispatch to here (e.g. AVX2, AVX512), for reports."""
+    try:
+        return str(torch.backends.cpu.get_cpu_capability())
+    except Exception:  # pragma: no cover - very old torch
+        return "unknown"
+
+
+@lru_cache(maxsize=1)
+def machine_key() -> str:
+    """What probe timings depend on besides the model: CPU, torch build, threads."""
+    fields: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                name, _, value = line.partition(":")
+                name = name.strip()
+                if name in ("model name", "cpu family", "model", "stepping"):
+                    fields.setdefault(name, value.strip())
+                elif not line.strip() and fields:
+                    break  # the first processor describes them all
+    except OSError:
+        pass
+    model = " ".join(fields[k] for k in ("model name", "cpu family", "model", "stepping")
+                     if k in fields) or platform.processor()
+    return (f"{cpu_capability()}|{model}|torch {torch.__version__}|"
+            f"{torch.get_num_threads()} threads")
+
+
+def choices_file() -> Path:
+    from .embedded import cache_dir
+
+    return cache_dir() / "precision-choices.json"
+
+
+def _remembered(key: str) -> dict[str, Any] | None:
+    try:
+        with open(choices_file(), encoding="utf-8") as handle:
+            entry = json.load(handle).get(key)
+    except (OSError, ValueError, AttributeError):
+        return None
+    return entry if isinstance(entry, dict) else None
+
+
+def _remember(key: str, choice: "PrecisionChoice") -> None:
+    """Add `choice` to the choices file (atomic replace; a failure only costs a new probe)."""
+    path = choices_file()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with open(path, encoding="utf-8") as handle:
+                known = json.load(handle)
+            known = known if isinstance(known, dict) else {}
+        except (OSError, ValueError):
+            known = {}
+        known[key] = choice.to_dict()
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(known, handle, indent=1, sort_keys=True)
+        os.replace(tmp, path)
+    except OSError as exc:
+        log.info("could not remember the precision choice in %s: %s", path, exc)
+
+
+def time_run(precision: str, run: Callable[[], Any], repeats: int = 2) -> tuple[float, Any]:
+    """Seconds of the fastest of `repeats` timed calls after one warm-up call, and its output."""
+    output = run()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        output = run()
+        best = min(best, time.perf_counter() - start)
+    return best, output
+
+
+def choose_precision(run: Callable[[str], Any], agreement: Callable[[Any, Any], float], *,
+                     threshold: float, what: str, device: torch.device | str,
+                     requested: str = AUTO, candidates: Sequence[str] | None = None,
+                     timer: Timer | None = None, remember: str | None = None
+                     ) -> PrecisionChoice:
+    """Resolve `requested`: a fixed precision is returned as is; `auto` times `run(p)` for every
+    candidate, scores `agreement(fp32 output, output)` (higher is better; >= `threshold` agrees)
+    and keeps the fastest candidate that agrees. A candidate that fails to run is skipped
+    (logged). The outcome is logged once, at INFO, with the measured times. With `remember`
+    (the model's fingerprint) the choice is kept per machine and reused by later processes."""
+    requested = normalize_precision(requested, f"precision for {what}")
+    if requested != AUTO:
+        return PrecisionChoice.forced(requested, what)
+    pool = [FP32] + [c for c in (candidates or candidates_for(device)) if c != FP32]
+    key = f"{machine_key()}|{torch.device(device).type}|{what}|{remember}" if remember else None
+    known = _remembered(key) if key else None
+    if known and known.get("precision") in pool:
+        choice = PrecisionChoice(known["precision"], what, known.get("probe_seconds") or {},
+                                 known.get("agreement") or {}, known.get("threshold"),
+                                 known.get("cpu", ""), remembered=True)
+        log.info("%s", choice.summary())
+        return choice
+    timer = timer or time_run
+    seconds: dict[str, float] = {}
+    scores: dict[str, float] = {}
+    reference = None
+    for name in pool:
+        try:
+            with torch.inference_mode():
+                took, output = timer(name, lambda name=name: _run_in(run, name, device))
+        except Exception as exc:  # e.g. no int8 kernels for this layer type
+            if name == FP32:
+                raise
+            log.info("precision probe for %s: %s failed (%s); skipped", what, name, exc)
+            continue
+        seconds[name] = float(took)
+        if name == FP32:
+            reference = output
+            scores[name] = 1.0
+        else:
+            scores[name] = float(agreement(reference, output))
+    agreeing = [name for name in seconds if name == FP32 or scores[name] >= threshold]
+    best = min(agreeing, key=lambda name: seconds[name])
+    choice = PrecisionChoice(best, what, seconds, scores, threshold, cpu_capability())
+    log.info("%s", choice.summary())
+    if key:
+        _remember(key, choice)
+    return choice
+
+
+def _run_in(run: Callable[[str], Any], precision: str, device) -> Any:
+    with autocast(precision, device):
+        return run(precision)
+
+
+# -- agreement measures ---------------------------------------------------------------------
+
+def min_cosine(reference: Any, other: Any) -> float:
+    """Worst row-wise cosine similarity of two `[n, d]` arrays or tensors (vectors)."""
+    a = torch.as_tensor(reference).detach().float()
+    b = torch.as_tensor(other).detach().float()
+    if a.shape != b.shape:
+        return float("-inf")
+    return float(torch.nn.functional.cosine_similarity(a, b, dim=-1, eps=1e-12).min())
