@@ -56,8 +56,8 @@ answered=$(now)
 echo "answer: $(seconds "$installed" "$answered") s (empty HOME, first run)"
 cat "$work/answer.out"
 if [ -s "$work/answer.err" ]; then
-    echo "--- stderr (last lines) ---"
-    tail -n 5 "$work/answer.err" | tr '\r' '\n' | tail -n 5
+    echo "--- stderr (progress bars at their last state) ---"
+    sed 's/.*\r//' "$work/answer.err" | tail -n 20
 fi
 [ "$status" = 0 ] || fail "convqa answer exited with status $status" "$work/answer.err"
 grep -q "^answer: .*$EXPECTED" "$work/answer.out" \
