@@ -27,6 +27,12 @@ QUESTION = "Who directed 2001: A Space Odyssey?"
 THIRD_PARTY_NOISE = ("Loading weights", "FutureWarning", "is_gradient_checkpointing")
 
 
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path, monkeypatch):
+    """The commands below remember choices (precision) in convqa's cache: not the user's."""
+    monkeypatch.setenv("CONVQA_CACHE", str(tmp_path / "convqa-cache"))
+
+
 # -- the context, in process ------------------------------------------------------------------
 
 def _warn_from(module: str, message: str, category=UserWarning) -> None:
