@@ -104,7 +104,7 @@ class PhrasePipeline:
         with torch.inference_mode(), autocast(self.precision, self.model.device):
             both = run(self.precision).cpu().numpy()
         half = both.shape[1] // 2
-        return both[:, :half], both[:, half:]
+        return np.ascontiguousarray(both[:, :half]), np.ascontiguousarray(both[:, half:])
 
     def answer(self, question: str, history: Sequence[Turn] = (), top_k: int | None = None
                ) -> PipelineResult:

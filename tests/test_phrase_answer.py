@@ -77,14 +77,16 @@ def test_cli_builds_the_index_and_answers_with_exact_offsets(built, capsys):
 
 def test_pipeline_answers_real_turns_in_a_batch_as_one_by_one(built, conversation):
     _, index = built
-    # fp32: a batch pads queries, which moves bf16 scores in the last digits
     pipe = PhrasePipeline.from_folder(index, top_k=4, precision="fp32")
     turns = conversation.turns[:5]
     histories = [conversation.history(n) for n in range(1, 6)]
     batch = pipe.answer_batch([t.question for t in turns], histories)
     for turn, history, result in zip(turns, histories, batch):
         single = pipe.answer(turn.question, history)
-        assert single.answer.to_dict() == result.answer.to_dict()
+        one, many = single.answer.to_dict(), result.answer.to_dict()
+        # a padded batch may move the last float digits of a score, nothing else
+        assert one.pop("score") == pytest.approx(many.pop("score"), rel=1e-5)
+        assert one == many
         assert [h.passage_id for h in single.hits] == [h.passage_id for h in result.hits]
         # current question first, then the history newest first (PRO-ConvQA's window)
         assert result.query_text.startswith(turn.question.strip())

@@ -70,7 +70,7 @@ def test_question_answering_checkpoint_without_selection_head(tmp_path):
 @pytest.mark.parametrize("spec, message", [
     ({"name": "extractive"}, "option 'model'"),
     ({"name": "extractive", "model": "m", "strategy": "vote"}, "strategy must be one of"),
-    ({"name": "extractive", "model": "m", "precision": "int4"}, "precision must be one of"),
+    ({"name": "extractive", "model": "m", "precision": "int4"}, "unknown precision .int4."),
     ({"name": "extractive", "model": "m", "batch_size": 0}, "batch_size must be a positive"),
     ({"name": "extractive", "model": "m", "colour": 1}, "unknown option 'colour'"),
 ])

@@ -1,6 +1,8 @@
 """The `convqa` command: one subcommand module per job, imported only when used.
 
 Errors caused by the user's input (`ConvQAError`) print as one line on stderr, exit status 2.
+A command with a `--verbose` flag (`convqa.quiet.add_verbose_argument`) runs without other
+libraries' progress bars and warnings unless it is given.
 """
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import sys
 
 from convqa import __version__
 from convqa.errors import ConvQAError
+from convqa.quiet import quiet_third_party
 
 # name -> (module with add_parser, one-line help)
 BUILT = {
@@ -62,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
-        return int(args.func(args) or 0)
+        with quiet_third_party(enabled=getattr(args, "verbose", True) is False):
+            return int(args.func(args) or 0)
     except ConvQAError as exc:
         print(f"convqa {args.command}: error: {exc}", file=sys.stderr)
         return 2
