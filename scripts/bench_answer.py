@@ -75,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", default="../shared/data")
     parser.add_argument("--turns", type=int, default=100)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    parser.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16", "int8"),
+                        help="embedded default: the query encoder's and the reader's precision "
+                             "(default auto: measured here)")
     parser.add_argument("--json", help="also write the numbers here")
     args = parser.parse_args(argv)
     try:
@@ -100,8 +103,15 @@ def run(args: argparse.Namespace) -> int:
     if args.config:
         pipeline = Pipeline.from_config(args.config)
     else:
-        pipeline = Pipeline.default(progress=True, retriever=args.retriever,
-                                    reader=None if args.no_reader else "default")
+        from convqa.embedded import default_config, ensure_embedded
+
+        ensure_embedded(progress=True, retriever=args.retriever)
+        config = default_config(retriever=args.retriever,
+                                reader=None if args.no_reader else "default")
+        for part in (config["retriever"], config.get("reader")):
+            if part and part.get("name") in ("dense", "extractive"):
+                part["precision"] = args.precision
+        pipeline = Pipeline.from_config(config)
     load_s = time.perf_counter() - started
     for question, history in turns[:WARMUP_TURNS]:
         pipeline.answer(question, history)
@@ -113,16 +123,27 @@ def run(args: argparse.Namespace) -> int:
         totals.append((time.perf_counter() - begin) * 1000)
         for stage, ms in result.timings_ms.items():
             stages.setdefault(stage, []).append(ms)
+    from convqa.precision import cpu_capability
+
+    choices = {name: getattr(part, "precision_choice", None) or getattr(part, "precision", None)
+               for name, part in (("retriever", pipeline.retriever), ("reader", pipeline.reader))}
     report = {
         "turns": len(totals), "threads": torch.get_num_threads(), "load_seconds": round(load_s, 1),
+        "cpu_capability": cpu_capability(),
+        "precision": {name: (c.to_dict() if hasattr(c, "to_dict") else c)
+                      for name, c in choices.items()},
         "load_average": os.getloadavg()[0], "machine": platform.machine(),
         "pipeline": pipeline.config,
         "total_ms": {"p50": round(percentile(totals, 0.5), 1), "p90": round(percentile(totals, 0.9), 1)},
         "stages_ms": {stage: {"p50": round(percentile(v, 0.5), 1), "p90": round(percentile(v, 0.9), 1)}
                       for stage, v in stages.items()},
     }
-    print(f"{len(totals)} turns, {report['threads']} threads, load average "
-          f"{report['load_average']:.2f}, pipeline loaded in {load_s:.1f} s")
+    print(f"{len(totals)} turns, {report['threads']} threads, {report['cpu_capability']}, load "
+          f"average {report['load_average']:.2f}, pipeline loaded in {load_s:.1f} s")
+    for name, choice in report["precision"].items():
+        if choice:
+            print(f"{name} precision: "
+                  f"{choice['precision'] if isinstance(choice, dict) else choice}")
     print("| stage | p50 ms | p90 ms |\n|---|---:|---:|")
     for stage, value in report["stages_ms"].items():
         print(f"| {stage} | {value['p50']} | {value['p90']} |")
