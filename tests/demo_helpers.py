@@ -3,12 +3,20 @@ vital-article summaries (real Wikipedia text, installed with convqa), optionally
 shipped extractive reader. Building the index takes well under a second."""
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 FILM_ARTICLES = 40
 FIRST_QUESTION = "Who directed 2001: A Space Odyssey?"
 FOLLOW_UP = "When was it released?"
 FILM_TITLE = "2001: A Space Odyssey"
+
+
+def free_port() -> int:
+    """A port of 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def film_passages():

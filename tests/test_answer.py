@@ -49,8 +49,9 @@ def test_retrieval_only_pipeline(cache):
 
 @pytest.mark.slow
 def test_dense_default_pipeline_answers(tmp_path_factory):
-    """The README's first command: the shipped DPR-IHN adapter encodes the embedded corpus
-    (a few minutes on 2 cores), then the shipped reader answers."""
+    """The README's first command in process: the embedded dense index of the shipped DPR-IHN
+    adapter (built on first use), then the shipped reader names Kubrick. The command itself, in
+    a fresh venv with no extras and an empty HOME: scripts/check_readme_first_command.sh (CI)."""
     pipe = Pipeline.default(cache_dir=tmp_path_factory.mktemp("dense-cache"), progress=False)
     result = pipe.answer("Who directed 2001: A Space Odyssey?")
     assert result.passages[0].title == "2001: A Space Odyssey"

@@ -7,7 +7,8 @@ import pytest
 
 from convqa.cli.main import main
 
-SUBCOMMANDS = ["data", "index", "retrieve", "train", "answer", "eval", "reproduce", "demo"]
+SUBCOMMANDS = ["data", "index", "retrieve", "train", "answer", "eval", "reproduce", "demo",
+               "serve"]
 
 
 def test_help_lists_every_subcommand(capsys):

@@ -317,8 +317,8 @@ def test_missing_gradio_is_one_line(monkeypatch, capsys):
     assert main(["demo", "--config", "unused.yaml"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1
-    assert err[0].startswith('convqa demo: error: the demo needs gradio: '
-                             'pip install "convqa[demo]"')
+    assert err[0].startswith('convqa demo: error: the demo needs gradio, a convqa dependency '
+                             'missing here: pip install "gradio>=6"')
 
 
 def test_bad_port_and_missing_config_are_one_line(tmp_path, capsys):

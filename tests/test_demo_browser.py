@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import time
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from demo_helpers import (
     FOLLOW_UP,
     READER,
     build_film_config,
+    free_port,
 )
 
 pytest.importorskip("selenium", reason="the browser test needs selenium (pip install selenium)")
@@ -67,12 +67,6 @@ def artifacts_dir() -> Path:
     folder = Path(os.environ.get("CONVQA_TEST_ARTIFACTS") or REPO / "test-artifacts")
     folder.mkdir(parents=True, exist_ok=True)
     return folder
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

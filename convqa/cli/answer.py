@@ -6,6 +6,7 @@ import json
 import textwrap
 
 from convqa.errors import ConvQAError
+from convqa.quiet import add_verbose_argument
 from convqa.types import Turn
 
 SNIPPET_CHARS = 300
@@ -33,6 +34,7 @@ def add_parser(subparsers) -> None:
                         "retriever and a reader")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--prepare", action="store_true", help="build the embedded index and exit")
+    add_verbose_argument(p)
     p.set_defaults(func=run)
 
 

@@ -6,9 +6,10 @@ import os
 import sys
 
 from convqa.errors import ConvQAError
+from convqa.quiet import add_verbose_argument
 
 RETRIEVERS = ("dense", "bm25", "hybrid")
-INSTALL_HINT = 'the demo needs gradio: pip install "convqa[demo]"'
+INSTALL_HINT = 'the demo needs gradio, a convqa dependency missing here: pip install "gradio>=6"'
 
 
 def add_parser(subparsers) -> None:
@@ -33,6 +34,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--no-reader", action="store_true",
                    help="start with retrieval only (the reader can still be chosen in the page)")
     p.add_argument("--cache-dir", help="where the embedded indexes live (default ~/.cache/convqa)")
+    add_verbose_argument(p)
     p.set_defaults(func=run)
 
 
@@ -72,8 +74,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"convqa demo: preparing the {retriever} + {reader} pipeline", file=sys.stderr)
         pipelines.get(retriever, reader)
     demo = build_demo(pipelines)
-    try:
-        launch(demo, host=args.host, port=args.port)
+    try:  # Gradio's own banner (with its share-link hint) only with --verbose
+        launch(demo, host=args.host, port=args.port, prevent_thread_lock=True,
+               quiet=not args.verbose)
     except OSError as exc:  # port taken, address not available
         raise ConvQAError(f"cannot serve on {args.host}:{args.port}: {exc}") from None
+    if not args.verbose:
+        url = demo.local_url or f"http://{args.host}:{args.port}/"
+        print(f"convqa demo: serving on {url} (Ctrl-C stops it)", flush=True)
+    demo.block_thread()
     return 0

@@ -1,6 +1,8 @@
 """The `convqa` command: one subcommand module per job, imported only when used.
 
 Errors caused by the user's input (`ConvQAError`) print as one line on stderr, exit status 2.
+A command with a `--verbose` flag (`convqa.quiet.add_verbose_argument`) runs without other
+libraries' progress bars and warnings unless it is given.
 """
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import sys
 
 from convqa import __version__
 from convqa.errors import ConvQAError
+from convqa.quiet import quiet_third_party
 
 # name -> (module with add_parser, one-line help)
 BUILT = {
@@ -20,6 +23,7 @@ BUILT = {
                  "retrieve passages for conversational queries with any retriever"),
     "train": ("convqa.cli.train", "train DPR-IHN, ConvDR, the readers or the phrase model"),
     "demo": ("convqa.cli.demo", "run the Gradio chat demo on 127.0.0.1"),
+    "serve": ("convqa.cli.serve", "serve the JSON API (POST /v1/answer) on 127.0.0.1"),
     "eval": ("convqa.cli.eval", "produce the QReCC / TopiOCQA retrieval and end-to-end tables"),
     "reproduce": ("convqa.cli.reproduce", "rerun a named run of the reproduction matrix"),
 }
@@ -39,7 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="convqa", description="Open-domain conversational question answering.")
     parser.add_argument("--version", action="version", version=f"convqa {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in ("data", "index", "retrieve", "train", "answer", "eval", "reproduce", "demo"):
+    for name in ("data", "index", "retrieve", "train", "answer", "eval", "reproduce", "demo",
+                 "serve"):
         if name in BUILT:
             module, _ = BUILT[name]
             importlib.import_module(module).add_parser(subparsers)
@@ -60,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
-        return int(args.func(args) or 0)
+        with quiet_third_party(enabled=getattr(args, "verbose", True) is False):
+            return int(args.func(args) or 0)
     except ConvQAError as exc:
         print(f"convqa {args.command}: error: {exc}", file=sys.stderr)
         return 2

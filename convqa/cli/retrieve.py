@@ -25,6 +25,7 @@ from pathlib import Path
 
 from convqa.cli.answer import passage_snippet
 from convqa.errors import ConvQAError
+from convqa.quiet import add_verbose_argument
 
 SNIPPET_CHARS = 240
 
@@ -59,6 +60,7 @@ def add_parser(subparsers) -> None:
                    help="run file to write (.jsonl, or .trec for TREC format)")
     p.add_argument("--batch-size", type=int, default=64, help="queries per retriever call")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_verbose_argument(p)
     p.set_defaults(func=run)
 
 

@@ -1,0 +1,72 @@
+"""scripts/bench_answer.py: per-stage latency over the turns of one benchmark split; a split
+without enough turns is a one-line error naming the file and the splits it holds."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import yaml
+
+from training_helpers import TURNS, make_benchmark, passages
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_answer.py"
+TRAIN_ONLY = [t for t in TURNS if t[6] == "train"]  # 9 train turns, no dev turn
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_answer", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def pipeline_yaml(tmp_path_factory) -> Path:
+    """BM25 over the tiny benchmark's passages, no reader: fast to load and to answer."""
+    from retrievers.bm25 import BM25Retriever
+
+    folder = make_benchmark(tmp_path_factory.mktemp("bench-answer") / "bench")
+    BM25Retriever.build(passages()).save(folder / "bm25")
+    path = folder / "pipeline.yaml"
+    path.write_text(yaml.safe_dump({
+        "passages": str(folder / "passages"), "retriever": {"name": "bm25",
+                                                            "index": str(folder / "bm25")},
+        "history": {"name": "current_first"}, "top_k": 3}), encoding="utf-8")
+    return path
+
+
+def test_benchmark_without_dev_turns_is_one_line(bench, pipeline_yaml, tmp_path, capsys):
+    folder = make_benchmark(tmp_path / "train-only", TRAIN_ONLY)
+    assert bench.main(["--config", str(pipeline_yaml), "--benchmark", str(folder)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.splitlines() == [
+        f"bench_answer: error: {folder / 'turns.jsonl'}: 0 turns in split 'dev', the benchmark "
+        "needs more than 5 (5 warm up the pipeline); turns per split: train 9 (choose one "
+        "with --split)"]
+
+
+def test_too_few_turns_in_the_split_is_one_line(bench, pipeline_yaml, capsys):
+    folder = pipeline_yaml.parent  # the tiny benchmark: 9 train turns, 2 dev turns
+    assert bench.main(["--config", str(pipeline_yaml), "--benchmark", str(folder)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1
+    assert err[0].startswith(f"bench_answer: error: {folder / 'turns.jsonl'}: 2 turns in "
+                             "split 'dev'")
+    assert err[0].endswith("turns per split: dev 2, train 9 (choose one with --split)")
+
+
+def test_another_split_is_measured(bench, pipeline_yaml, tmp_path, capsys):
+    folder = make_benchmark(tmp_path / "train-only", TRAIN_ONLY)
+    report = tmp_path / "report.json"
+    assert bench.main(["--config", str(pipeline_yaml), "--benchmark", str(folder),
+                       "--split", "train", "--json", str(report)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("4 turns, ")  # 9 train turns, 5 of them warm the pipeline up
+    assert "| retrieve |" in out and "| **total** |" in out
+    numbers = yaml.safe_load(report.read_text(encoding="utf-8"))
+    assert numbers["turns"] == 4
+    assert set(numbers["stages_ms"]) == {"history", "retrieve", "fetch"}
+    assert 0 < numbers["stages_ms"]["retrieve"]["p50"] <= numbers["total_ms"]["p90"]
