@@ -71,7 +71,7 @@ def bench_encoder(store, passages_n, queries, repeats):
             return encode_tokenized(module.encode_passage, tokens,
                                     model.passage_tokenizer.pad_token_id, model.dim,
                                     model.device, 32, precision, True)
-        seconds, vectors = _timed(encode, 1)
+        seconds, vectors = _timed(encode, repeats)
         reference = vectors if name == "fp32" else reference
         query_seconds, _ = _timed(lambda module=module, precision=precision: [
             encode_tokenized(module.encode_query, model.tokenize_queries([q], padding=False),
