@@ -245,14 +245,22 @@ def _remember(key: str, choice: "PrecisionChoice") -> None:
         log.info("could not remember the precision choice in %s: %s", path, exc)
 
 
-def time_run(precision: str, run: Callable[[], Any], repeats: int = 2) -> tuple[float, Any]:
-    """Seconds of the fastest of `repeats` timed calls after one warm-up call, and its output."""
+# A probe times each candidate at least this long (and at least `MIN_REPEATS` calls), so a
+# millisecond-sized probe (one query) is not decided by scheduler noise; at most `MAX_REPEATS`.
+PROBE_SECONDS = 0.3
+MIN_REPEATS, MAX_REPEATS = 2, 25
+
+
+def time_run(precision: str, run: Callable[[], Any]) -> tuple[float, Any]:
+    """Seconds of the fastest timed call after one warm-up call, and its output: calls repeat
+    until `PROBE_SECONDS` have passed (between `MIN_REPEATS` and `MAX_REPEATS` calls)."""
     output = run()
-    best = float("inf")
-    for _ in range(repeats):
+    best, spent, calls = float("inf"), 0.0, 0
+    while calls < MIN_REPEATS or (spent < PROBE_SECONDS and calls < MAX_REPEATS):
         start = time.perf_counter()
         output = run()
-        best = min(best, time.perf_counter() - start)
+        took = time.perf_counter() - start
+        best, spent, calls = min(best, took), spent + took, calls + 1
     return best, output
 
 
