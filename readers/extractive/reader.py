@@ -151,7 +151,8 @@ class SpanReader:
     def passage_spans(self, query: str, passages: Sequence[Passage]
                       ) -> list[PassageSpan | None]:
         """The best span of every passage with its scores (None: no valid span); a passage's
-        span and scores do not depend on the other passages read with it."""
+        span and scores do not depend on the other passages read with it (in fp32; in bf16 or
+        int8 the batch's padding and activation range can move the last digits)."""
         passages = list(passages)
         if not passages:
             return []
