@@ -8,13 +8,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from html import escape
 
+from convqa.evidence import evidence_passage, span_is_valid  # noqa: F401 (our API here too)
 from convqa.types import Answer, Hit, Passage
-
-
-def span_is_valid(text: str, start: int | None, end: int | None) -> bool:
-    """Whether [start, end) is a non-empty character span inside `text`."""
-    return (isinstance(start, int) and isinstance(end, int) and not isinstance(start, bool)
-            and not isinstance(end, bool) and 0 <= start < end <= len(text))
 
 
 def highlight(text: str, start: int | None, end: int | None) -> str:
@@ -24,14 +19,6 @@ def highlight(text: str, start: int | None, end: int | None) -> str:
         return escape(text)
     return (escape(text[:start]) + '<mark class="convqa-answer">' + escape(text[start:end])
             + "</mark>" + escape(text[end:]))
-
-
-def evidence_passage(answer: Answer, passages: Sequence[Passage]) -> Passage | None:
-    """The passage the answer was read from: its own evidence, else the retrieved passage with
-    its id."""
-    if answer.evidence is not None:
-        return answer.evidence
-    return next((p for p in passages if p.id == answer.passage_id), None)
 
 
 def evidence_html(answer: Answer | None, passages: Sequence[Passage]) -> str:

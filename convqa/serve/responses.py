@@ -1,7 +1,7 @@
 """A `PipelineResult` as the API's `AnswerResponse`."""
 from __future__ import annotations
 
-from apps.render import evidence_passage, span_is_valid
+from convqa.evidence import evidence_passage, span_is_valid
 from convqa.pipeline import PipelineResult
 
 from .schemas import AnswerResponse, Evidence, RetrievedPassage
