@@ -55,6 +55,11 @@ CHOICES = (AUTO, *FIXED)
 # Names that older index manifests and configs hold for the same precisions.
 _ALIASES = {"bf16-autocast": BF16, "float32": FP32, "bfloat16": BF16}
 
+# Vectors (passages, queries, phrases) agree when every probe vector keeps this cosine to fp32:
+# the bound under which retrieval Hits@5 on the vital dev turns moved by < 0.5 point
+# (docs/results/precision.md).
+VECTOR_AGREEMENT = 0.99
+
 log = logging.getLogger(__name__)
 
 Timer = Callable[[str, Callable[[], Any]], "tuple[float, Any]"]
@@ -135,6 +140,17 @@ def prepare(model: torch.nn.Module, precision: str) -> torch.nn.Module:
         cached = (version, quantize_model_int8(model))
         _INT8_COPIES[model] = cached
     return cached[1]
+
+
+def check_resumed_precision(recorded: Any, requested: str, folder: Any, what: str) -> None:
+    """A resumed encoding keeps the precision its manifest records: `auto` accepts it, a
+    different forced precision would mix vectors (ConvQAError naming the folder)."""
+    from .errors import ConvQAError
+
+    recorded = normalize_precision(recorded, f"{folder}: precision")
+    if requested != AUTO and recorded != requested:
+        raise ConvQAError(f"{folder} was {what} with precision {recorded}; "
+                          f"precision {requested} needs another folder")
 
 
 @dataclass

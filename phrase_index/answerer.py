@@ -21,16 +21,13 @@ import numpy as np
 import torch
 
 from convqa.errors import ConfigError, ConvQAError
-from convqa.precision import AUTO, autocast, choose_precision, min_cosine, normalize_precision, prepare
+from convqa.precision import (AUTO, VECTOR_AGREEMENT, autocast, choose_precision, min_cosine,
+                              normalize_precision, prepare)
 from convqa.pipeline import PipelineResult
 from convqa.types import Answer, Hit, Turn
 
 from .index import PhraseIndex
 from .search import PhraseSearcher
-
-
-# Query vectors agree when each keeps this cosine to fp32 (start and end vectors together).
-QUERY_AGREEMENT = 0.99
 
 
 class PhrasePipeline:
@@ -98,7 +95,7 @@ class PhrasePipeline:
 
         if self.precision is None:
             self.precision_choice = choose_precision(
-                run, min_cosine, threshold=QUERY_AGREEMENT, what="phrase queries",
+                run, min_cosine, threshold=VECTOR_AGREEMENT, what="phrase queries",
                 device=self.model.device, remember=self.index.meta.get("fingerprint"))
             self.precision = self.precision_choice.precision
         with torch.inference_mode(), autocast(self.precision, self.model.device):

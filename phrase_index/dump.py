@@ -40,8 +40,8 @@ from convqa.corpus.shards import (MANIFEST, CorpusRows, ShardedFolder, ShardProc
 from convqa.errors import ConfigError, ConvQAError, DataError
 from convqa.io import write_json
 from convqa.types import Passage
-from convqa.precision import (AUTO, FP32, autocast, choose_precision, min_cosine,
-                              normalize_precision, prepare)
+from convqa.precision import (AUTO, FP32, VECTOR_AGREEMENT, autocast, check_resumed_precision,
+                              choose_precision, min_cosine, normalize_precision, prepare)
 
 from .vectors import (DTYPES, SIDES, DumpSide, Shard, pack_shard, read_shard, shard_dir_name,
                       write_shard)
@@ -274,10 +274,6 @@ def _check_resumable(old: dict[str, Any], new: dict[str, Any], folder: Path) -> 
     check_resumable(old, new, fields, folder, "a phrase dump")
 
 
-# Phrase vectors agree when every probe token vector keeps this cosine to fp32.
-VECTOR_AGREEMENT = 0.99
-
-
 def choose_dump_precision(model, passages: Sequence[Passage], batch_size: int,
                           requested: str = AUTO, **probe):
     """The precision to dump in: `requested`, or for `auto` the fastest candidate whose token
@@ -373,10 +369,7 @@ def _start(model, corpus: CorpusRows, folder: Path, dtype: str, start_threshold:
     if (folder / MANIFEST).exists():
         old = PhraseDump.open(folder, require_complete=False).manifest
         _check_resumable(old, header, folder)
-        recorded = normalize_precision(old.get("precision"), f"{folder}/{MANIFEST}")
-        if precision != AUTO and recorded != precision:
-            raise ConvQAError(f"{folder} was dumped with precision {recorded}; "
-                              f"precision {precision} needs another folder")
+        check_resumed_precision(old.get("precision"), precision, folder, "dumped")
         for leftover in folder.glob(".shard-*.tmp"):
             shutil.rmtree(leftover, ignore_errors=True)
         if progress and not old.get("complete"):

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from conftest import shared_file
-from convqa.precision import BF16, FP32, INT8, min_cosine
+from convqa.precision import BF16, FP32, INT8, VECTOR_AGREEMENT, min_cosine
 from convqa.types import Passage
-from retrievers.dense.encode import VECTOR_AGREEMENT, encode_passages
+from retrievers.dense.encode import encode_passages
 from retrievers.dense.model import DualEncoder, DualEncoderConfig
 
 

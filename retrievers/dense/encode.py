@@ -33,8 +33,9 @@ from convqa.errors import ConfigError, ConvQAError, DataError
 from convqa.io import write_json
 from convqa.types import Passage
 
-from convqa.precision import (AUTO, FP32, PrecisionChoice, autocast, choose_precision,
-                              min_cosine, normalize_precision, prepare)
+from convqa.precision import (AUTO, FP32, VECTOR_AGREEMENT, PrecisionChoice, autocast,
+                              check_resumed_precision, choose_precision, min_cosine,
+                              normalize_precision, prepare)
 
 FORMAT = "convqa-dense-vectors"
 VERSION = 1
@@ -187,11 +188,6 @@ def _header(model, corpus: CorpusRows, shard_size: int, dtype: str) -> dict[str,
             "normalize": model.config.normalize}
 
 
-# Vectors agree when every probe vector keeps this cosine to fp32 (the bound under which
-# retrieval Hits@5 on the vital dev turns moved by < 0.5 point: docs/results/precision.md).
-VECTOR_AGREEMENT = 0.99
-
-
 def choose_passage_precision(model, passages: Sequence[Passage], batch_size: int,
                              requested: str = AUTO, **probe: Any) -> PrecisionChoice:
     """The precision to encode passages in: `requested`, or for `auto` the fastest candidate
@@ -220,7 +216,8 @@ def encode_corpus(model, store_or_passages: PassageStore | Sequence[Passage],
     `precision`: auto (the default: a probe of `check_size` passages spread over the corpus
     times fp32, bf16 and int8 and keeps the fastest whose vectors agree with fp32), or a fixed
     fp32 / bf16 / int8; batches are length-sorted. The choice and the probe's measurements are
-    recorded in the manifest and kept on resume. Under `accelerate launch` (or with `accelerator` given) each
+    recorded in the manifest and kept on resume. Under `accelerate launch` (or with
+    `accelerator` given) each
     process encodes its share of the shards on `accelerator.device`. The model is put in eval
     mode while encoding and restored after. Returns the finished `VectorShards`.
     """
@@ -264,10 +261,7 @@ def _start(model, corpus: CorpusRows, folder: Path, precision: str, batch_size: 
     if (folder / MANIFEST).exists():
         old = VectorShards.open(folder, require_complete=False).manifest
         check_resumable(old, header, _HEADER_FIELDS, folder, "vectors")
-        recorded = normalize_precision(old.get("precision"), f"{folder}/{MANIFEST}")
-        if precision != AUTO and recorded != precision:
-            raise ConvQAError(f"{folder} was encoded with precision {recorded}; "
-                              f"precision {precision} needs another folder")
+        check_resumed_precision(old.get("precision"), precision, folder, "encoded")
         for leftover in folder.glob(".shard-*.tmp"):
             leftover.unlink(missing_ok=True)
         return
