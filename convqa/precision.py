@@ -284,13 +284,14 @@ def time_run(precision: str, run: Callable[[], Any]) -> tuple[float, Any]:
 def choose_precision(run: Callable[[str], Any], agreement: Callable[[Any, Any], float], *,
                      threshold: float, what: str, device: torch.device | str,
                      requested: str = AUTO, candidates: Sequence[str] | None = None,
-                     timer: Timer | None = None, remember: str | None = None
-                     ) -> PrecisionChoice:
+                     timer: Timer | None = None, remember: str | None = None,
+                     inference: bool = True) -> PrecisionChoice:
     """Resolve `requested`: a fixed precision is returned as is; `auto` times `run(p)` for every
     candidate, scores `agreement(fp32 output, output)` (higher is better; >= `threshold` agrees)
     and keeps the fastest candidate that agrees. A candidate that fails to run is skipped
     (logged). The outcome is logged once, at INFO, with the measured times. With `remember`
-    (the model's fingerprint) the choice is kept per machine and reused by later processes."""
+    (the model's fingerprint) the choice is kept per machine and reused by later processes.
+    `inference=False` runs the probe with autograd on (training steps)."""
     requested = normalize_precision(requested, f"precision for {what}")
     if requested != AUTO:
         return PrecisionChoice.forced(requested, what)
@@ -309,7 +310,7 @@ def choose_precision(run: Callable[[str], Any], agreement: Callable[[Any, Any], 
     reference = None
     for name in pool:
         try:
-            with torch.inference_mode():
+            with torch.inference_mode() if inference else contextlib.nullcontext():
                 took, output = timer(name, lambda name=name: _run_in(run, name, device))
         except Exception as exc:  # e.g. no int8 kernels for this layer type
             if name == FP32:
@@ -331,12 +332,38 @@ def choose_precision(run: Callable[[str], Any], agreement: Callable[[Any, Any], 
     return choice
 
 
+# A training step agrees with fp32 when the loss of the probe batch is within 2% of fp32's:
+# bf16 autocast moves a MiniLM reader's loss by well under 1% (weights and optimizer stay fp32).
+LOSS_AGREEMENT = 0.98
+
+
+def choose_training_precision(step: Callable[[str], float], *, what: str,
+                              device: torch.device | str, requested: str = AUTO,
+                              timer: Timer | None = None) -> PrecisionChoice:
+    """The precision of training steps: `step(p)` runs the forward and backward pass of one
+    real batch in precision `p` (gradients discarded) and returns its loss; `auto` keeps the
+    faster of fp32 and bf16 whose loss agrees (`LOSS_AGREEMENT`). int8 cannot train."""
+    requested = normalize_precision(requested, f"precision for {what}")
+    if requested == INT8:
+        raise ConfigError(f"precision for {what}: int8 is for inference only; use auto, fp32 "
+                          "or bf16")
+    return choose_precision(step, loss_agreement, threshold=LOSS_AGREEMENT, what=what,
+                            device=device, requested=requested,
+                            candidates=[c for c in candidates_for(device) if c != INT8],
+                            timer=timer, inference=False)
+
+
 def _run_in(run: Callable[[str], Any], precision: str, device) -> Any:
     with autocast(precision, device):
         return run(precision)
 
 
 # -- agreement measures ---------------------------------------------------------------------
+
+def loss_agreement(reference: float, other: float) -> float:
+    """1 minus the relative distance of a loss from the fp32 loss (1 = equal)."""
+    return 1.0 - abs(float(other) - float(reference)) / max(abs(float(reference)), 1e-6)
+
 
 def min_cosine(reference: Any, other: Any) -> float:
     """Worst row-wise cosine similarity of two `[n, d]` arrays or tensors (vectors)."""

@@ -152,3 +152,36 @@ def test_a_choice_is_remembered_per_machine_and_model(model, tmp_path):
     damaged = P.choose_precision(run_on(model, inputs), P.min_cosine, threshold=0.99,
                                  what="test", device="cpu", timer=timer, remember="model-a")
     assert not damaged.remembered and damaged.precision == "bf16"  # a damaged file: probe again
+
+
+def training_step(model, inputs):
+    """A forward and backward pass (as a trainer's probe runs), returning the loss."""
+    def step(precision):
+        loss = model(inputs).float().pow(2).mean()
+        loss.backward()
+        model.zero_grad(set_to_none=True)
+        return float(loss.detach())
+    return step
+
+
+def test_training_precision_keeps_the_faster_agreeing_one(model):
+    inputs = torch.randn(8, 16)
+    fast_bf16 = P.choose_training_precision(training_step(model, inputs), what="training",
+                                            device="cpu",
+                                            timer=timer_of({"fp32": 1.0, "bf16": 0.7}))
+    assert fast_bf16.precision == "bf16" and set(fast_bf16.seconds) == {"fp32", "bf16"}
+    assert fast_bf16.agreement["bf16"] >= P.LOSS_AGREEMENT  # the backward ran: no int8 tried
+    slow_bf16 = P.choose_training_precision(training_step(model, inputs), what="training",
+                                            device="cpu",
+                                            timer=timer_of({"fp32": 1.0, "bf16": 6.0}))
+    assert slow_bf16.precision == "fp32"
+    assert P.choose_training_precision(lambda p: 1.0, what="training", device="cpu",
+                                       requested="bf16").precision == "bf16"
+    with pytest.raises(ConfigError, match="int8 is for inference only"):
+        P.choose_training_precision(lambda p: 1.0, what="training", device="cpu",
+                                    requested="int8")
+
+
+def test_a_loss_far_from_fp32_disagrees():
+    assert P.loss_agreement(2.0, 2.01) > P.LOSS_AGREEMENT
+    assert P.loss_agreement(2.0, 2.2) < P.LOSS_AGREEMENT

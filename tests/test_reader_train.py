@@ -124,6 +124,39 @@ def test_resume_after_a_kill_gives_the_same_weights(examples, tmp_path):
         train_reader(tiny_reader(), examples[:6], tmp_path / "b", settings)
 
 
+def test_auto_precision_probe_changes_nothing_and_resume_may_switch(examples, tmp_path,
+                                                                    monkeypatch):
+    """`auto` times the first batch in fp32 and bf16 (timings injected): picking fp32, the
+    weights equal a forced-fp32 run's bit for bit (the probe neither updates nor consumes the
+    dropout RNG); picking bf16 is recorded. A checkpoint written in fp32 resumes in bf16."""
+    from convqa import precision as P
+
+    settings = config(epochs=1, batch_size=2, checkpoint_every=2, max_steps=4)
+    forced = tiny_reader(seed=1, dropout=0.1)
+    train_reader(forced, examples, tmp_path / "fp32", settings)
+    monkeypatch.setattr(P, "time_run", lambda name, run: ({"fp32": 1.0, "bf16": 6.0}[name],
+                                                          run()))
+    auto = tiny_reader(seed=1, dropout=0.1)
+    result = train_reader(auto, examples, tmp_path / "auto", config(
+        epochs=1, batch_size=2, checkpoint_every=2, max_steps=4, precision="auto"))
+    assert result.info["precision"]["precision"] == "fp32"
+    assert set(result.info["precision"]["probe_seconds"]) == {"fp32", "bf16"}
+    expected, got = weights(forced), weights(auto)
+    assert all(torch.equal(expected[k], got[k]) for k in expected)
+
+    monkeypatch.setattr(P, "time_run", lambda name, run: ({"fp32": 1.0, "bf16": 0.5}[name],
+                                                          run()))
+    with pytest.raises(Killed):
+        train_reader(tiny_reader(seed=1), examples, tmp_path / "switch", settings,
+                     on_step=kill_after(3))
+    resumed = train_reader(tiny_reader(seed=1), examples, tmp_path / "switch", config(
+        epochs=1, batch_size=2, checkpoint_every=2, max_steps=4, precision="auto"))
+    assert resumed.resumed_from == 2 and resumed.steps == 4
+    assert resumed.info["precision"]["precision"] == "bf16"
+    with pytest.raises(ConfigError, match="int8 is for inference only"):
+        config(precision="int8")
+
+
 def test_lora_and_bf16_runs(examples, tmp_path):
     from reader_helpers import save_tiny_encoder
     from reader_helpers import reader_config

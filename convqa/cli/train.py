@@ -250,6 +250,10 @@ def _add_reader(jobs) -> None:
                    help="held-out questions scored per source after training (default 300)")
     p.add_argument("--no-eval", action="store_true", help="skip the held-out evaluation")
     add_schedule_args(p, batch_size=4, unit="questions", lr=2e-5)
+    p.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
+                   help="arithmetic of training steps (default auto: the faster of fp32 and "
+                        "bf16 autocast whose loss agrees, timed on the first batch; --bf16 "
+                        "forces bf16); a checkpoint resumes in any precision")
     add_process_args(p)
     p.set_defaults(func=run_reader)
 
@@ -282,7 +286,8 @@ def _reader_config(args: argparse.Namespace):
         history={"name": args.history, "max_tokens": args.history_max_tokens},
         length_pool=args.length_pool, window_chunk=args.window_chunk,
         eval_every=args.eval_every,
-        eval_per_source=args.eval_per_source, **schedule_settings(args))
+        eval_per_source=args.eval_per_source, precision=args.precision,
+        **schedule_settings(args))
     return ReaderRunConfig(
         squad=list(args.squad), benchmarks=list(args.benchmark), examples=list(args.examples),
         init_model=args.init_model, max_length=args.max_length,

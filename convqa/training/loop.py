@@ -35,7 +35,7 @@ from convqa.training_log import append_log, trim_log
 
 from .checkpoint import (CHECKPOINT, MODEL, STATE, TRAINING_JSON, load_tensors, set_rng_state,
                          write_checkpoint)
-from .schedule import global_batches, linear_schedule, plan_steps
+from .schedule import global_batches, linear_schedule, plan_steps, same_schedule
 
 
 def make_accelerator(cpu: bool = False):
@@ -101,7 +101,7 @@ class StepTrainer:
         if not path.exists() or not self.model_dir.is_dir():
             return None
         record = load_json(path)
-        if self.recorded_schedule(record) != jsonable(self.schedule()):
+        if not same_schedule(self.recorded_schedule(record), jsonable(self.schedule())):
             raise ConfigError(f"{self.out} holds {self.what} trained with different "
                               f"{self.compared}; use another output folder")
         return record
@@ -291,7 +291,7 @@ class StepTrainer:
         if not path.exists():
             return None
         state = load_json(path)
-        if state.get("schedule") != jsonable(self.schedule()):
+        if not same_schedule(state.get("schedule"), jsonable(self.schedule())):
             raise ConfigError(f"{self.out / CHECKPOINT} was written with different training "
                               f"{self.compared}; use another output folder or delete the "
                               "checkpoint")

@@ -13,7 +13,9 @@ import numpy as np
 from convqa.errors import ConfigError
 
 # Settings that do not change what is learned: a checkpoint written with other values resumes.
-VOLATILE = frozenset({"progress", "checkpoint_every", "keep_checkpoint"})
+# The precision is one of them: it changes the arithmetic, not the data, the order or the
+# schedule, and the fastest one differs between the machines a long run may span.
+VOLATILE = frozenset({"progress", "checkpoint_every", "keep_checkpoint", "bf16", "precision"})
 
 
 def check_counts(config: Any, names: Iterable[str], minimum: int) -> None:
@@ -41,6 +43,18 @@ def schedule_key(config: Any) -> dict[str, Any]:
     """The settings of a config dataclass that a checkpoint must share with the run that
     resumes it (all but the VOLATILE ones)."""
     return {f.name: getattr(config, f.name) for f in fields(config) if f.name not in VOLATILE}
+
+
+def same_schedule(recorded: Any, current: Any) -> bool:
+    """Whether a schedule key stored by a run equals `current`, ignoring VOLATILE settings
+    that older runs stored in it (at any depth: some keys nest the train config)."""
+    return _without_volatile(recorded) == _without_volatile(current)
+
+
+def _without_volatile(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_volatile(v) for k, v in value.items() if k not in VOLATILE}
+    return value
 
 
 def plan_steps(examples: int, config: Any, processes: int) -> tuple[int, int]:
