@@ -50,7 +50,7 @@ FORMAT = "convqa-phrase-dump"
 VERSION = 2             # 2: one token table per shard, sides refer to it (vectors.py)
 POS_BYTES = 16          # (row, token, char start, char end) as int32
 INT8_EXTRA_BYTES = 8    # scale + offset, float32 each
-REF_BYTES = 4           # a side's int32 reference into the token table
+REF_BYTES = 6           # a side's int32 reference into the token table + float16 filter logit
 _HEADER_FIELDS = ("fingerprint", "dim", "count", "corpus_checksum", "shard_size", "dtype",
                   "keep_fraction")
 _THRESHOLDS = ("start_threshold", "end_threshold")
@@ -405,7 +405,8 @@ def _write(folder: Path, start: int, end: int, dumped: list[DumpedPassage], dtyp
         vectors = [d.vectors[side] for d in dumped]
         dim = vectors[0].shape[1] if vectors else 0
         stacked = np.concatenate(vectors) if vectors else np.zeros((0, dim), np.float32)
-        sides[side] = (stacked, np.concatenate([d.pos[side] for d in dumped]))
+        sides[side] = (stacked, np.concatenate([d.pos[side] for d in dumped]),
+                       np.concatenate([d.logits[side] for d in dumped]))
     try:
         tokens, packed = pack_shard(sides, start, end - start, dtype)
     except ValueError as exc:

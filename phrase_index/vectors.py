@@ -13,6 +13,8 @@ range of passage rows) holds one *token table* and two lists of references into 
 - `{side}_ref.npy`: `[n]` int32, the token-table rows of the side's vectors, in (row, token)
   order;
 - `{side}_ptr.npy`: `[rows + 1]` int64, passage `start + k` owns side vectors `ptr[k]:ptr[k+1]`;
+- `{side}_logits.npy`: `[n]` float16, the filter logit of each of the side's vectors (dumps
+  from before they were stored lack it), so a compact index can filter a dump afterwards;
 - `shard.json`: counts, written last. A shard is a folder written under a temporary name and
   renamed into place, so it exists complete or not at all.
 
@@ -132,6 +134,7 @@ class SideArrays:
     tokens: TokenArrays
     ref: np.ndarray                # [n] int32: table rows, (row, token) order
     ptr: np.ndarray                # [rows + 1] int64
+    logits: np.ndarray | None = None  # [n] float16 filter logits (None: an older dump)
 
     def __len__(self) -> int:
         return len(self.ref)
@@ -152,13 +155,16 @@ class SideArrays:
         return self.tokens.pos[self.ref[index]]
 
 
-def pack_shard(sides: dict[str, tuple[np.ndarray, np.ndarray]], first_row: int, rows: int,
+def pack_shard(sides: dict[str, tuple[np.ndarray, ...]], first_row: int, rows: int,
                dtype: str) -> tuple[TokenArrays, dict[str, SideArrays]]:
     """The token table and the side references of a shard of `rows` passages starting at global
-    row `first_row`, from per-side float32 `(vectors [n, d], pos [n, 4])` sorted by (row,
-    token). A (row, token) kept on several sides with bitwise-equal vectors is stored once."""
-    keyed, counts = [], {}
-    for side, (vectors, pos) in sides.items():
+    row `first_row`, from per-side float32 `(vectors [n, d], pos [n, 4][, logits [n]])` sorted
+    by (row, token). A (row, token) kept on several sides with bitwise-equal vectors is stored
+    once."""
+    keyed, counts, side_logits = [], {}, {}
+    for side, (vectors, pos, *rest) in sides.items():
+        if rest and rest[0] is not None:
+            side_logits[side] = np.asarray(rest[0], dtype=np.float16).reshape(-1)
         vectors = np.asarray(vectors, dtype=np.float32)
         pos = np.asarray(pos, dtype=np.int32).reshape(-1, 4)
         local = pos[:, 0].astype(np.int64) - first_row
@@ -201,7 +207,8 @@ def pack_shard(sides: dict[str, tuple[np.ndarray, np.ndarray]], first_row: int, 
     for side, _, _, _ in keyed:
         ptr = np.zeros(rows + 1, dtype=np.int64)
         np.cumsum(counts[side], out=ptr[1:])
-        out[side] = SideArrays(tokens, rank[refs[side]].astype(np.int32), ptr)
+        out[side] = SideArrays(tokens, rank[refs[side]].astype(np.int32), ptr,
+                               side_logits.get(side))
     return tokens, out
 
 
@@ -217,6 +224,8 @@ def write_shard(folder: Path, start: int, end: int, tokens: TokenArrays,
         for side, arrays in sides.items():
             _save(tmp / f"{side}_ref.npy", arrays.ref)
             _save(tmp / f"{side}_ptr.npy", arrays.ptr)
+            if arrays.logits is not None:
+                _save(tmp / f"{side}_logits.npy", arrays.logits)
         counts = {f"{side}_count": len(arrays) for side, arrays in sides.items()}
         with open(tmp / SHARD_META, "w", encoding="utf-8") as handle:
             json.dump({"rows": [start, end], "tokens_count": len(tokens), **counts, **info},
@@ -250,7 +259,8 @@ class Shard:
         """Bytes of every array (token table, references, pointers): the shard's size on disk
         less the .npy headers and shard.json."""
         return (sum(a.nbytes for a in self.tokens.arrays().values())
-                + sum(s.ref.nbytes + s.ptr.nbytes for s in self.sides.values()))
+                + sum(s.ref.nbytes + s.ptr.nbytes + (0 if s.logits is None else s.logits.nbytes)
+                      for s in self.sides.values()))
 
 
 def _load(file: Path, shape: tuple, kind: str) -> np.ndarray:
@@ -293,7 +303,9 @@ def read_shard(folder: Path, start: int, end: int, dim: int, dtype: str) -> Shar
         if count and (ref.min() < 0 or ref.max() >= size):
             raise DataError(f"damaged shard: references outside the {size}-row token table",
                             path / f"{side}_ref.npy")
-        sides[side] = SideArrays(tokens, ref, ptr)
+        logits_file = path / f"{side}_logits.npy"
+        logits = _load(logits_file, (count,), "float16") if logits_file.exists() else None
+        sides[side] = SideArrays(tokens, ref, ptr, logits)
     return Shard(tokens, sides)
 
 

@@ -163,8 +163,13 @@ def test_a_token_kept_on_both_sides_is_stored_once(model, tmp_path):
             if match:
                 np.testing.assert_array_equal(sv[i], ev[match[0]])
     refs = sum(s.ref.nbytes + s.ptr.nbytes for sh in dump._shards for s in sh.sides.values())
+    logits = 2 * (dump.manifest["start_count"] + dump.manifest["end_count"])  # float16 each
     table = dump.manifest["tokens_count"] * (2 * 32 + 16)  # float16 32-d vector + position
-    assert dump.nbytes() == table + refs
+    assert dump.nbytes() == table + refs + logits
+    # each side vector carries its filter logit, equal to what the filter head gives it
+    for sh in dump._shards:
+        for s in sh.sides.values():
+            assert s.logits is not None and len(s.logits) == len(s.ref)
 
 
 def test_size_estimate_is_printed_first_and_matches_the_dump(model, tmp_path, capsys):
@@ -224,7 +229,7 @@ def test_resume_after_a_kill_gives_the_identical_dump(model, tmp_path, monkeypat
     assert (folder / shard_dir_name(0, 4) / "tokens_vectors.npy").stat().st_mtime_ns == kept
     assert not list(folder.glob(".*.tmp"))
     a, b = arrays(tmp_path / "clean"), arrays(folder)
-    assert a.keys() == b.keys() and len(a) == 4 * 2 * 3
+    assert a.keys() == b.keys() and len(a) == 4 * (2 + 2 * 3)  # table; ref, ptr, logits
     for name in a:
         np.testing.assert_array_equal(a[name], b[name], err_msg=name)
     for key in ("start_count", "end_count", "text_tokens"):
@@ -332,7 +337,7 @@ def test_accelerate_launch_two_cpu_processes_equal_one(model, tmp_path):
     dump_corpus(model, PASSAGES, tmp_path / "one", batch_size=3, shard_size=3, precision="fp32",
                 progress=False)
     a, b = arrays(tmp_path / "one"), arrays(tmp_path / "two")
-    assert a.keys() == b.keys() and len(a) == 5 * 2 * 3
+    assert a.keys() == b.keys() and len(a) == 5 * (2 + 2 * 3)
     for name in a:
         np.testing.assert_array_equal(a[name], b[name], err_msg=name)
     assert PhraseDump.open(tmp_path / "two").manifest["complete"]
