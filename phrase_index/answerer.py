@@ -26,7 +26,7 @@ from convqa.precision import (AUTO, VECTOR_AGREEMENT, autocast, choose_precision
 from convqa.pipeline import PipelineResult
 from convqa.types import Answer, Hit, Turn
 
-from .index import PhraseIndex
+from .index import PhraseIndex, load_phrase_index
 from .search import PhraseSearcher
 
 
@@ -62,7 +62,7 @@ class PhrasePipeline:
 
         from .model import PhraseModel
 
-        index = PhraseIndex.load(index_dir, mmap=mmap)
+        index = load_phrase_index(index_dir, mmap=mmap)
         model_name = model or index.meta.get("model")
         store_path = passages or index.meta.get("passages")
         if not model_name:

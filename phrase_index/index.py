@@ -191,19 +191,54 @@ class PhraseIndex:
         """FAISS (scores, vector ids) `[n, k]` of one side; ids are -1 where fewer than k."""
         return self.sides[side].search(queries, k)
 
+    def side_positions(self, side: str, ids: np.ndarray) -> np.ndarray:
+        """`[n, 4]` int32 (row, token, char start, char end) of a side's vector ids."""
+        return self.dump.side(side).positions(ids)
+
+    def gather(self, rows: np.ndarray, q_start: np.ndarray, q_end: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(start pos, start scores, end pos, end scores) of every kept token of the passages
+        `rows` (sorted, unique), in (row, token) order, scored from the dump's vectors."""
+        start_pos, start_scores = self.dump.side("start").gather_scores(rows, q_start)
+        end_pos, end_scores = self.dump.side("end").gather_scores(rows, q_end)
+        return start_pos, start_scores, end_pos, end_scores
+
     def check(self, fingerprint: str | None = None, corpus_checksum: str | None = None,
               model_name: str | None = None) -> None:
-        """ConvQAError unless the model and the passage store are the index's."""
-        where = f"phrase index (built with model {self.meta.get('model')!r}, fingerprint " \
-                f"{self.fingerprint})"
-        if fingerprint is not None and fingerprint != self.fingerprint:
-            raise ConvQAError(f"model mismatch: {where} cannot be searched with model "
-                              f"{model_name!r} (fingerprint {fingerprint}); use the index's "
-                              "model or rebuild the index with this one")
-        if corpus_checksum is not None and corpus_checksum != self.meta.get("corpus_checksum"):
-            raise ConvQAError(f"corpus mismatch: {where} was built over a corpus with checksum "
-                              f"{self.meta.get('corpus_checksum')}, the passage store has "
-                              f"{corpus_checksum}; rebuild the index")
+        check_phrase_index(self, fingerprint, corpus_checksum, model_name)
+
+
+def check_phrase_index(index, fingerprint: str | None = None,
+                       corpus_checksum: str | None = None, model_name: str | None = None) -> None:
+    """ConvQAError unless the model and the passage store are the index's (either kind)."""
+    where = f"phrase index (built with model {index.meta.get('model')!r}, fingerprint " \
+            f"{index.fingerprint})"
+    if fingerprint is not None and fingerprint != index.fingerprint:
+        raise ConvQAError(f"model mismatch: {where} cannot be searched with model "
+                          f"{model_name!r} (fingerprint {fingerprint}); use the index's "
+                          "model or rebuild the index with this one")
+    if corpus_checksum is not None and corpus_checksum != index.meta.get("corpus_checksum"):
+        raise ConvQAError(f"corpus mismatch: {where} was built over a corpus with checksum "
+                          f"{index.meta.get('corpus_checksum')}, the passage store has "
+                          f"{corpus_checksum}; rebuild the index")
+
+
+def load_phrase_index(folder: str | os.PathLike, mmap: bool = False):
+    """A saved phrase index of either kind: dump-based (`PhraseIndex`) or compact
+    (`compact.CompactPhraseIndex`, always memory-mapped), told apart by its format."""
+    import json
+
+    path = Path(folder) / META_FILE
+    try:
+        kind = json.loads(path.read_text(encoding="utf-8")).get("format")
+    except (OSError, ValueError, AttributeError):
+        kind = None  # PhraseIndex.load names the problem
+    if kind is not None:
+        from .compact import FORMAT as COMPACT_FORMAT, CompactPhraseIndex
+
+        if kind == COMPACT_FORMAT:
+            return CompactPhraseIndex.load(folder)
+    return PhraseIndex.load(folder, mmap=mmap)
 
 
 def build_phrase_index(model, store, out_dir: str | os.PathLike, *, dtype: str = "float16",

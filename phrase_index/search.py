@@ -16,7 +16,7 @@ once: results are deduplicated by (passage, start token, end token).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
@@ -24,6 +24,9 @@ from convqa.errors import ConfigError, ConvQAError
 from convqa.types import Answer, Passage
 
 from .index import PhraseIndex
+
+if TYPE_CHECKING:
+    from .compact import CompactPhraseIndex
 
 PASSES = ("start", "end")
 DEFAULT_CANDIDATES = 64     # FAISS hits per pass and query
@@ -66,7 +69,7 @@ def _keys(pos: np.ndarray) -> np.ndarray:
     return pos[:, 0].astype(np.int64) * _TOKEN_KEY + pos[:, 1]
 
 
-def _score_query(index: PhraseIndex, proposed: dict[str, np.ndarray], q_start: np.ndarray,
+def _score_query(index: "PhraseIndex | CompactPhraseIndex", proposed: dict[str, np.ndarray], q_start: np.ndarray,
                  q_end: np.ndarray, max_tokens: int) -> tuple[np.ndarray, ...]:
     """Every phrase of the proposed passages that a pass proposes: (rows, starts, ends,
     char starts, char ends, start scores, end scores).
@@ -77,8 +80,7 @@ def _score_query(index: PhraseIndex, proposed: dict[str, np.ndarray], q_start: n
     kept when its start was a start hit or its end an end hit."""
     hit_rows = np.concatenate([p[:, 0] for p in proposed.values()])
     rows = np.unique(hit_rows)
-    start_pos, start_scores = index.dump.side("start").gather_scores(rows, q_start)
-    end_pos, end_scores = index.dump.side("end").gather_scores(rows, q_end)
+    start_pos, start_scores, end_pos, end_scores = index.gather(rows, q_start, q_end)
     start_keys, end_keys = _keys(start_pos), _keys(end_pos)
     lo = np.searchsorted(end_keys, start_keys, side="left")
     hi = np.searchsorted(end_keys, start_keys + max_tokens, side="left")
@@ -96,7 +98,7 @@ def _score_query(index: PhraseIndex, proposed: dict[str, np.ndarray], q_start: n
             start_scores[a], end_scores[b])
 
 
-def search_phrases(index: PhraseIndex, q_start: np.ndarray, q_end: np.ndarray, k: int = 10, *,
+def search_phrases(index: "PhraseIndex | CompactPhraseIndex", q_start: np.ndarray, q_end: np.ndarray, k: int = 10, *,
                    candidates: int | None = None, max_answer_tokens: int | None = None,
                    passes: Sequence[str] = PASSES) -> list[list[PhraseSpan]]:
     """The `k` best phrases per query (rows of `q_start` / `q_end`), best first; ties go to
@@ -116,7 +118,7 @@ def search_phrases(index: PhraseIndex, q_start: np.ndarray, q_end: np.ndarray, k
             for side in passes}
     results = []
     for q in range(len(q_start)):
-        proposed = {side: index.dump.side(side).positions(hits[side][q][hits[side][q] >= 0])
+        proposed = {side: index.side_positions(side, hits[side][q][hits[side][q] >= 0])
                     for side in passes}
         results.append(_top(_score_query(index, proposed, q_start[q], q_end[q], max_tokens),
                             k))

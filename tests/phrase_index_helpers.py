@@ -26,9 +26,11 @@ def token_chars(token: int) -> tuple[int, int]:
 
 def write_dump(folder: Path, start: np.ndarray, end: np.ndarray, passages: list[Passage], *,
                dtype: str = "float16", shard_size: int = 8, max_answer_tokens: int = 10,
-               fingerprint: str = "synthetic") -> Path:
+               fingerprint: str = "synthetic", logits: dict[str, np.ndarray] | None = None
+               ) -> Path:
     """A finished dump of `start[row, token]` / `end[row, token]` vectors (`[P, T, d]`), every
-    token kept on both sides, written with the production shard code."""
+    token kept on both sides, written with the production shard code; `logits[side]` `[P, T]`
+    are stored as the filter logits."""
     count, tokens, dim = start.shape
     folder.mkdir(parents=True)
     for lo in range(0, count, shard_size):
@@ -36,7 +38,8 @@ def write_dump(folder: Path, start: np.ndarray, end: np.ndarray, passages: list[
         rows = np.repeat(np.arange(lo, hi), tokens)
         toks = np.tile(np.arange(tokens), hi - lo)
         pos = np.column_stack([rows, toks, WORD * toks, WORD * toks + 4]).astype(np.int32)
-        table, sides = pack_shard({side: (vectors[lo:hi].reshape(-1, dim), pos)
+        table, sides = pack_shard({side: (vectors[lo:hi].reshape(-1, dim), pos,
+                                          None if logits is None else logits[side][lo:hi].ravel())
                                    for side, vectors in (("start", start), ("end", end))},
                                   lo, hi - lo, dtype)
         write_shard(folder, lo, hi, table, sides, {"text_tokens": len(pos), "truncated": 0})
@@ -47,6 +50,26 @@ def write_dump(folder: Path, start: np.ndarray, end: np.ndarray, passages: list[
         "dtype": dtype, "start_threshold": None, "end_threshold": None,
         "max_answer_tokens": max_answer_tokens, "complete": True})
     return folder
+
+
+def planted_queries(count: int, tokens: int, dim: int, queries: int, seed: int, scale: float):
+    """`queries` random unit query pairs, each with its phrase planted in its own passage:
+    (start, end, q_start, q_end, [(row, start token, end token)] per query)."""
+    rng = np.random.default_rng(seed)
+    start, end = noise(count, tokens, dim, seed, scale), noise(count, tokens, dim, seed + 1, scale)
+    q_start = rng.normal(size=(queries, dim)).astype(np.float32)
+    q_end = rng.normal(size=(queries, dim)).astype(np.float32)
+    q_start /= np.linalg.norm(q_start, axis=1, keepdims=True)
+    q_end /= np.linalg.norm(q_end, axis=1, keepdims=True)
+    rows = rng.choice(count, queries, replace=False)
+    truth = []
+    for q, row in enumerate(rows):
+        i = int(rng.integers(0, tokens - 4))
+        j = i + int(rng.integers(0, 4))
+        start[row, i] += 1.5 * q_start[q]
+        end[row, j] += 1.5 * q_end[q]
+        truth.append((int(row), i, j))
+    return start, end, q_start, q_end, truth
 
 
 def noise(count: int, tokens: int, dim: int, seed: int = 0, scale: float = 0.05) -> np.ndarray:

@@ -15,7 +15,8 @@ from phrase_index.dump import PhraseDump
 from phrase_index.index import META_FILE, PhraseIndex, choose_factory
 from phrase_index.search import PhraseSearcher, search_phrases
 from phrase_index.vectors import dequantize_int8, quantize_int8
-from phrase_index_helpers import (noise, synthetic_passages, token_chars, unit, write_dump)
+from phrase_index_helpers import (noise, planted_queries, synthetic_passages, token_chars, unit,
+                                   write_dump)
 
 DIM, TOKENS = 16, 12
 Q_START, Q_END = unit(DIM, 0)[None], unit(DIM, 1)[None]
@@ -112,25 +113,6 @@ def test_int8_quantization_error_bound():
                                                                                  keepdims=True))
     np.testing.assert_allclose(restored[0], 0.25, atol=1e-7)
     assert (codes[1:].min(1) == -128).all() and (codes[1:].max(1) == 127).all()  # full range
-
-
-def planted_queries(count: int, tokens: int, dim: int, queries: int, seed: int, scale: float):
-    """`queries` random unit query pairs, each with its phrase planted in its own passage."""
-    rng = np.random.default_rng(seed)
-    start, end = noise(count, tokens, dim, seed, scale), noise(count, tokens, dim, seed + 1, scale)
-    q_start = rng.normal(size=(queries, dim)).astype(np.float32)
-    q_end = rng.normal(size=(queries, dim)).astype(np.float32)
-    q_start /= np.linalg.norm(q_start, axis=1, keepdims=True)
-    q_end /= np.linalg.norm(q_end, axis=1, keepdims=True)
-    rows = rng.choice(count, queries, replace=False)
-    truth = []
-    for q, row in enumerate(rows):
-        i = int(rng.integers(0, tokens - 4))
-        j = i + int(rng.integers(0, 4))
-        start[row, i] += 1.5 * q_start[q]
-        end[row, j] += 1.5 * q_end[q]
-        truth.append((int(row), i, j))
-    return start, end, q_start, q_end, truth
 
 
 def test_int8_and_float16_dumps_agree(tmp_path):

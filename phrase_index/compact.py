@@ -1,0 +1,511 @@
+"""The compact phrase index: a whole Wikipedia-sized corpus in a few GB, memory-mapped.
+
+The dump-based index (index.py) keeps a 392-byte int8 vector per token plus two FAISS indexes:
+~42 KB per passage, 9 GB for 220k passages. This one keeps, per kept token:
+
+- an `m`-byte product-quantization code (codec.py, OPQ-rotated), from which start and end
+  scores are computed exactly for those codes by table lookups (48 bytes by default);
+- its entry in one FAISS IVF-PQ index over every kept token (start and end share the vector,
+  so one index serves both sides; a smaller code, 16 bytes + FAISS's 8-byte id), which only
+  proposes candidates;
+- its position: token index (uint16), character span (uint16 or uint32 pair) and which sides
+  keep it (uint8 bits: 1 start, 2 end); `ptr.npy` (int64 `[passages + 1]`) gives each
+  passage's token range, tokens being stored passage by passage.
+
+So ~80 bytes per token, and a filter (the model's start/end filter logits stored in the dump,
+thresholded here, `keep_fraction` or fixed thresholds) decides how many tokens per passage
+are kept. Everything is memory-mapped on load: the query process reads the IVF lists it
+probes and the codes of the passages it scores.
+
+A compact index is built from a finished dump (dump.py) in three resumable stages under
+`OUT/.build`: train (a sample of the kept tokens spread over the dump: the codec and the IVF-PQ
+quantizers), parts (each dump shard filtered and encoded into a part folder, atomically; a
+rerun skips finished parts), merge (the parts concatenated into the final arrays, the codes
+added to the IVF lists); `phrase_index.json` is written last and `.build` removed. The dump is
+not needed afterwards.
+
+Folder: `phrase_index.json` (format `convqa-phrase-compact-index`), `codec/`, `search/` (a
+`retrievers.dense.index.DenseIndex`), `tokens/` (codes, token, chars, sides, ptr).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from convqa.errors import ConfigError, ConvQAError, DataError
+from convqa.io import load_format_json, write_json
+from retrievers.dense.index import DenseIndex, make_index, search_defaults
+
+from .codec import PQCodec
+from .dump import PhraseDump
+from .vectors import SIDES, _concatenated_ranges
+
+FORMAT = "convqa-phrase-compact-index"
+VERSION = 1
+META_FILE = "phrase_index.json"
+BUILD_DIR = ".build"
+DEFAULT_CODE_BYTES = 48       # rescoring code: 8 dimensions per byte at 384-d
+DEFAULT_SEARCH_BYTES = 16     # the IVF-PQ code that proposes candidates
+DEFAULT_TRAIN_SIZE = 200_000  # tokens the codec and the IVF are trained on
+MAX_LISTS = 4096
+SIDE_BITS = {"start": 1, "end": 2}
+TOKEN_ARRAYS = ("codes", "token", "chars", "sides")
+
+
+def choose_search_factory(count: int, dim: int, code_bytes: int = DEFAULT_SEARCH_BYTES) -> str:
+    """IVF-PQ with up to 4 sqrt(n) lists (a power of two, at most `MAX_LISTS`, at least 39
+    training vectors each) and `code_bytes` sub-quantizers."""
+    lists = 2 ** math.floor(math.log2(max(16.0, 4 * math.sqrt(count))))
+    lists = min(lists, MAX_LISTS)
+    while lists > 16 and count < 39 * lists:
+        lists //= 2
+    if dim % code_bytes:
+        raise ConfigError(f"search code bytes must divide the vector size {dim}, got "
+                          f"{code_bytes}")
+    return f"IVF{lists},PQ{code_bytes}"
+
+
+# -- filtering a dump shard -------------------------------------------------------------------
+def _kept_tokens(shard, thresholds: dict[str, float | None]) -> tuple[np.ndarray, np.ndarray]:
+    """(token-table rows kept, their side bits), rows ascending (= passage, token order)."""
+    size = len(shard.tokens)
+    bits = np.zeros(size, dtype=np.uint8)
+    for side in SIDES:
+        arrays = shard.sides[side]
+        keep = np.ones(len(arrays.ref), dtype=bool)
+        if thresholds.get(side) is not None:
+            if arrays.logits is None:
+                raise ConvQAError("this dump has no filter logits (dumped before they were "
+                                  "stored): dump again, or build without a keep fraction or "
+                                  "thresholds")
+            keep = arrays.logits.astype(np.float32) > thresholds[side]
+        bits[arrays.ref[keep]] |= SIDE_BITS[side]
+    rows = np.nonzero(bits)[0]
+    return rows, bits[rows]
+
+
+def thresholds_for(dump: PhraseDump, keep_fraction: float | None,
+                   thresholds: dict[str, float | None] | None, sample_shards: int = 32
+                   ) -> dict[str, float | None]:
+    """Per-side logit thresholds: given, or the (1 - keep_fraction) quantile of the side's
+    logits over up to `sample_shards` shards spread over the dump; None keeps everything."""
+    if keep_fraction is None or keep_fraction >= 1.0:
+        return dict(thresholds or {side: None for side in SIDES})
+    if not 0 < keep_fraction < 1:
+        raise ConfigError(f"keep_fraction must be in (0, 1], got {keep_fraction!r}")
+    logits: dict[str, list[np.ndarray]] = {side: [] for side in SIDES}
+    for start, end in _spread(dump.ranges(), sample_shards):
+        shard = dump.shard(start, end)
+        for side in SIDES:
+            if shard.sides[side].logits is None:
+                raise ConvQAError(f"{dump.folder}: this dump has no filter logits (dumped "
+                                  "before they were stored): dump again to filter it")
+            logits[side].append(shard.sides[side].logits.astype(np.float32))
+    return {side: float(np.quantile(np.concatenate(logits[side]), 1.0 - keep_fraction))
+            for side in SIDES}
+
+
+def _spread(ranges: list[tuple[int, int]], count: int) -> list[tuple[int, int]]:
+    if len(ranges) <= count:
+        return list(ranges)
+    picks = np.linspace(0, len(ranges) - 1, count).round().astype(int)
+    return [ranges[i] for i in sorted(set(picks.tolist()))]
+
+
+def _training_sample(dump: PhraseDump, thresholds, size: int, seed: int) -> np.ndarray:
+    """About `size` kept token vectors (float32), drawn from shards spread over the dump."""
+    rng = np.random.default_rng(seed)
+    ranges = _spread(dump.ranges(), max(8, min(len(dump.ranges()), 64)))
+    per_shard = max(1, -(-size // len(ranges)))
+    parts = []
+    for start, end in ranges:
+        shard = dump.shard(start, end)
+        rows, _ = _kept_tokens(shard, thresholds)
+        if len(rows) > per_shard:
+            rows = np.sort(rng.choice(rows, per_shard, replace=False))
+        parts.append(shard.tokens.take(rows))
+    return np.concatenate(parts) if parts else np.zeros((0, dump.dim), np.float32)
+
+
+# -- writing ------------------------------------------------------------------------------
+def _save_array(path: Path, array: np.ndarray) -> None:
+    with open(path, "wb") as handle:
+        np.save(handle, np.ascontiguousarray(array), allow_pickle=False)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _atomic_folder(final: Path, fill: Callable[[Path], None]) -> None:
+    """Fill a temporary sibling folder and rename it to `final` when complete."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
+    try:
+        fill(tmp)
+        if final.exists():
+            shutil.rmtree(final)
+        os.rename(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _chars_dtype(max_char: int) -> np.dtype:
+    return np.dtype(np.uint16) if max_char < 2 ** 16 else np.dtype(np.uint32)
+
+
+class _Stages:
+    """The build folder (`OUT/.build`) and what each stage left there."""
+
+    def __init__(self, out: Path):
+        self.out = out
+        self.root = out / BUILD_DIR
+
+    @property
+    def trained(self) -> Path:
+        return self.root / "trained"
+
+    @property
+    def parts(self) -> Path:
+        return self.root / "parts"
+
+    def part(self, start: int, end: int) -> Path:
+        return self.parts / f"part-{start:010d}-{end:010d}"
+
+
+def build_compact_index(dump: PhraseDump | str | os.PathLike, out: str | os.PathLike, *,
+                        keep_fraction: float | None = None,
+                        thresholds: dict[str, float | None] | None = None,
+                        code_bytes: int = DEFAULT_CODE_BYTES, opq: bool = True,
+                        factory: str | None = None, train_size: int = DEFAULT_TRAIN_SIZE,
+                        seed: int = 0, model: str | None = None, passages: str | None = None,
+                        progress: bool = True) -> "CompactPhraseIndex":
+    """Build (or resume building) a compact index of a finished dump into `out` (see the
+    module docstring); returns it loaded."""
+    began = time.perf_counter()
+    if not isinstance(dump, PhraseDump):
+        dump = PhraseDump.open(dump)
+    out = Path(out)
+    if (out / META_FILE).exists():
+        raise ConvQAError(f"{out}: a phrase index is already there; choose another folder")
+    stages = _Stages(out)
+    settings = {"keep_fraction": keep_fraction, "thresholds": thresholds,
+                "code_bytes": code_bytes, "opq": opq, "factory": factory,
+                "train_size": train_size, "seed": seed, "dump_fingerprint": dump.fingerprint,
+                "corpus_checksum": dump.corpus_checksum, "count": dump.count}
+    trained = _train_stage(dump, stages, settings, progress)
+    codec = PQCodec.load(stages.trained / "codec")
+    search = DenseIndex.load(stages.trained / "search")
+    cuts = {side: trained["thresholds"][side] for side in SIDES}
+    _parts_stage(dump, stages, codec, search.index, cuts, progress)
+    index = _merge_stage(dump, stages, codec, search, trained, progress)
+    index.meta.update({"model": model or dump.manifest.get("model"), "passages": passages,
+                       "build_seconds": round(time.perf_counter() - began, 2)})
+    write_json(out / META_FILE, index.meta)
+    shutil.rmtree(stages.root, ignore_errors=True)
+    return CompactPhraseIndex.load(out)
+
+
+def _train_stage(dump: PhraseDump, stages: _Stages, settings: dict[str, Any],
+                 progress: bool) -> dict[str, Any]:
+    record_path = stages.trained / "trained.json"
+    if record_path.exists():
+        record = json.loads(record_path.read_text(encoding="utf-8"))
+        if record.get("settings") != settings:
+            raise ConvQAError(f"{stages.root} holds a build with other settings "
+                              f"({record.get('settings')}); delete it or use another folder")
+        return record
+    if stages.root.exists():
+        shutil.rmtree(stages.root)  # parts of an untrained build cannot be reused
+    cuts = thresholds_for(dump, settings["keep_fraction"], settings["thresholds"])
+    started = time.perf_counter()
+    sample = _training_sample(dump, cuts, settings["train_size"], settings["seed"])
+    kept = _count_kept(dump, cuts)
+    if kept == 0:
+        raise ConvQAError(f"the filter keeps no token of {dump.folder} (thresholds {cuts})")
+    factory = settings["factory"] or choose_search_factory(kept, dump.dim)
+    if progress:
+        print(f"compact phrase index: training the codec ({settings['code_bytes']} bytes, "
+              f"{'OPQ' if settings['opq'] else 'no rotation'}) and {factory} on "
+              f"{len(sample):,} of ~{kept:,} kept tokens", flush=True)
+    codec = PQCodec.train(sample, settings["code_bytes"], opq=settings["opq"],
+                          seed=settings["seed"])
+    index = make_index(factory, dump.dim)
+    _train_faiss(index, sample, settings["seed"])
+    meta = {"format": "convqa-dense-index", "version": 1, "factory": factory,
+            "metric": "inner_product", "encoder": dump.manifest.get("model"),
+            "fingerprint": dump.fingerprint, "dim": dump.dim, "count": 0,
+            "corpus_checksum": dump.corpus_checksum, "phrase_side": "both",
+            **search_defaults(index)}
+
+    def fill(folder: Path) -> None:
+        codec.save(folder / "codec")
+        DenseIndex(index, dict(meta)).save(folder / "search")
+        write_json(folder / "trained.json", {
+            "settings": settings, "thresholds": cuts, "factory": factory,
+            "estimated_tokens": kept, "sample": len(sample),
+            "train_seconds": round(time.perf_counter() - started, 2)})
+
+    _atomic_folder(stages.trained, fill)
+    return json.loads(record_path.read_text(encoding="utf-8"))
+
+
+def _count_kept(dump: PhraseDump, cuts) -> int:
+    """Kept tokens of the whole dump, estimated from a spread sample of shards."""
+    ranges = dump.ranges()
+    picked = _spread(ranges, 32)
+    kept = sum(len(_kept_tokens(dump.shard(s, e), cuts)[0]) for s, e in picked)
+    passages = sum(e - s for s, e in picked)
+    return int(round(kept * dump.count / max(1, passages)))
+
+
+def _train_faiss(index, sample: np.ndarray, seed: int) -> None:
+    import faiss
+
+    ivf = faiss.extract_index_ivf(index)
+    ivf.cp.seed = seed
+    ivf = faiss.downcast_index(ivf)
+    if hasattr(ivf, "do_polysemous_training"):
+        ivf.do_polysemous_training = False
+    index.train(np.ascontiguousarray(sample, dtype=np.float32))
+
+
+def _parts_stage(dump: PhraseDump, stages: _Stages, codec: PQCodec, search, cuts,
+                 progress: bool) -> None:
+    from tqdm.auto import tqdm
+
+    ranges = dump.ranges()
+    todo = [(s, e) for s, e in ranges if not (stages.part(s, e) / "part.json").exists()]
+    for leftover in stages.parts.glob(".part-*.tmp") if stages.parts.exists() else []:
+        shutil.rmtree(leftover, ignore_errors=True)
+    bar = tqdm(total=dump.count, initial=dump.count - sum(e - s for s, e in todo),
+               desc="compact phrase index (encoding)", unit="psg", disable=not progress)
+    for start, end in todo:
+        shard = dump.shard(start, end)
+        rows, bits = _kept_tokens(shard, cuts)
+        vectors = shard.tokens.take(rows)
+        pos = shard.tokens.pos[rows]
+        counts = np.bincount(pos[:, 0] - start, minlength=end - start).astype(np.int32)
+        max_char = int(pos[:, 3].max()) if len(pos) else 0
+        if len(pos) and int(pos[:, 1].max()) >= 2 ** 16:
+            raise ConvQAError(f"passages {start}-{end}: a token index above 65535")
+        arrays = {"codes": codec.encode(vectors),
+                  "search": search.sa_encode(np.ascontiguousarray(vectors)),
+                  "token": pos[:, 1].astype(np.uint16),
+                  "chars": pos[:, 2:4].astype(np.uint32), "sides": bits, "counts": counts}
+
+        def fill(folder: Path, arrays=arrays, start=start, end=end, max_char=max_char) -> None:
+            for name, array in arrays.items():
+                _save_array(folder / f"{name}.npy", array)
+            write_json(folder / "part.json", {"rows": [start, end], "tokens": len(rows),
+                                              "max_char": max_char})
+
+        _atomic_folder(stages.part(start, end), fill)
+        bar.update(end - start)
+    bar.close()
+
+
+def _merge_stage(dump: PhraseDump, stages: _Stages, codec: PQCodec, search: DenseIndex,
+                 trained: dict[str, Any], progress: bool) -> "CompactPhraseIndex":
+    """Concatenate the parts into `tokens/` and the IVF lists into `search/`."""
+    from tqdm.auto import tqdm
+
+    ranges = dump.ranges()
+    infos = [json.loads((stages.part(s, e) / "part.json").read_text()) for s, e in ranges]
+    total = sum(info["tokens"] for info in infos)
+    max_char = max((info["max_char"] for info in infos), default=0)
+    chars_dtype = _chars_dtype(max_char)
+    out = stages.out
+    shapes = {"codes": ((total, codec.m), np.uint8), "token": ((total,), np.uint16),
+              "chars": ((total, 2), chars_dtype), "sides": ((total,), np.uint8)}
+    ptr = np.zeros(dump.count + 1, dtype=np.int64)
+    side_counts = {side: 0 for side in SIDES}
+
+    def fill(folder: Path) -> None:
+        targets = {name: np.lib.format.open_memmap(folder / f"{name}.npy", mode="w+",
+                                                   dtype=dtype, shape=shape)
+                   for name, (shape, dtype) in shapes.items()}
+        at = 0
+        bar = tqdm(total=len(ranges), desc="compact phrase index (merging)", unit="shard",
+                   disable=not progress)
+        for (start, end), info in zip(ranges, infos):
+            part = stages.part(start, end)
+            n = info["tokens"]
+            for name in TOKEN_ARRAYS:
+                array = np.load(part / f"{name}.npy", allow_pickle=False)
+                targets[name][at:at + n] = array.astype(shapes[name][1], copy=False)
+            sides = targets["sides"][at:at + n]
+            for side in SIDES:
+                side_counts[side] += int(np.count_nonzero(sides & SIDE_BITS[side]))
+            counts = np.load(part / "counts.npy", allow_pickle=False)
+            ptr[start + 1:end + 1] = at + np.cumsum(counts)
+            codes = np.load(part / "search.npy", allow_pickle=False)
+            search.index.add_sa_codes(codes, np.arange(at, at + n, dtype=np.int64))
+            at += n
+            bar.update(1)
+        bar.close()
+        for array in targets.values():
+            array.flush()
+            del array
+        _save_array(folder / "ptr.npy", ptr)
+
+    _atomic_folder(out / "tokens", fill)
+    codec.save(out / "codec")
+    search.meta.update(count=int(search.index.ntotal))
+    search.save(out / "search")
+    bytes_of = {name: _folder_bytes(out / name) for name in ("tokens", "codec", "search")}
+    bytes_of["total"] = sum(bytes_of.values())
+    manifest = dump.manifest
+    meta = {"format": FORMAT, "version": VERSION, "fingerprint": dump.fingerprint,
+            "corpus_checksum": dump.corpus_checksum, "count": dump.count, "dim": dump.dim,
+            "tokens": total, "vectors": side_counts, "thresholds": trained["thresholds"],
+            "keep_fraction": trained["settings"]["keep_fraction"],
+            "code_bytes": codec.m, "opq": trained["settings"]["opq"],
+            "factory": trained["factory"], "chars_dtype": str(np.dtype(chars_dtype)),
+            "max_answer_tokens": manifest.get("max_answer_tokens"),
+            "dump_tokens": int(manifest.get("tokens_count", 0)),
+            "bytes": bytes_of, "bytes_per_passage": round(bytes_of["total"] / max(1, dump.count),
+                                                          1),
+            "train_seconds": trained.get("train_seconds")}
+    return CompactPhraseIndex(out, meta, search, codec, _open_tokens(out, meta))
+
+
+def _folder_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def _open_tokens(folder: Path, meta: dict[str, Any]) -> dict[str, np.ndarray]:
+    tokens = folder / "tokens"
+    total, m, count = int(meta["tokens"]), int(meta["code_bytes"]), int(meta["count"])
+    expect = {"codes": ((total, m), "uint8"), "token": ((total,), "uint16"),
+              "chars": ((total, 2), meta.get("chars_dtype", "uint32")),
+              "sides": ((total,), "uint8"), "ptr": ((count + 1,), "int64")}
+    arrays = {}
+    for name, (shape, dtype) in expect.items():
+        path = tokens / f"{name}.npy"
+        try:
+            array = np.load(path, mmap_mode="r", allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise DataError(f"damaged compact phrase index: {exc}", path) from None
+        if array.shape != shape or array.dtype != np.dtype(dtype):
+            raise DataError(f"damaged compact phrase index: {array.shape} {array.dtype}, "
+                            f"expected {shape} {dtype}", path)
+        arrays[name] = np.asarray(array)
+    if arrays["ptr"][-1] != total:
+        raise DataError(f"damaged compact phrase index: ptr ends at {arrays['ptr'][-1]}, "
+                        f"{total} tokens", tokens / "ptr.npy")
+    return arrays
+
+
+class CompactPhraseIndex:
+    """Search side of a compact phrase index (same interface as `index.PhraseIndex`)."""
+
+    # FAISS hits fetched per side hit wanted: the IVF holds both sides' tokens
+    OVERFETCH = 2
+
+    def __init__(self, folder: Path, meta: dict[str, Any], search: DenseIndex, codec: PQCodec,
+                 tokens: dict[str, np.ndarray]):
+        self.folder = Path(folder)
+        self.meta = meta
+        self.search = search
+        self.codec = codec
+        self.tokens = tokens
+
+    @classmethod
+    def load(cls, folder: str | os.PathLike, mmap: bool = True) -> "CompactPhraseIndex":
+        """Open a compact index; the IVF lists and token arrays are memory-mapped unless
+        `mmap` is False (then the IVF is read into memory)."""
+        folder = Path(folder)
+        path = folder / META_FILE
+        if not path.exists():
+            raise DataError(f"not a phrase index (no {META_FILE})", folder)
+        meta = load_format_json(path, FORMAT, VERSION, "compact phrase index")
+        search = DenseIndex.load(folder / "search", mmap=mmap)
+        if search.count != meta.get("tokens") or search.fingerprint != meta.get("fingerprint"):
+            raise DataError(f"the search index ({search.count} tokens, fingerprint "
+                            f"{search.fingerprint}) does not match {META_FILE} "
+                            f"({meta.get('tokens')} tokens); rebuild the index", folder)
+        return cls(folder, meta, search, PQCodec.load(folder / "codec"),
+                   _open_tokens(folder, meta))
+
+    # -- the interface search.py uses -------------------------------------------------------
+    @property
+    def count(self) -> int:
+        return int(self.meta["count"])
+
+    @property
+    def dim(self) -> int:
+        return int(self.meta["dim"])
+
+    @property
+    def fingerprint(self) -> str:
+        return str(self.meta["fingerprint"])
+
+    @property
+    def max_answer_tokens(self) -> int | None:
+        value = self.meta.get("max_answer_tokens")
+        return int(value) if value is not None else None
+
+    def bytes_per_passage(self) -> float:
+        return float(self.meta["bytes_per_passage"])
+
+    def set_nprobe(self, nprobe: int | None) -> None:
+        self.search.set_search_params(nprobe=nprobe)
+
+    def check(self, fingerprint: str | None = None, corpus_checksum: str | None = None,
+              model_name: str | None = None) -> None:
+        from .index import check_phrase_index
+
+        check_phrase_index(self, fingerprint, corpus_checksum, model_name)
+
+    def search_side(self, side: str, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The best `k` tokens of `side` per query (FAISS scores, token ids; -1 padded)."""
+        scores, ids = self.search.search(queries, k * self.OVERFETCH)
+        bit = SIDE_BITS[side]
+        ok = ids >= 0
+        ok[ok] = (self.tokens["sides"][ids[ok]] & bit) > 0
+        out_ids = np.full((len(ids), k), -1, dtype=np.int64)
+        out_scores = np.full((len(ids), k), -np.inf, dtype=np.float32)
+        for q in range(len(ids)):
+            chosen = np.nonzero(ok[q])[0][:k]
+            out_ids[q, :len(chosen)] = ids[q, chosen]
+            out_scores[q, :len(chosen)] = scores[q, chosen]
+        return out_scores, out_ids
+
+    def _rows_of(self, ids: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.tokens["ptr"], ids, side="right") - 1
+
+    def side_positions(self, side: str, ids: np.ndarray) -> np.ndarray:
+        """`[n, 4]` int32 (row, token, char start, char end) of token ids."""
+        ids = np.asarray(ids, dtype=np.int64)
+        out = np.empty((len(ids), 4), dtype=np.int32)
+        out[:, 0] = self._rows_of(ids)
+        out[:, 1] = self.tokens["token"][ids]
+        out[:, 2:4] = self.tokens["chars"][ids]
+        return out
+
+    def gather(self, rows: np.ndarray, q_start: np.ndarray, q_end: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(start pos, start scores, end pos, end scores) of every kept token of the passages
+        `rows` (sorted, unique), in (row, token) order; scores from the codes."""
+        ptr = self.tokens["ptr"]
+        rows = np.asarray(rows, dtype=np.int64)
+        ids = _concatenated_ranges(ptr[rows], ptr[rows + 1])
+        pos = np.empty((len(ids), 4), dtype=np.int32)
+        pos[:, 0] = np.repeat(rows, ptr[rows + 1] - ptr[rows])
+        pos[:, 1] = self.tokens["token"][ids]
+        pos[:, 2:4] = self.tokens["chars"][ids]
+        codes = self.tokens["codes"][ids]
+        sides = self.tokens["sides"][ids]
+        out = []
+        for side, query in (("start", q_start), ("end", q_end)):
+            keep = (sides & SIDE_BITS[side]) > 0
+            out += [pos[keep], self.codec.scores(codes[keep], query)]
+        return tuple(out)  # type: ignore[return-value]

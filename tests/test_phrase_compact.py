@@ -1,0 +1,236 @@
+"""The compact phrase index: PQ codes scored by table lookups, the filter applied to a dump's
+stored logits, one IVF over both sides, the resumable build, memory-mapped loading, refusals,
+and (real data) the shipped phrase model's answers on SQuAD paragraphs against the dump-based
+index."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from conftest import shared_file
+from convqa.corpus import PassageStore
+from convqa.errors import ConfigError, ConvQAError, DataError
+from phrase_index import compact as compact_module
+from phrase_index.codec import PQCodec
+from phrase_index.compact import (CompactPhraseIndex, build_compact_index,
+                                  choose_search_factory)
+from phrase_index.dump import PhraseDump
+from phrase_index.index import PhraseIndex, load_phrase_index
+from phrase_index.search import PhraseSearcher, search_phrases
+from phrase_index_helpers import planted_queries, synthetic_passages, token_chars, write_dump
+from reader_helpers import single_thread  # noqa: F401 (autouse fixture: one thread)
+
+TOKENS, DIM = 12, 32
+
+
+def spans(results) -> list[tuple[int, int, int]]:
+    return [(s.row, s.start_token, s.end_token) for s in results]
+
+
+def structured(n: int, dim: int, seed: int) -> np.ndarray:
+    """Vectors with correlated dimensions (as token vectors have), not white noise."""
+    rng = np.random.default_rng(seed)
+    mix = rng.normal(size=(dim, dim)).astype(np.float32) / np.sqrt(dim)
+    return (rng.normal(size=(n, dim)).astype(np.float32) * np.linspace(3, 0.2, dim)) @ mix
+
+
+def test_codec_scores_equal_decoded_inner_products_and_round_trip(tmp_path):
+    x = structured(3000, DIM, 0)
+    codec = PQCodec.train(x, m=8, opq=True)
+    rotation = codec.rotation
+    np.testing.assert_allclose(rotation @ rotation.T, np.eye(DIM), atol=1e-4)  # orthogonal
+    codes = codec.encode(x[:500])
+    assert codes.dtype == np.uint8 and codes.shape == (500, 8)
+    query = np.random.default_rng(1).normal(size=DIM).astype(np.float32)
+    # table lookups give exactly the inner products of the decoded vectors
+    np.testing.assert_allclose(codec.scores(codes, query), codec.decode(codes) @ query,
+                               rtol=1e-4, atol=1e-4)
+    # and approximate the true ones; more bytes approximate better
+    error = {m: float(np.abs(PQCodec.train(x, m=m, opq=False).decode(
+        PQCodec.train(x, m=m, opq=False).encode(x[:500])) - x[:500]).mean()) for m in (4, 16)}
+    assert error[16] < error[4]
+    assert np.corrcoef(codec.scores(codes, query), x[:500] @ query)[0, 1] > 0.9
+    codec.save(tmp_path / "codec")
+    loaded = PQCodec.load(tmp_path / "codec")
+    np.testing.assert_array_equal(loaded.encode(x[:50]), codec.encode(x[:50]))
+    with pytest.raises(ConfigError, match="must divide the vector size 32"):
+        PQCodec.train(x, m=5)
+    with pytest.raises(ConfigError, match="too few"):
+        PQCodec.train(x[:100], m=8)
+    np.save(tmp_path / "codec" / "centroids.npy", np.zeros((8, 256, 3), np.float32))
+    with pytest.raises(DataError, match="damaged codec"):
+        PQCodec.load(tmp_path / "codec")
+
+
+def planted_dump(tmp_path, name="dump", logits=None):
+    start, end, q_start, q_end, truth = planted_queries(300, TOKENS, DIM, 20, 9, 0.15)
+    passages = synthetic_passages(300, TOKENS)
+    folder = write_dump(tmp_path / name, start, end, passages, logits=logits, shard_size=64)
+    return folder, passages, q_start, q_end, truth
+
+
+BUILD = dict(code_bytes=16, factory="IVF16,PQ8", train_size=3000, progress=False)
+
+
+def test_compact_index_finds_the_planted_phrases_like_the_dump_index(tmp_path):
+    dump, passages, q_start, q_end, truth = planted_dump(tmp_path)
+    index = build_compact_index(dump, tmp_path / "compact", passages="store", **BUILD)
+    index.set_nprobe(16)
+    exact = PhraseIndex.build(dump, "Flat")
+    found = search_phrases(index, q_start, q_end, 3, candidates=16)
+    assert [spans(r)[0] for r in found] == truth
+    reference = search_phrases(exact, q_start, q_end, 3, candidates=16)
+    for ours, theirs in zip(found, reference):  # scores from 16-byte codes, close to exact
+        assert abs(ours[0].score - theirs[0].score) < 0.05 * abs(theirs[0].score)
+        assert (ours[0].char_start, ours[0].char_end) == (theirs[0].char_start,
+                                                         theirs[0].char_end)
+    meta = json.loads((tmp_path / "compact" / "phrase_index.json").read_text())
+    assert meta["format"] == "convqa-phrase-compact-index" and meta["tokens"] == 300 * TOKENS
+    assert meta["vectors"] == {"start": 300 * TOKENS, "end": 300 * TOKENS}
+    assert meta["passages"] == "store" and meta["chars_dtype"] == "uint16"
+    # bytes: 16-byte code + 2 (token) + 4 (chars) + 1 (sides) per token, IVF codes + ids
+    disk = sum(p.stat().st_size for p in (tmp_path / "compact").rglob("*") if p.is_file())
+    assert meta["bytes"]["total"] <= disk and meta["bytes_per_passage"] == pytest.approx(
+        meta["bytes"]["total"] / 300, abs=0.1)
+    assert not (tmp_path / "compact" / ".build").exists()
+    # either kind opens through load_phrase_index
+    assert isinstance(load_phrase_index(tmp_path / "compact"), CompactPhraseIndex)
+
+
+def test_the_filter_keeps_a_fraction_per_side_and_a_side_only_token_bounds_only_that_side(
+        tmp_path):
+    rng = np.random.default_rng(4)
+    logits = {"start": rng.normal(size=(300, TOKENS)).astype(np.float32),
+              "end": rng.normal(size=(300, TOKENS)).astype(np.float32)}
+    dump, passages, q_start, q_end, truth = planted_dump(tmp_path, logits=logits)
+    # the planted tokens of the first 10 queries are kept on their own side only
+    for row, i, j in truth[:10]:
+        logits["start"][row, i], logits["end"][row, i] = 9.0, -9.0
+        logits["start"][row, j], logits["end"][row, j] = -9.0, 9.0
+    dump = write_dump(tmp_path / "dump2", *planted_queries(300, TOKENS, DIM, 20, 9, 0.15)[:2],
+                      passages, logits=logits, shard_size=64)
+    index = build_compact_index(dump, tmp_path / "half", keep_fraction=0.5, **BUILD)
+    kept = index.meta["vectors"]
+    for side in ("start", "end"):  # about half of each side (thresholds from the logits)
+        assert abs(kept[side] / (300 * TOKENS) - 0.5) < 0.02
+    sides = index.tokens["sides"]
+    assert set(np.unique(sides).tolist()) <= {1, 2, 3} and index.meta["tokens"] == len(sides)
+    index.set_nprobe(16)
+    found = search_phrases(index, q_start[:10], q_end[:10], 1, candidates=16)
+    assert [spans(r)[0] for r in found] == truth[:10]
+    for results in search_phrases(index, q_start, q_end, 20, candidates=32):
+        for span in results:  # every reported start is a kept start token, every end an end
+            ids = np.arange(index.tokens["ptr"][span.row], index.tokens["ptr"][span.row + 1])
+            by_token = dict(zip(index.tokens["token"][ids].tolist(), sides[ids].tolist()))
+            assert by_token[span.start_token] & 1 and by_token[span.end_token] & 2
+    # a dump without stored logits cannot be filtered afterwards
+    with pytest.raises(ConvQAError, match="no filter logits"):
+        build_compact_index(tmp_path / "dump", tmp_path / "refused", keep_fraction=0.5,
+                            **BUILD)
+
+
+def test_a_killed_build_resumes_to_the_same_index(tmp_path, monkeypatch):
+    dump, passages, q_start, q_end, truth = planted_dump(tmp_path)
+    reference = build_compact_index(dump, tmp_path / "a", **BUILD)
+    original = compact_module._save_array
+    calls = {"n": 0}
+
+    def dies_on_the_third_part(path, array):
+        if path.name == "part.json" or path.parent.name.startswith(".part-"):
+            calls["n"] += 1
+            if calls["n"] == 2 * 6 + 1:  # six arrays per part: dies inside the third part
+                raise KeyboardInterrupt
+        return original(path, array)
+
+    monkeypatch.setattr(compact_module, "_save_array", dies_on_the_third_part)
+    with pytest.raises(KeyboardInterrupt):
+        build_compact_index(dump, tmp_path / "b", **BUILD)
+    monkeypatch.setattr(compact_module, "_save_array", original)
+    parts = sorted(p.name for p in (tmp_path / "b" / ".build" / "parts").iterdir())
+    assert parts == ["part-0000000000-0000000064", "part-0000000064-0000000128"]  # no .tmp
+    finished = sorted((tmp_path / "b" / ".build" / "parts").glob("*/part.json"))
+    before = [p.stat().st_mtime_ns for p in finished]
+    with pytest.raises(ConvQAError, match="other settings"):
+        build_compact_index(dump, tmp_path / "b", **{**BUILD, "code_bytes": 8})
+    resumed = build_compact_index(dump, tmp_path / "b", **BUILD)
+    for name in ("codes", "token", "chars", "sides", "ptr"):
+        np.testing.assert_array_equal(resumed.tokens[name], reference.tokens[name])
+    assert before  # the finished parts were not redone (they are gone with .build now)
+    a = search_phrases(reference, q_start, q_end, 5)
+    b = search_phrases(resumed, q_start, q_end, 5)
+    assert [spans(r) for r in a] == [spans(r) for r in b]
+    with pytest.raises(ConvQAError, match="already there"):
+        build_compact_index(dump, tmp_path / "b", **BUILD)
+
+
+def test_damage_and_mismatch_are_named(tmp_path):
+    dump, passages, q_start, q_end, truth = planted_dump(tmp_path)
+    folder = tmp_path / "compact"
+    build_compact_index(dump, folder, **BUILD)
+    store = PassageStore.build(synthetic_passages(299, TOKENS), tmp_path / "store")
+    with pytest.raises(ConvQAError, match="corpus mismatch"):
+        PhraseSearcher(CompactPhraseIndex.load(folder), store)
+    good = PassageStore.build(passages, tmp_path / "store-ok")
+    searcher = PhraseSearcher(CompactPhraseIndex.load(folder), good)
+    row, i, j = truth[0]
+    answer = searcher.search(q_start[:1], q_end[:1], 1)[0][0]
+    assert answer.text == passages[row].text[token_chars(i)[0]:token_chars(j)[1]]
+    np.save(folder / "tokens" / "sides.npy", np.zeros(5, np.uint8))
+    with pytest.raises(DataError, match="sides.npy"):
+        CompactPhraseIndex.load(folder)
+
+
+def test_choose_search_factory():
+    assert choose_search_factory(22_000_000, 384) == "IVF4096,PQ16"  # capped list count
+    assert choose_search_factory(900_000, 384) == "IVF2048,PQ16"
+    assert choose_search_factory(3000, 32, 8) == "IVF64,PQ8"  # 39 training vectors per list
+    with pytest.raises(ConfigError, match="must divide"):
+        choose_search_factory(1000, 30)
+
+
+def test_real_paragraphs_compact_answers_match_the_dump_index(tmp_path):
+    """The shipped phrase model dumps 120 real SQuAD v2.0 paragraphs; 30 of their questions
+    searched in the compact index (48-byte OPQ codes) and in the dump-based index (int8
+    vectors) get mostly the same best phrase, with close scores."""
+    from phrase_index.dump import dump_corpus
+    from phrase_index.model import PhraseModel
+    from convqa.types import Passage
+
+    squad = json.loads(shared_file("squad/dev-v2.0.json").read_text(encoding="utf-8"))
+    passages, questions = [], []
+    for article in squad["data"]:
+        for paragraph in article["paragraphs"][:3]:
+            passages.append(Passage(f"p{len(passages)}", paragraph["context"], article["title"]))
+            answerable = [q for q in paragraph["qas"] if not q.get("is_impossible")]
+            if answerable and len(questions) < 30:
+                questions.append(answerable[0]["question"])
+        if len(passages) >= 120:
+            break
+    model = PhraseModel.load("convqa-phrase")
+    if model.has_adapters:
+        model.merge_adapters()
+    model.eval()
+    dump = dump_corpus(model, passages[:120], tmp_path / "dump", dtype="int8", precision="fp32",
+                       start_threshold=None, end_threshold=None, progress=False)
+    exact = PhraseIndex.build(dump, "Flat")
+    compact = build_compact_index(dump, tmp_path / "compact", factory="IVF16,PQ48",
+                                  train_size=20_000, progress=False)
+    compact.set_nprobe(16)
+    q_start, q_end = _queries(model, questions)
+    a = search_phrases(exact, q_start, q_end, 1)
+    b = search_phrases(compact, q_start, q_end, 1)
+    same = sum(spans(x) == spans(y) for x, y in zip(a, b))
+    assert same >= 24, f"{same}/30 best phrases agree"
+    gaps = [abs(x[0].score - y[0].score) / max(1e-6, abs(x[0].score)) for x, y in zip(a, b)]
+    assert float(np.median(gaps)) < 0.05
+
+
+def _queries(model, questions):
+    import torch
+
+    batch = model.tokenize_queries([model.format_query(q, []) for q in questions])
+    with torch.no_grad():
+        vectors = model.encode_queries(batch["input_ids"], batch["attention_mask"])
+    return vectors.start.float().numpy(), vectors.end.float().numpy()
