@@ -197,3 +197,32 @@ def test_int8_and_ivf_pq_flags(built, tmp_path, capsys):
     capsys.readouterr()
     assert main(["answer", "--phrase-index", str(out), "what is force?", "--json"]) == 0
     check_answer(json.loads(capsys.readouterr().out)["answer"], PassageStore.open(root / "store"))
+
+
+def test_compact_flag_builds_a_compact_index_that_answers(built, tmp_path, capsys):
+    """`--compact` over 30 real passages (tiny model; 32 dims, so 8-byte codes): the dump
+    keeps every token with its logits, the index keeps half of them, answers slice the text,
+    a rerun reports the finished index, `--drop-dump` removes the dump."""
+    root, keep_all = built
+    out = tmp_path / "compact"
+    argv = ["index", "--phrase", "--compact", "--model", str(root / "model"), "--passages",
+            str(root / "store"), "--out", str(out), "--quiet", "--keep", "0.5",
+            "--code-bytes", "8", "--search-bytes", "4", "--factory", "IVF4,PQ4", "--drop-dump"]
+    with one_thread():
+        assert main(argv) == 0
+    said = capsys.readouterr().out
+    assert "compact phrase index of 30 passages" in said and "bytes per passage" in said
+    meta = json.loads((out / META_FILE).read_text())
+    assert meta["format"] == "convqa-phrase-compact-index" and meta["code_bytes"] == 8
+    every = json.loads((keep_all / META_FILE).read_text())["vectors"]
+    for side in ("start", "end"):
+        assert abs(meta["vectors"][side] / every[side] - 0.5) < 0.05
+    assert not (out / "dump").exists() and not (out / ".build").exists()
+    assert main(["answer", "--phrase-index", str(out), "what is force?", "--json"]) == 0
+    check_answer(json.loads(capsys.readouterr().out)["answer"], PassageStore.open(root / "store"))
+    with one_thread():
+        assert main(argv) == 0  # already built: reported, not rebuilt
+    capsys.readouterr()
+    assert main(["index", "--phrase", "--model", str(root / "model"), "--passages",
+                 str(root / "store"), "--out", str(tmp_path / "x"), "--code-bytes", "8"]) == 2
+    assert "go with --compact" in capsys.readouterr().err

@@ -7,6 +7,9 @@
     convqa index --phrase --model PHRASE_MODEL --passages STORE_OR_FILE --out DIR [--int8]
                  [--factory Flat|IVF4096,PQ48] [--keep FRACTION | --threshold LOGIT|none]
                  [--flat-max N]
+    convqa index --phrase --compact --model PHRASE_MODEL --passages STORE --out DIR
+                 [--keep FRACTION | --threshold LOGIT|none] [--code-bytes 48]
+                 [--search-bytes 32] [--drop-dump]
 
 `--passages` is a passage store folder (e.g. a benchmark's passages/) or a JSONL/TSV(.gz)
 collection (see convqa.corpus.readers); a file is first written as a passage store, by default
@@ -72,6 +75,18 @@ def add_parser(subparsers) -> None:
                              "thresholds set from a sample of passages (default 1: all)")
     phrase.add_argument("--flat-max", type=int, default=None, metavar="N",
                         help="vectors per side up to which the automatic factory is Flat")
+    phrase.add_argument("--compact", action="store_true",
+                        help="a compact index for large corpora (~8 KB per passage instead of "
+                             "~42 KB): product-quantized token codes, one IVF-PQ for both "
+                             "sides, memory-mapped; the filter (--keep/--threshold) is applied "
+                             "after the dump, which keeps every token")
+    phrase.add_argument("--code-bytes", type=int, default=None, metavar="M",
+                        help="--compact: bytes of each token's scoring code (default 48)")
+    phrase.add_argument("--search-bytes", type=int, default=None, metavar="M",
+                        help="--compact: bytes of each token's IVF-PQ search code (default 32)")
+    phrase.add_argument("--drop-dump", action="store_true",
+                        help="--compact: delete OUT/dump once the index is built (it is only "
+                             "needed to rebuild with another filter or code size)")
     p.set_defaults(func=run)
 
 
@@ -190,6 +205,13 @@ def run_phrase(args: argparse.Namespace) -> int:
         except ValueError:
             raise ConvQAError(f"--threshold must be a number or 'none', got {args.threshold!r}"
                               ) from None
+    compact_only = {"--code-bytes": args.code_bytes, "--search-bytes": args.search_bytes,
+                    "--drop-dump": args.drop_dump or None}
+    if not args.compact and any(v is not None for v in compact_only.values()):
+        raise ConvQAError(f"{', '.join(k for k, v in compact_only.items() if v is not None)} "
+                          "go with --compact")
+    if args.compact and args.flat_max is not None:
+        raise ConvQAError("--flat-max does not go with --compact (its search index is IVF-PQ)")
     out = Path(args.out)
     if out.exists() and args.overwrite:
         if not ((out / META_FILE).exists() or (out / DUMP_DIR).is_dir()):
@@ -200,6 +222,8 @@ def run_phrase(args: argparse.Namespace) -> int:
         model.merge_adapters()
     store = open_or_build_store(args)
     started = time.perf_counter()
+    if args.compact:
+        return _run_compact(args, model, store, out, threshold, keep, started)
     options = {} if args.flat_max is None else {"flat_max": args.flat_max}
     index = build_phrase_index(model, store, out, dtype="int8" if args.int8 else "float16",
                                factory=args.factory, start_threshold=threshold,
@@ -211,5 +235,30 @@ def run_phrase(args: argparse.Namespace) -> int:
     print(f"phrase index of {index.count} passages written to {out} in {seconds:.1f} s: "
           f"{vectors['start']} start ({factories['start']}) + {vectors['end']} end "
           f"({factories['end']}) vectors, {index.bytes_per_passage():,.0f} bytes per passage")
+    print(f"use it with: convqa answer --phrase-index {out}")
+    return 0
+
+
+def _run_compact(args: argparse.Namespace, model, store, out: Path, threshold, keep,
+                 started: float) -> int:
+    from phrase_index.compact import (DEFAULT_CODE_BYTES, DEFAULT_SEARCH_BYTES,
+                                      build_compact_phrase_index)
+
+    thresholds = None
+    if args.threshold is not None:
+        thresholds = {"start": threshold, "end": threshold}
+    index = build_compact_phrase_index(
+        model, store, out, keep_fraction=None if keep is None or keep >= 1 else keep,
+        thresholds=thresholds, code_bytes=args.code_bytes or DEFAULT_CODE_BYTES,
+        search_bytes=args.search_bytes or DEFAULT_SEARCH_BYTES, factory=args.factory,
+        batch_size=args.batch_size, precision=args.precision, drop_dump=args.drop_dump,
+        progress=not args.quiet)
+    seconds = time.perf_counter() - started
+    meta = index.meta
+    print(f"compact phrase index of {index.count} passages written to {out} in {seconds:.1f} s: "
+          f"{meta['tokens']:,} tokens kept of {meta['dump_tokens']:,} ({meta['vectors']['start']:,}"
+          f" start, {meta['vectors']['end']:,} end; {meta['factory']}), "
+          f"{meta['bytes']['total'] / 2**30:.2f} GiB, {index.bytes_per_passage():,.0f} bytes "
+          "per passage")
     print(f"use it with: convqa answer --phrase-index {out}")
     return 0
