@@ -196,8 +196,8 @@ def test_damage_and_mismatch_are_named(tmp_path):
 
 
 def test_choose_search_factory():
-    assert choose_search_factory(22_000_000, 384) == "IVF4096,PQ16"  # capped list count
-    assert choose_search_factory(900_000, 384) == "IVF2048,PQ16"
+    assert choose_search_factory(22_000_000, 384) == "IVF4096,PQ32"  # capped list count
+    assert choose_search_factory(900_000, 384, 16) == "IVF2048,PQ16"
     assert choose_search_factory(3000, 32, 8) == "IVF64,PQ8"  # 39 training vectors per list
     with pytest.raises(ConfigError, match="must divide"):
         choose_search_factory(1000, 30)
