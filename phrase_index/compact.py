@@ -33,20 +33,21 @@ import json
 import math
 import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from convqa.errors import ConfigError, ConvQAError, DataError
 from convqa.io import load_format_json, write_json
-from retrievers.dense.index import DenseIndex, make_index, search_defaults
+from convqa.model_folder import writing_folder
+from retrievers.dense.index import DenseIndex, make_index
 
 from .codec import PQCodec
 from .dump import PhraseDump
-from .vectors import SIDES, _concatenated_ranges
+from .index import IndexMeta, side_index_meta
+from .vectors import SIDES, _concatenated_ranges, save_array
 
 FORMAT = "convqa-phrase-compact-index"
 VERSION = 1
@@ -121,43 +122,26 @@ def _spread(ranges: list[tuple[int, int]], count: int) -> list[tuple[int, int]]:
     return [ranges[i] for i in sorted(set(picks.tolist()))]
 
 
-def _training_sample(dump: PhraseDump, thresholds, size: int, seed: int) -> np.ndarray:
-    """About `size` kept token vectors (float32), drawn from shards spread over the dump."""
+def _training_sample(dump: PhraseDump, thresholds, size: int, seed: int
+                     ) -> tuple[np.ndarray, int]:
+    """About `size` kept token vectors (float32), drawn from up to 64 shards spread over the
+    dump, and the dump's kept tokens estimated from those shards."""
     rng = np.random.default_rng(seed)
-    ranges = _spread(dump.ranges(), max(8, min(len(dump.ranges()), 64)))
+    ranges = _spread(dump.ranges(), 64)
     per_shard = max(1, -(-size // len(ranges)))
-    parts = []
+    parts, kept, passages = [], 0, 0
     for start, end in ranges:
         shard = dump.shard(start, end)
         rows, _ = _kept_tokens(shard, thresholds)
+        kept, passages = kept + len(rows), passages + end - start
         if len(rows) > per_shard:
             rows = np.sort(rng.choice(rows, per_shard, replace=False))
         parts.append(shard.tokens.take(rows))
-    return np.concatenate(parts) if parts else np.zeros((0, dump.dim), np.float32)
+    sample = np.concatenate(parts) if parts else np.zeros((0, dump.dim), np.float32)
+    return sample, int(round(kept * dump.count / max(1, passages)))
 
 
 # -- writing ------------------------------------------------------------------------------
-def _save_array(path: Path, array: np.ndarray) -> None:
-    with open(path, "wb") as handle:
-        np.save(handle, np.ascontiguousarray(array), allow_pickle=False)
-        handle.flush()
-        os.fsync(handle.fileno())
-
-
-def _atomic_folder(final: Path, fill: Callable[[Path], None]) -> None:
-    """Fill a temporary sibling folder and rename it to `final` when complete."""
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
-    try:
-        fill(tmp)
-        if final.exists():
-            shutil.rmtree(final)
-        os.rename(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-
-
 def _chars_dtype(max_char: int) -> np.dtype:
     return np.dtype(np.uint16) if max_char < 2 ** 16 else np.dtype(np.uint32)
 
@@ -230,22 +214,10 @@ def build_compact_phrase_index(model, store, out_dir: str | os.PathLike, *,
     filter logits; resumable, parallel under `accelerate launch`), then build the compact
     index in `out_dir` (main process; resumable). `drop_dump` deletes the dump afterwards
     (it is only needed to rebuild with other settings)."""
-    from convqa.corpus import PassageStore
-
-    from retrievers.dense.encode import launched_accelerator
-
     from .dump import dump_corpus
-    from .index import DUMP_DIR, _source_name
+    from .index import DUMP_DIR, _source_name, build_inputs
 
-    accelerator = accelerator if accelerator is not None else launched_accelerator()
-    if not isinstance(store, PassageStore):
-        store = PassageStore.open(store)
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise ConvQAError(f"{out}: exists and is not a folder")
-    if model.source is None:
-        raise ConfigError("the phrase model has no folder (save it first): the index records "
-                          "where to load it from")
+    accelerator, store, out = build_inputs(model, store, out_dir, accelerator)
     if (out / META_FILE).exists():
         return CompactPhraseIndex.load(out)
     dump = dump_corpus(model, store, out / DUMP_DIR, dtype="int8", start_threshold=None,
@@ -277,8 +249,7 @@ def _train_stage(dump: PhraseDump, stages: _Stages, settings: dict[str, Any],
         shutil.rmtree(stages.root)  # parts of an untrained build cannot be reused
     cuts = thresholds_for(dump, settings["keep_fraction"], settings["thresholds"])
     started = time.perf_counter()
-    sample = _training_sample(dump, cuts, settings["train_size"], settings["seed"])
-    kept = _count_kept(dump, cuts)
+    sample, kept = _training_sample(dump, cuts, settings["train_size"], settings["seed"])
     if kept == 0:
         raise ConvQAError(f"the filter keeps no token of {dump.folder} (thresholds {cuts})")
     factory = settings["factory"] or choose_search_factory(kept, dump.dim,
@@ -291,11 +262,7 @@ def _train_stage(dump: PhraseDump, stages: _Stages, settings: dict[str, Any],
                           seed=settings["seed"])
     index = make_index(factory, dump.dim)
     _train_faiss(index, sample, settings["seed"])
-    meta = {"format": "convqa-dense-index", "version": 1, "factory": factory,
-            "metric": "inner_product", "encoder": dump.manifest.get("model"),
-            "fingerprint": dump.fingerprint, "dim": dump.dim, "count": 0,
-            "corpus_checksum": dump.corpus_checksum, "phrase_side": "both",
-            **search_defaults(index)}
+    meta = side_index_meta(index, factory, dump, "both", 0)
 
     def fill(folder: Path) -> None:
         codec.save(folder / "codec")
@@ -305,17 +272,9 @@ def _train_stage(dump: PhraseDump, stages: _Stages, settings: dict[str, Any],
             "estimated_tokens": kept, "sample": len(sample),
             "train_seconds": round(time.perf_counter() - started, 2)})
 
-    _atomic_folder(stages.trained, fill)
+    with writing_folder(stages.trained, "trained.json", "a compact index build") as tmp:
+        fill(tmp)
     return json.loads(record_path.read_text(encoding="utf-8"))
-
-
-def _count_kept(dump: PhraseDump, cuts) -> int:
-    """Kept tokens of the whole dump, estimated from a spread sample of shards."""
-    ranges = dump.ranges()
-    picked = _spread(ranges, 32)
-    kept = sum(len(_kept_tokens(dump.shard(s, e), cuts)[0]) for s, e in picked)
-    passages = sum(e - s for s, e in picked)
-    return int(round(kept * dump.count / max(1, passages)))
 
 
 def _train_faiss(index, sample: np.ndarray, seed: int) -> None:
@@ -355,11 +314,12 @@ def _parts_stage(dump: PhraseDump, stages: _Stages, codec: PQCodec, search, cuts
 
         def fill(folder: Path, arrays=arrays, start=start, end=end, max_char=max_char) -> None:
             for name, array in arrays.items():
-                _save_array(folder / f"{name}.npy", array)
+                save_array(folder / f"{name}.npy", array)
             write_json(folder / "part.json", {"rows": [start, end], "tokens": len(rows),
                                               "max_char": max_char})
 
-        _atomic_folder(stages.part(start, end), fill)
+        with writing_folder(stages.part(start, end), "part.json", "a compact index part") as tmp:
+            fill(tmp)
         bar.update(end - start)
     bar.close()
 
@@ -406,9 +366,10 @@ def _merge_stage(dump: PhraseDump, stages: _Stages, codec: PQCodec, search: Dens
         for array in targets.values():
             array.flush()
             del array
-        _save_array(folder / "ptr.npy", ptr)
+        save_array(folder / "ptr.npy", ptr)
 
-    _atomic_folder(out / "tokens", fill)
+    with writing_folder(out / "tokens", "ptr.npy", "compact index tokens") as tmp:
+        fill(tmp)
     codec.save(out / "codec")
     search.meta.update(count=int(search.index.ntotal))
     search.save(out / "search")
@@ -456,7 +417,7 @@ def _open_tokens(folder: Path, meta: dict[str, Any]) -> dict[str, np.ndarray]:
     return arrays
 
 
-class CompactPhraseIndex:
+class CompactPhraseIndex(IndexMeta):
     """Search side of a compact phrase index (same interface as `index.PhraseIndex`)."""
 
     # FAISS hits fetched per side hit wanted: the IVF holds both sides' tokens
@@ -487,35 +448,12 @@ class CompactPhraseIndex:
         return cls(folder, meta, search, PQCodec.load(folder / "codec"),
                    _open_tokens(folder, meta))
 
-    # -- the interface search.py uses -------------------------------------------------------
-    @property
-    def count(self) -> int:
-        return int(self.meta["count"])
-
-    @property
-    def dim(self) -> int:
-        return int(self.meta["dim"])
-
-    @property
-    def fingerprint(self) -> str:
-        return str(self.meta["fingerprint"])
-
-    @property
-    def max_answer_tokens(self) -> int | None:
-        value = self.meta.get("max_answer_tokens")
-        return int(value) if value is not None else None
-
+    # -- the interface search.py uses (with IndexMeta's) ----------------------------------
     def bytes_per_passage(self) -> float:
         return float(self.meta["bytes_per_passage"])
 
     def set_nprobe(self, nprobe: int | None) -> None:
         self.search.set_search_params(nprobe=nprobe)
-
-    def check(self, fingerprint: str | None = None, corpus_checksum: str | None = None,
-              model_name: str | None = None) -> None:
-        from .index import check_phrase_index
-
-        check_phrase_index(self, fingerprint, corpus_checksum, model_name)
 
     def search_side(self, side: str, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """The best `k` tokens of `side` per query (FAISS scores, token ids; -1 padded)."""

@@ -54,6 +54,58 @@ def choose_factory(count: int, dim: int, flat_max: int = FLAT_MAX) -> str:
     return f"IVF{lists},PQ{m}"
 
 
+def side_index_meta(index, factory: str, dump: PhraseDump, side: str, count: int
+                    ) -> dict[str, Any]:
+    """The DenseIndex metadata of a FAISS index over phrase vectors of `dump` (`side`: start,
+    end, or both for the compact index's single index)."""
+    import faiss
+
+    return {"format": DENSE_FORMAT, "version": DENSE_VERSION, "factory": factory,
+            "metric": "inner_product", "encoder": dump.manifest.get("model"),
+            "fingerprint": dump.fingerprint, "dim": dump.dim, "count": count,
+            "corpus_checksum": dump.corpus_checksum, "vector_dtype": dump.dtype,
+            "faiss_version": faiss.__version__, "phrase_side": side, **search_defaults(index)}
+
+
+class IndexMeta:
+    """What both kinds of phrase index (this one and compact.CompactPhraseIndex) read from
+    their `meta`, and the check of a model and a passage store against it."""
+
+    meta: dict[str, Any]
+
+    @property
+    def count(self) -> int:
+        """Passages covered."""
+        return int(self.meta["count"])
+
+    @property
+    def dim(self) -> int:
+        return int(self.meta["dim"])
+
+    @property
+    def fingerprint(self) -> str:
+        return str(self.meta["fingerprint"])
+
+    @property
+    def max_answer_tokens(self) -> int | None:
+        value = self.meta.get("max_answer_tokens")
+        return int(value) if value is not None else None
+
+    def check(self, fingerprint: str | None = None, corpus_checksum: str | None = None,
+              model_name: str | None = None) -> None:
+        """ConvQAError unless the model and the passage store are the index's."""
+        where = f"phrase index (built with model {self.meta.get('model')!r}, fingerprint " \
+                f"{self.fingerprint})"
+        if fingerprint is not None and fingerprint != self.fingerprint:
+            raise ConvQAError(f"model mismatch: {where} cannot be searched with model "
+                              f"{model_name!r} (fingerprint {fingerprint}); use the index's "
+                              "model or rebuild the index with this one")
+        if corpus_checksum is not None and corpus_checksum != self.meta.get("corpus_checksum"):
+            raise ConvQAError(f"corpus mismatch: {where} was built over a corpus with checksum "
+                              f"{self.meta.get('corpus_checksum')}, the passage store has "
+                              f"{corpus_checksum}; rebuild the index")
+
+
 def _build_side(dump: PhraseDump, side: str, factory: str, train_size: int | None, seed: int,
                 progress: bool) -> DenseIndex:
     vectors = dump.side(side)
@@ -66,17 +118,11 @@ def _build_side(dump: PhraseDump, side: str, factory: str, train_size: int | Non
     train_index(index, factory, count, vectors.vectors, train_size=train_size, seed=seed,
                 what=f"{side} vectors", source="the dump")
     add_batches(index, vectors.batches(), count, f"FAISS {factory} ({side})", progress)
-    import faiss
-
-    meta = {"format": DENSE_FORMAT, "version": DENSE_VERSION, "factory": factory,
-            "metric": "inner_product", "encoder": dump.manifest.get("model"),
-            "fingerprint": dump.fingerprint, "dim": dim, "count": count,
-            "corpus_checksum": dump.corpus_checksum, "vector_dtype": dump.dtype,
-            "faiss_version": faiss.__version__, "phrase_side": side, **search_defaults(index)}
+    meta = side_index_meta(index, factory, dump, side, count)
     return DenseIndex(index, meta)
 
 
-class PhraseIndex:
+class PhraseIndex(IndexMeta):
     """Two FAISS indexes (start, end) over a phrase dump; `build`, `save`, `load`, `check`."""
 
     def __init__(self, dump: PhraseDump, sides: dict[str, DenseIndex], meta: dict[str, Any]):
@@ -155,24 +201,6 @@ class PhraseIndex:
         return cls(dump, sides, meta)
 
     # -- use ------------------------------------------------------------------------------
-    @property
-    def count(self) -> int:
-        """Passages covered."""
-        return int(self.meta["count"])
-
-    @property
-    def dim(self) -> int:
-        return int(self.meta["dim"])
-
-    @property
-    def fingerprint(self) -> str:
-        return str(self.meta["fingerprint"])
-
-    @property
-    def max_answer_tokens(self) -> int | None:
-        value = self.meta.get("max_answer_tokens")
-        return int(value) if value is not None else None
-
     def bytes_per_passage(self) -> float:
         """Dump + both FAISS indexes, per passage (as recorded by `save`; computed for an
         index not saved yet)."""
@@ -203,25 +231,6 @@ class PhraseIndex:
         end_pos, end_scores = self.dump.side("end").gather_scores(rows, q_end)
         return start_pos, start_scores, end_pos, end_scores
 
-    def check(self, fingerprint: str | None = None, corpus_checksum: str | None = None,
-              model_name: str | None = None) -> None:
-        check_phrase_index(self, fingerprint, corpus_checksum, model_name)
-
-
-def check_phrase_index(index, fingerprint: str | None = None,
-                       corpus_checksum: str | None = None, model_name: str | None = None) -> None:
-    """ConvQAError unless the model and the passage store are the index's (either kind)."""
-    where = f"phrase index (built with model {index.meta.get('model')!r}, fingerprint " \
-            f"{index.fingerprint})"
-    if fingerprint is not None and fingerprint != index.fingerprint:
-        raise ConvQAError(f"model mismatch: {where} cannot be searched with model "
-                          f"{model_name!r} (fingerprint {fingerprint}); use the index's "
-                          "model or rebuild the index with this one")
-    if corpus_checksum is not None and corpus_checksum != index.meta.get("corpus_checksum"):
-        raise ConvQAError(f"corpus mismatch: {where} was built over a corpus with checksum "
-                          f"{index.meta.get('corpus_checksum')}, the passage store has "
-                          f"{corpus_checksum}; rebuild the index")
-
 
 def load_phrase_index(folder: str | os.PathLike, mmap: bool = False):
     """A saved phrase index of either kind: dump-based (`PhraseIndex`) or compact
@@ -251,21 +260,9 @@ def build_phrase_index(model, store, out_dir: str | os.PathLike, *, dtype: str =
     """Dump `store` with `model` into `out_dir/dump` (resumable, sharded, parallel under
     `accelerate launch`), then build and save the FAISS indexes in `out_dir`. A rerun resumes
     the dump and rebuilds the FAISS part. Returns the loaded index (on every process)."""
-    from convqa.corpus import PassageStore
-
-    from retrievers.dense.encode import launched_accelerator
-
     from .dump import dump_corpus
 
-    accelerator = accelerator if accelerator is not None else launched_accelerator()
-    if not isinstance(store, PassageStore):
-        store = PassageStore.open(store)
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise ConvQAError(f"{out}: exists and is not a folder")
-    if model.source is None:
-        raise ConfigError("the phrase model has no folder (save it first): the index records "
-                          "where to load it from")
+    accelerator, store, out = build_inputs(model, store, out_dir, accelerator)
     dump = dump_corpus(model, store, out / DUMP_DIR, dtype=dtype, start_threshold=start_threshold,
                        end_threshold=end_threshold, keep_fraction=keep_fraction,
                        batch_size=batch_size,
@@ -280,6 +277,26 @@ def build_phrase_index(model, store, out_dir: str | os.PathLike, *, dtype: str =
     if accelerator is not None:
         accelerator.wait_for_everyone()
     return PhraseIndex.load(out)
+
+
+def build_inputs(model, store, out_dir: str | os.PathLike, accelerator=None):
+    """(accelerator, passage store, output folder) of a phrase index build, checked: the
+    launched accelerator unless one is given, the store opened, the folder not a file, the
+    model saved (the index records where to load it from)."""
+    from convqa.corpus import PassageStore
+
+    from retrievers.dense.encode import launched_accelerator
+
+    accelerator = accelerator if accelerator is not None else launched_accelerator()
+    if not isinstance(store, PassageStore):
+        store = PassageStore.open(store)
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise ConvQAError(f"{out}: exists and is not a folder")
+    if model.source is None:
+        raise ConfigError("the phrase model has no folder (save it first): the index records "
+                          "where to load it from")
+    return accelerator, store, out
 
 
 def _source_name(source: str) -> str:

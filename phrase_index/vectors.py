@@ -220,12 +220,12 @@ def write_shard(folder: Path, start: int, end: int, tokens: TokenArrays,
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=folder))
     try:
         for name, value in tokens.arrays().items():
-            _save(tmp / f"tokens_{name}.npy", value)
+            save_array(tmp / f"tokens_{name}.npy", value)
         for side, arrays in sides.items():
-            _save(tmp / f"{side}_ref.npy", arrays.ref)
-            _save(tmp / f"{side}_ptr.npy", arrays.ptr)
+            save_array(tmp / f"{side}_ref.npy", arrays.ref)
+            save_array(tmp / f"{side}_ptr.npy", arrays.ptr)
             if arrays.logits is not None:
-                _save(tmp / f"{side}_logits.npy", arrays.logits)
+                save_array(tmp / f"{side}_logits.npy", arrays.logits)
         counts = {f"{side}_count": len(arrays) for side, arrays in sides.items()}
         with open(tmp / SHARD_META, "w", encoding="utf-8") as handle:
             json.dump({"rows": [start, end], "tokens_count": len(tokens), **counts, **info},
@@ -241,7 +241,8 @@ def write_shard(folder: Path, start: int, end: int, tokens: TokenArrays,
     return final
 
 
-def _save(path: Path, array: np.ndarray) -> None:
+def save_array(path: Path, array: np.ndarray) -> None:
+    """Write one .npy file and fsync it (no pickles)."""
     with open(path, "wb") as handle:
         np.save(handle, np.ascontiguousarray(array), allow_pickle=False)
         handle.flush()

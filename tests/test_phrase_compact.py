@@ -147,7 +147,7 @@ def test_the_filter_keeps_a_fraction_per_side_and_a_side_only_token_bounds_only_
 def test_a_killed_build_resumes_to_the_same_index(tmp_path, monkeypatch):
     dump, passages, q_start, q_end, truth = planted_dump(tmp_path)
     reference = build_compact_index(dump, tmp_path / "a", **BUILD)
-    original = compact_module._save_array
+    original = compact_module.save_array
     calls = {"n": 0}
 
     def dies_on_the_third_part(path, array):
@@ -157,10 +157,10 @@ def test_a_killed_build_resumes_to_the_same_index(tmp_path, monkeypatch):
                 raise KeyboardInterrupt
         return original(path, array)
 
-    monkeypatch.setattr(compact_module, "_save_array", dies_on_the_third_part)
+    monkeypatch.setattr(compact_module, "save_array", dies_on_the_third_part)
     with pytest.raises(KeyboardInterrupt):
         build_compact_index(dump, tmp_path / "b", **BUILD)
-    monkeypatch.setattr(compact_module, "_save_array", original)
+    monkeypatch.setattr(compact_module, "save_array", original)
     parts = sorted(p.name for p in (tmp_path / "b" / ".build" / "parts").iterdir())
     assert parts == ["part-0000000000-0000000064", "part-0000000064-0000000128"]  # no .tmp
     finished = sorted((tmp_path / "b" / ".build" / "parts").glob("*/part.json"))
