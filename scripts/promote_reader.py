@@ -191,7 +191,8 @@ def model_card(run: Path, facts: dict[str, Any], export: dict[str, Any],
         f"- Each question read with 1 positive + {int(schedule.get('passages_per_question', 1)) - 1} "
         f"negatives, lr {schedule.get('lr')}, warm-up {schedule.get('warmup_ratio')}, "
         f"epochs {schedule.get('epochs')}, max steps {schedule.get('max_steps')}, "
-        f"bf16 {schedule.get('bf16')}, seed {schedule.get('seed')}, length-bucketed batches "
+        f"precision as set or measured at each start (the run's output says which), "
+        f"seed {schedule.get('seed')}, length-bucketed batches "
         f"(pool {schedule.get('length_pool', 0)}).",
         "- Data (`convqa train reader`, whole SQuAD articles held out per file; the benchmark's "
         "dev conversations held out):", *_data_lines(run), "",
