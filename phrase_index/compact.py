@@ -264,16 +264,13 @@ def _train_stage(dump: PhraseDump, stages: _Stages, settings: dict[str, Any],
     _train_faiss(index, sample, settings["seed"])
     meta = side_index_meta(index, factory, dump, "both", 0)
 
-    def fill(folder: Path) -> None:
+    with writing_folder(stages.trained, "trained.json", "a compact index build") as folder:
         codec.save(folder / "codec")
         DenseIndex(index, dict(meta)).save(folder / "search")
         write_json(folder / "trained.json", {
             "settings": settings, "thresholds": cuts, "factory": factory,
             "estimated_tokens": kept, "sample": len(sample),
             "train_seconds": round(time.perf_counter() - started, 2)})
-
-    with writing_folder(stages.trained, "trained.json", "a compact index build") as tmp:
-        fill(tmp)
     return json.loads(record_path.read_text(encoding="utf-8"))
 
 
@@ -312,14 +309,12 @@ def _parts_stage(dump: PhraseDump, stages: _Stages, codec: PQCodec, search, cuts
                   "token": pos[:, 1].astype(np.uint16),
                   "chars": pos[:, 2:4].astype(np.uint32), "sides": bits, "counts": counts}
 
-        def fill(folder: Path, arrays=arrays, start=start, end=end, max_char=max_char) -> None:
+        with writing_folder(stages.part(start, end), "part.json",
+                            "a compact index part") as folder:
             for name, array in arrays.items():
                 save_array(folder / f"{name}.npy", array)
             write_json(folder / "part.json", {"rows": [start, end], "tokens": len(rows),
                                               "max_char": max_char})
-
-        with writing_folder(stages.part(start, end), "part.json", "a compact index part") as tmp:
-            fill(tmp)
         bar.update(end - start)
     bar.close()
 
@@ -340,7 +335,7 @@ def _merge_stage(dump: PhraseDump, stages: _Stages, codec: PQCodec, search: Dens
     ptr = np.zeros(dump.count + 1, dtype=np.int64)
     side_counts = {side: 0 for side in SIDES}
 
-    def fill(folder: Path) -> None:
+    with writing_folder(out / "tokens", "ptr.npy", "compact index tokens") as folder:
         targets = {name: np.lib.format.open_memmap(folder / f"{name}.npy", mode="w+",
                                                    dtype=dtype, shape=shape)
                    for name, (shape, dtype) in shapes.items()}
@@ -365,11 +360,8 @@ def _merge_stage(dump: PhraseDump, stages: _Stages, codec: PQCodec, search: Dens
         bar.close()
         for array in targets.values():
             array.flush()
-            del array
         save_array(folder / "ptr.npy", ptr)
 
-    with writing_folder(out / "tokens", "ptr.npy", "compact index tokens") as tmp:
-        fill(tmp)
     codec.save(out / "codec")
     search.meta.update(count=int(search.index.ntotal))
     search.save(out / "search")
