@@ -124,6 +124,35 @@ def test_resume_after_a_kill_gives_the_same_weights(examples, tmp_path):
         train_reader(tiny_reader(), examples[:6], tmp_path / "b", settings)
 
 
+def test_start_step_continues_a_lost_runs_order_and_schedule(examples, tmp_path):
+    """A run's checkpoint is gone but the weights it had at step 2 survive (a promoted reader):
+    `start_step=2` from those weights sees the same batches with the same learning rates as the
+    uninterrupted run, so its first step has the same loss to the last digit (the optimizer
+    state is new, so later steps may differ)."""
+    from readers.extractive.model import ExtractiveReader
+
+    settings = dict(epochs=3, batch_size=2, checkpoint_every=2)  # 12 steps
+    train_reader(tiny_reader(seed=1), examples, tmp_path / "a", config(**settings))
+    with pytest.raises(Killed):
+        train_reader(tiny_reader(seed=1), examples, tmp_path / "b", config(**settings),
+                     on_step=kill_after(2))
+    at_two = ExtractiveReader.from_pretrained(tmp_path / "b" / "checkpoint" / "model")
+    result = train_reader(at_two, examples, tmp_path / "c", config(**settings, start_step=2))
+    assert result.resumed_from == 2 and result.steps == 12
+
+    def log(run):
+        return [json.loads(line) for line in (tmp_path / run / "log.jsonl").open()]
+
+    uninterrupted, continued = log("a")[2:], log("c")
+    assert [r["step"] for r in continued] == list(range(3, 13))
+    assert [r["lr"] for r in continued] == [r["lr"] for r in uninterrupted]
+    assert continued[0]["loss"] == uninterrupted[0]["loss"]
+    # a checkpoint of the continued run resumes it; a start past the end is refused
+    with pytest.raises(ConfigError, match="start_step 12 is not before the last step"):
+        train_reader(tiny_reader(), examples, tmp_path / "d", config(**settings,
+                                                                      start_step=12))
+
+
 def test_auto_precision_probe_changes_nothing_and_resume_may_switch(examples, tmp_path,
                                                                     monkeypatch):
     """`auto` times the first batch in fp32 and bf16 (timings injected): picking fp32, the

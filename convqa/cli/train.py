@@ -202,6 +202,11 @@ def _add_reader(jobs) -> None:
     p.add_argument("--init-model", default="all-MiniLM-L6-v2", metavar="ID_OR_PATH",
                    help="encoder, question-answering checkpoint or reader folder to start from "
                         "(default all-MiniLM-L6-v2)")
+    p.add_argument("--start-step", type=count, default=0, metavar="N",
+                   help="continue a run whose checkpoint is lost: --init-model is its reader at "
+                        "step N (e.g. the promoted convqa-reader), the same flags give the same "
+                        "data order and learning-rate schedule from step N, with a new "
+                        "optimizer (default 0: a new run)")
     p.add_argument("--passages-per-question", type=positive_int, default=3, metavar="N",
                    help="passages read per question in training: 1 positive + N-1 negatives "
                         "(default 3)")
@@ -287,7 +292,7 @@ def _reader_config(args: argparse.Namespace):
         length_pool=args.length_pool, window_chunk=args.window_chunk,
         eval_every=args.eval_every,
         eval_per_source=args.eval_per_source, precision=args.precision,
-        **schedule_settings(args))
+        start_step=args.start_step, **schedule_settings(args))
     return ReaderRunConfig(
         squad=list(args.squad), benchmarks=list(args.benchmark), examples=list(args.examples),
         init_model=args.init_model, max_length=args.max_length,

@@ -14,7 +14,9 @@ the loop does the rest, the same way for all:
 
 The config is a dataclass with the fields epochs, batch_size, grad_accum, lr, weight_decay,
 warmup_ratio, max_steps, max_grad_norm, bf16, seed, checkpoint_every, keep_checkpoint, progress
-and a `schedule_key()` method (schedule.py).
+and a `schedule_key()` method (schedule.py); an optional `start_step` continues a run whose
+checkpoint is gone from weights saved at that step (the trainer's model): the same data order
+and learning-rate schedule from there, a fresh optimizer.
 """
 from __future__ import annotations
 
@@ -36,6 +38,15 @@ from convqa.training_log import append_log, trim_log
 from .checkpoint import (CHECKPOINT, MODEL, STATE, TRAINING_JSON, load_tensors, set_rng_state,
                          write_checkpoint)
 from .schedule import global_batches, linear_schedule, plan_steps, same_schedule
+
+
+def schedule_at(optimizer: torch.optim.Optimizer, factor: Callable[[int], float],
+                step: int = 0) -> torch.optim.lr_scheduler.LambdaLR:
+    """The LR schedule `factor`, positioned at `step` (as if `step` steps had been taken)."""
+    if step:
+        for group in optimizer.param_groups:
+            group.setdefault("initial_lr", group["lr"])
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor, last_epoch=step - 1)
 
 
 def make_accelerator(cpu: bool = False):
@@ -119,12 +130,19 @@ class StepTrainer:
 
         torch.manual_seed(config.seed + rank)  # dropout; the data order has its own seeds
         start = self._restore_model()
+        continued = start == 0 and getattr(config, "start_step", 0)
+        if continued:
+            if config.start_step >= total:
+                raise ConfigError(f"start_step {config.start_step} is not before the last step "
+                                  f"of this schedule ({total})")
+            start = config.start_step
         self.before_optimizer()
         params = self.trainable_parameters()
         optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_schedule(warmup, total))
+        scheduler = schedule_at(optimizer, linear_schedule(warmup, total),
+                                start if continued else 0)
         model, optimizer = acc.prepare(self.model, optimizer)
-        if start:
+        if start and not continued:
             self._restore_optimizer(optimizer, scheduler, start)
         trim_log(self.out, start, acc.is_main_process)  # those steps are redone
         self.on_start(model, start)

@@ -23,7 +23,7 @@ from typing import Any, Callable, Sequence
 
 from convqa.errors import ConfigError, ConvQAError, DataError
 from convqa.io import load_json, write_json
-from convqa.models import DEFAULT_MODEL
+from convqa.models import DEFAULT_MODEL, resolve_model
 
 from .data import (BuildReport, ReaderExample, benchmark_examples, load_examples, save_examples,
                    scoring_convention, squad_examples)
@@ -164,7 +164,7 @@ def _use_dense_negatives(examples: list[ReaderExample], config: ReaderRunConfig,
 
 def initial_reader(config: ReaderRunConfig) -> ExtractiveReader:
     """The reader training starts from: a reader folder as saved, anything else via `build`."""
-    init = Path(config.init_model)
+    init = Path(resolve_model(config.init_model))  # a shipped alias names its folder
     if init.is_dir() and (init / META_FILE).exists():
         reader = ExtractiveReader.from_pretrained(init)
         if reader.has_adapters:

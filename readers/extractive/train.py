@@ -95,12 +95,13 @@ class ReaderTrainConfig:
     window_chunk: int = 4             # windows per forward pass, by length; 0: all at once
     eval_every: int = 0               # optimizer steps between held-out scores; 0: none
     eval_per_source: int = 50         # held-out questions per source in those scores
+    start_step: int = 0               # continue this schedule at that step (weights given)
 
     def __post_init__(self) -> None:
         check_counts(self, ("epochs", "batch_size", "grad_accum", "passages_per_question",
                             "eval_per_source"), 1)
         check_counts(self, ("checkpoint_every", "seed", "length_pool", "eval_every",
-                            "window_chunk"), 0)
+                            "window_chunk", "start_step"), 0)
         check_schedule(self)
         self.precision = normalize_precision(self.precision, "precision")
         if self.precision == INT8:
@@ -303,7 +304,7 @@ class ReaderTrainer(StepTrainer):
 
     def on_start(self, model, step: int) -> None:
         self.choose_precision(model)
-        if self.curve_sample and step == 0:
+        if self.curve_sample and step == self.config.start_step:
             self.log_heldout(model, 0)
 
     def choose_precision(self, model) -> None:
