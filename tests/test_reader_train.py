@@ -137,13 +137,17 @@ def test_start_step_continues_a_lost_runs_order_and_schedule(examples, tmp_path)
         train_reader(tiny_reader(seed=1), examples, tmp_path / "b", config(**settings),
                      on_step=kill_after(2))
     at_two = ExtractiveReader.from_pretrained(tmp_path / "b" / "checkpoint" / "model")
-    result = train_reader(at_two, examples, tmp_path / "c", config(**settings, start_step=2))
+    result = train_reader(at_two, examples, tmp_path / "c",
+                          config(**settings, start_step=2, eval_every=100),
+                          heldout=examples[:2])
     assert result.resumed_from == 2 and result.steps == 12
 
     def log(run):
         return [json.loads(line) for line in (tmp_path / run / "log.jsonl").open()]
 
-    uninterrupted, continued = log("a")[2:], log("c")
+    curve = [r["step"] for r in log("c") if "heldout" in r]
+    assert curve == [2, 12]  # the curve starts at the step continued from
+    uninterrupted, continued = log("a")[2:], [r for r in log("c") if "loss" in r]
     assert [r["step"] for r in continued] == list(range(3, 13))
     assert [r["lr"] for r in continued] == [r["lr"] for r in uninterrupted]
     assert continued[0]["loss"] == uninterrupted[0]["loss"]

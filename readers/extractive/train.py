@@ -305,7 +305,7 @@ class ReaderTrainer(StepTrainer):
     def on_start(self, model, step: int) -> None:
         self.choose_precision(model)
         if self.curve_sample and step == self.config.start_step:
-            self.log_heldout(model, 0)
+            self.log_heldout(model, step)
 
     def choose_precision(self, model) -> None:
         """Resolve `auto` once per (re)start: time a forward and backward pass of the first
