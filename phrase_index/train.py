@@ -25,7 +25,8 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-from dataclasses import dataclass, field
+import dataclasses
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -610,6 +611,40 @@ class PhraseRunConfig:
         default_factory=lambda: PhraseTrainConfig(stage="query"))
 
 
+# Settings a run may change when it starts from a saved phrase model (the rest is its architecture).
+LIMITS = ("max_passage_tokens", "max_query_tokens", "max_answer_tokens")
+
+
+def initial_phrase_model(settings: dict[str, Any]) -> PhraseModel:
+    """The model a run starts from. `settings["base"]` may name a saved phrase model (a folder
+    or `convqa-phrase`): training continues from its towers and heads (adapters merged), with
+    the run's LIMITS; its architecture settings must agree. Anything else is a Hugging Face
+    checkpoint to build a new model on."""
+    from convqa.models import resolve_model
+
+    from .model import META_FILE, PhraseModelConfig
+
+    folder = Path(resolve_model(settings["base"]))
+    if not (folder / META_FILE).exists():
+        try:
+            return PhraseModel.build(PhraseModelConfig(**settings))
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"phrase model: {exc}") from None
+    model = PhraseModel.load(folder)
+    if model.has_adapters:
+        model.merge_adapters()
+    saved = asdict(model.config)
+    for name in ("shared_query_encoder", "encoder_layers"):
+        if name in settings and settings[name] != saved[name]:
+            raise ConfigError(f"{folder}: a phrase model with {name}={saved[name]!r}; this run "
+                              f"asks for {settings[name]!r}")
+    model.config = dataclasses.replace(model.config, **{
+        name: settings[name] for name in LIMITS if name in settings})
+    for parameter in model.parameters():
+        parameter.requires_grad_(True)
+    return model
+
+
 def run_phrase_training(config: PhraseRunConfig, out: str | os.PathLike, accelerator: Any = None,
                         say: Callable[[str], None] = print) -> Path:
     """Examples -> phrase stage -> query stage -> OUT/model (+ OUT/adapter) -> OUT/eval.json.
@@ -628,12 +663,9 @@ def run_phrase_training(config: PhraseRunConfig, out: str | os.PathLike, acceler
     train = [e for e in examples if e.split == "train"]
     heldout = [e for e in examples if e.split != "train"]
     say(f"data: {len(train)} training and {len(heldout)} held-out examples")
-    try:
-        model_config = PhraseModelConfig(**{"base": DEFAULT_MODEL, **config.model})
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"phrase model: {exc}") from None
     torch.manual_seed(config.phrase.seed)
-    model = PhraseModel.build(model_config)
+    model = initial_phrase_model({"base": DEFAULT_MODEL, **config.model})
+    model_config = model.config
     if config.lora_r:
         model.add_lora(r=config.lora_r, alpha=2 * config.lora_r)
     teacher = None

@@ -230,3 +230,27 @@ def test_cli_trains_both_stages_and_scores_held_out(tmp_path, capsys):
     assert main(["train", "phrase", "--out", str(tmp_path / "none"), "--benchmark", str(bench),
                  "--init-model", str(base), "--turn-weight", "-1", "--quiet"]) != 0
     assert "turn" in capsys.readouterr().err
+
+
+def test_a_run_may_start_from_a_saved_phrase_model(tmp_path):
+    """`--init-model` naming a saved phrase model continues from its towers and heads (with
+    the run's length limits); other architecture settings are refused; a plain checkpoint
+    still builds a new model."""
+    from phrase_index.train import initial_phrase_model
+
+    base = tiny_base(tmp_path / "base")
+    saved = PhraseModel.build(phrase_config(base=str(base)))
+    with torch.no_grad():
+        saved.query_end_head.bias.add_(0.5)
+    saved.save(tmp_path / "saved")
+    start = initial_phrase_model({"base": str(tmp_path / "saved"), "max_answer_tokens": 7,
+                                  "shared_query_encoder": False, "encoder_layers": None})
+    assert start.config.max_answer_tokens == 7 and start.config.base == str(base)
+    expected, got = state(saved), state(start)
+    assert expected.keys() == got.keys()
+    assert all(torch.equal(expected[k], got[k]) for k in expected)
+    assert all(p.requires_grad for p in start.parameters())
+    with pytest.raises(ConfigError, match="shared_query_encoder=False; this run asks for True"):
+        initial_phrase_model({"base": str(tmp_path / "saved"), "shared_query_encoder": True})
+    fresh = initial_phrase_model({"base": str(base)})
+    assert not torch.equal(fresh.query_end_head.bias, start.query_end_head.bias)
