@@ -524,7 +524,7 @@ def _add_phrase(jobs) -> None:
     add_example_sources(p)
     p.add_argument("--init-model", default="all-MiniLM-L6-v2", metavar="ID_OR_PATH",
                    help="checkpoint both towers start from (default all-MiniLM-L6-v2), or a saved "
-                        "phrase model (a folder or convqa-phrase) to train further")")
+                        "phrase model (a folder or convqa-phrase) to train further")
     p.add_argument("--teacher", default="convqa-reader", metavar="READER",
                    help="extractive reader to distil from (default convqa-reader; 'none' "
                         "to train without distillation)")
