@@ -14,7 +14,8 @@ Two stages, each a resumable run in its own folder:
   exact match), with L_turn kept.
 
 Conventions as readers/extractive/train.py: AdamW with linear warm-up/decay, clipping,
-gradient accumulation, optional bf16 autocast (heads and losses fp32); checkpoints every
+gradient accumulation, precision auto | fp32 | bf16 (the loop times fp32 and bf16 autocast on
+the first batch at each start for auto; heads and losses fp32); checkpoints every
 `checkpoint_every` steps in OUT/checkpoint (model safetensors, optimizer, scheduler, RNG and
 pre-batch queue, swapped in atomically), so a rerun after a kill resumes and ends with the
 same weights; OUT/log.jsonl per step; OUT/model and OUT/training.json at the end.
@@ -26,6 +27,7 @@ import hashlib
 import math
 import os
 import dataclasses
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -35,6 +37,7 @@ import torch
 from torch import Tensor
 
 from convqa.errors import ConfigError, ConvQAError
+from convqa.precision import BF16, INT8, autocast, normalize_precision
 from convqa.io import write_json
 from convqa.training.checkpoint import MODEL, load_tensors
 from convqa.training.loop import StepTrainer, TrainResult, make_accelerator
@@ -77,7 +80,8 @@ class PhraseTrainConfig:
     pool_passages: int = 2000         # query stage: passages in the frozen phrase matrix
     start_candidates: int = 64        # query stage: starts taken from the MIPS per query
     candidates: int = 16              # query stage: retrieved phrases per query
-    bf16: bool = False
+    bf16: bool = False                # older spelling of precision="bf16"
+    precision: str = "fp32"           # auto | fp32 | bf16; auto measures both at each start
     seed: int = 0
     checkpoint_every: int = 100       # optimizer steps; 0 = only at the end
     keep_checkpoint: bool = False
@@ -90,6 +94,11 @@ class PhraseTrainConfig:
                             "pool_passages", "start_candidates", "candidates"), 1)
         check_counts(self, ("checkpoint_every", "seed", "pre_batch", "stride"), 0)
         check_schedule(self)
+        self.precision = normalize_precision(self.precision, "precision")
+        if self.precision == INT8:
+            raise ConfigError("precision: int8 is for inference only; use auto, fp32 or bf16")
+        if self.bf16:
+            self.precision = BF16
         for name in ("distill_temperature", "turn_temperature"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)!r}")
@@ -239,6 +248,7 @@ class PhraseTrainer(StepTrainer):
         super().__init__(model, out, config, accelerator, info)
         self.examples = list(examples)
         self.progress_label = f"training phrases ({config.stage})"
+        self.precision_what = f"phrase training ({config.stage} stage)"
         self.weights = dict(config.weights)
         self.teacher = teacher if self.weights.get("distill", 0.0) else None
         if self.weights.get("distill", 0.0) and teacher is None:
@@ -291,7 +301,7 @@ class PhraseTrainer(StepTrainer):
         if config.stage == "query":
             self.frozen = FrozenPhrases(self.model, _pool(self.examples, config.pool_passages,
                                                           config.seed),
-                                        bf16=config.bf16, stride=config.stride)
+                                        bf16=config.precision == BF16, stride=config.stride)
 
     def set_train_mode(self, model) -> None:
         model.train()
@@ -300,6 +310,17 @@ class PhraseTrainer(StepTrainer):
 
     def log_tags(self) -> dict[str, Any]:
         return {"stage": self.config.stage}
+
+    @contextmanager
+    def probe_guard(self):
+        """The precision probe computes losses that would queue its batch: put the queue back."""
+        queued = list(self.queue._batches)
+        try:
+            yield
+        finally:
+            self.queue.clear()
+            for start, end in queued:
+                self.queue.push(start, end)
 
     def make_batch(self, indices, epoch: int) -> PhraseBatch:
         return make_phrase_batch(self.examples, indices, self.model, self.config.stride,
@@ -318,14 +339,12 @@ class PhraseTrainer(StepTrainer):
     def _losses(self, model, batch: PhraseBatch) -> dict[str, Tensor | None]:
         device = self.accelerator.device
         queries = {k: v.to(device) for k, v in batch.queries.items()}
-        autocast = torch.autocast(device_type=device.type, dtype=torch.bfloat16,
-                                  enabled=self.config.bf16)
         if self.config.stage == "query":
-            with autocast:
+            with autocast(self.precision, device):
                 _, qv = model(queries=queries)
             return self._query_losses(batch, qv)
         passages = {k: v.to(device) for k, v in batch.passages.items()}
-        with autocast:
+        with autocast(self.precision, device):
             pv, qv = model(passages=passages, queries=queries)
         current = batch.current.to(device)
         q_start, q_end = qv.start[current], qv.end[current]
@@ -359,8 +378,7 @@ class PhraseTrainer(StepTrainer):
     def _distill(self, start_logits: Tensor, end_logits: Tensor, mask: Tensor,
                  batch: PhraseBatch) -> Tensor:
         teacher = self.teacher
-        with torch.no_grad(), torch.autocast(device_type=self.accelerator.device.type,
-                                             dtype=torch.bfloat16, enabled=self.config.bf16):
+        with torch.no_grad(), autocast(self.precision, self.accelerator.device):
             logits = teacher(**teacher.model_inputs(batch.teacher.features.tensors))
         t_start, seen = align_teacher_logits(logits.start.float(), batch.teacher.alignment)
         t_end, _ = align_teacher_logits(logits.end.float(), batch.teacher.alignment)
@@ -652,7 +670,6 @@ def run_phrase_training(config: PhraseRunConfig, out: str | os.PathLike, acceler
     from convqa.models import DEFAULT_MODEL
 
     from .data import build_examples
-    from .model import PhraseModelConfig
 
     out = Path(out)
     acc = accelerator if accelerator is not None else make_accelerator()

@@ -74,6 +74,41 @@ def test_phrase_stage_trains_every_loss_and_resumes_exactly(examples, tmp_path):
                     teacher)
 
 
+def test_auto_precision_probe_leaves_the_run_unchanged(examples, tmp_path, monkeypatch):
+    """`auto` times the first batch in fp32 and bf16 at every (re)start (timings injected).
+    Resumed with a filled pre-batch queue, the probe's loss passes leave no trace: the steps
+    after it have the losses of a forced-fp32 run. A faster bf16 is picked and recorded."""
+    from convqa import precision as P
+
+    teacher = tiny_reader(seed=5)
+    settings = dict(checkpoint_every=2)
+    train_stage(tiny_phrase_model(seed=1), examples, tmp_path / "fp32", config(**settings),
+                teacher)
+    monkeypatch.setattr(P, "time_run", lambda name, run: ({"fp32": 1.0, "bf16": 6.0}[name],
+                                                          run()))
+    auto = config(**settings, precision="auto")
+    with pytest.raises(Killed):
+        train_stage(tiny_phrase_model(seed=1), examples, tmp_path / "auto", auto, teacher,
+                    on_step=kill_after(3))
+    result = train_stage(tiny_phrase_model(seed=1), examples, tmp_path / "auto", auto, teacher)
+    assert result.resumed_from == 2 and result.steps == 6
+    assert result.info["precision"]["precision"] == "fp32"
+    assert set(result.info["precision"]["probe_seconds"]) == {"fp32", "bf16"}
+    forced, probed = log(tmp_path / "fp32"), log(tmp_path / "auto")
+    assert [r["step"] for r in probed] == list(range(1, 7))
+    for a, b in zip(forced, probed):
+        assert b["pre_batch"] == pytest.approx(a["pre_batch"], rel=1e-4, abs=1e-6)
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-4)
+
+    monkeypatch.setattr(P, "time_run", lambda name, run: ({"fp32": 1.0, "bf16": 0.5}[name],
+                                                          run()))
+    fast = train_stage(tiny_phrase_model(seed=1), examples, tmp_path / "bf16",
+                       config(max_steps=1, precision="auto"), teacher)
+    assert fast.info["precision"]["precision"] == "bf16"
+    with pytest.raises(ConfigError, match="int8 is for inference only"):
+        config(precision="int8")
+
+
 def test_ablation_switches_and_refusals(examples, tmp_path):
     no_turn = config(max_steps=2, weights={"turn": 0.0, "distill": 0.0, "filter": 0.0})
     model = tiny_phrase_model()

@@ -31,9 +31,9 @@ from pathlib import Path
 
 from convqa.errors import ConvQAError
 
-from .train_args import (add_example_sources, add_process_args, add_schedule_args, count,
-                         fraction, int_at_least, positive_float, positive_int,
-                         schedule_settings, start_run)
+from .train_args import (add_example_sources, add_process_args, add_schedule_args,
+                         add_training_precision_arg, count, fraction, int_at_least,
+                         positive_float, positive_int, schedule_settings, start_run)
 
 
 
@@ -255,10 +255,7 @@ def _add_reader(jobs) -> None:
                    help="held-out questions scored per source after training (default 300)")
     p.add_argument("--no-eval", action="store_true", help="skip the held-out evaluation")
     add_schedule_args(p, batch_size=4, unit="questions", lr=2e-5)
-    p.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
-                   help="arithmetic of training steps (default auto: the faster of fp32 and "
-                        "bf16 autocast whose loss agrees, timed on the first batch; --bf16 "
-                        "forces bf16); a checkpoint resumes in any precision")
+    add_training_precision_arg(p)
     add_process_args(p)
     p.set_defaults(func=run_reader)
 
@@ -563,6 +560,7 @@ def _add_phrase(jobs) -> None:
                    help="held-out questions scored per source, gold passage only (default 300)")
     add_schedule_args(p, batch_size=16, unit="questions", lr=5e-5, checkpoint_every=100,
                       steps_help="cap on phrase-stage steps", lr_help="phrase-stage learning rate")
+    add_training_precision_arg(p)
     add_process_args(p)
     p.set_defaults(func=run_phrase)
 
@@ -575,7 +573,7 @@ def run_phrase(args: argparse.Namespace) -> int:
     weights = {"span": args.span_weight, "distill": args.distill_weight if teacher else 0.0,
                "filter": args.filter_weight, "in_batch": args.neg_weight,
                "pre_batch": args.neg_weight, "turn": args.turn_weight}
-    common = schedule_settings(args)
+    common = {**schedule_settings(args), "precision": args.precision}
     phrase = PhraseTrainConfig(stage="phrase", weights=weights, pre_batch=args.pre_batch,
                                **common)
     query = None if args.no_query_finetune else PhraseTrainConfig(

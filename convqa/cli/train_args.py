@@ -89,6 +89,14 @@ def add_example_sources(p: argparse.ArgumentParser) -> None:
                    help="prepared reader examples (readers/extractive/data.py format)")
 
 
+def add_training_precision_arg(p: argparse.ArgumentParser) -> None:
+    """--precision auto|fp32|bf16 of a trainer whose config has `precision`."""
+    p.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
+                   help="arithmetic of training steps (default auto: the faster of fp32 and "
+                        "bf16 autocast whose loss agrees, timed on the first batch at each "
+                        "start; --bf16 forces bf16); a checkpoint resumes in any precision")
+
+
 def add_process_args(p: argparse.ArgumentParser) -> None:
     """--cpu and --quiet."""
     p.add_argument("--cpu", action="store_true", help="train on the CPU even if a GPU exists")

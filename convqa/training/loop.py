@@ -32,6 +32,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from convqa.errors import ConfigError, DataError
+from convqa.precision import AUTO, BF16, FP32, choose_training_precision
 from convqa.io import load_json, write_json
 from convqa.training_log import append_log, trim_log
 
@@ -92,6 +93,7 @@ class StepTrainer:
     what = "a model"            # named in the error for a folder trained with other settings
     compared = "settings"       # what the schedule key covers ("settings or data")
     progress_label = "training"
+    precision_what = "training"  # named in the precision choice ("precision for ...")
 
     def __init__(self, model: torch.nn.Module, out: str | os.PathLike, config: Any,
                  accelerator: Any = None, info: Mapping[str, Any] | None = None):
@@ -100,6 +102,7 @@ class StepTrainer:
         self.config = config
         self.accelerator = accelerator if accelerator is not None else make_accelerator()
         self.info = dict(info or {})
+        self.precision = FP32  # the autocast of compute_loss, set by choose_precision
         self.last_batch: Any = None
 
     @property
@@ -145,6 +148,7 @@ class StepTrainer:
         if start and not continued:
             self._restore_optimizer(optimizer, scheduler, start)
         trim_log(self.out, start, acc.is_main_process)  # those steps are redone
+        self.choose_precision(model)
         self.on_start(model, start)
 
         bar = None
@@ -270,7 +274,54 @@ class StepTrainer:
 
     def on_start(self, model, step: int) -> None:
         """Runs once before the first step of this process's run (`step`: the step resumed
-        from, 0 for a fresh run), after the log was trimmed to it."""
+        from, 0 for a fresh run), after the log was trimmed to it and the precision chosen."""
+
+    # -- precision -------------------------------------------------------------------------
+    def requested_precision(self) -> str:
+        """fp32, bf16 or auto: the config's `precision` (or its older `bf16` flag)."""
+        if getattr(self.config, "bf16", False):
+            return BF16
+        return getattr(self.config, "precision", FP32)
+
+    def probe_guard(self):
+        """A context around the precision probe's loss passes that undoes what computing a
+        loss changes besides gradients (e.g. a queue of earlier batches)."""
+        return nullcontext()
+
+    def choose_precision(self, model) -> None:
+        """Set `self.precision`, the autocast of `compute_loss`. For `auto`, at every (re)start:
+        time a forward and backward pass of the first examples in fp32 and in bf16 (no update,
+        RNG restored) and keep the faster whose loss agrees (convqa/precision.py); the main
+        process decides for all. Recorded in `self.info["precision"]`."""
+        acc = self.accelerator
+        requested = self.requested_precision()
+        if requested != AUTO:
+            self.precision = requested
+            if hasattr(self.config, "precision"):
+                self.info["precision"] = {"precision": requested, "what": self.precision_what}
+            return
+        from accelerate.utils import broadcast_object_list
+
+        batch = self.make_batch(list(range(min(self.config.batch_size, self.num_examples()))),
+                                0)
+        rng = torch.get_rng_state()
+
+        def step(precision: str) -> float:
+            self.precision = precision
+            with self.probe_guard(), acc.no_sync(model):
+                loss, _ = self.compute_loss(model, batch)
+                loss.backward()
+            model.zero_grad(set_to_none=True)
+            return float(loss.detach())
+
+        choice = choose_training_precision(step, what=self.precision_what, device=acc.device)
+        torch.set_rng_state(rng)
+        picked = [choice.precision]
+        broadcast_object_list(picked)
+        self.precision = picked[0]
+        self.info["precision"] = choice.to_dict() if acc.is_main_process else picked[0]
+        if acc.is_main_process and self.config.progress:
+            print(choice.summary(), flush=True)
 
     def after_step(self, model, step: int, total: int) -> None:
         """Runs after optimizer step `step` was logged and before its checkpoint is written,

@@ -50,8 +50,7 @@ import torch
 from torch import Tensor
 
 from convqa.errors import ConfigError, ConvQAError
-from convqa.precision import (AUTO, BF16, FP32, INT8, autocast, choose_training_precision,
-                              normalize_precision)
+from convqa.precision import BF16, INT8, autocast, normalize_precision
 from convqa.training.loop import StepTrainer, TrainResult, make_accelerator
 from convqa.training.schedule import (bucketed_batches, check_counts, check_schedule,
                                       example_rng, schedule_key)
@@ -253,6 +252,7 @@ class ReaderTrainer(StepTrainer):
     what = "a reader"
     compared = "settings or data"
     progress_label = "training reader"
+    precision_what = "reader training"
 
     def __init__(self, reader: ExtractiveReader, examples: Sequence[ReaderExample],
                  out: str | os.PathLike, config: ReaderTrainConfig, accelerator: Any = None,
@@ -275,7 +275,6 @@ class ReaderTrainer(StepTrainer):
         self.curve_sample = heldout_sample(heldout, config.eval_per_source, config.seed) \
             if config.eval_every else []
         self._lengths: list[int] | None = None
-        self.precision = FP32 if config.precision == AUTO else config.precision  # on_start
 
     def schedule(self) -> dict[str, Any]:
         return {**self.config.schedule_key(), "data": self.data_key}
@@ -303,43 +302,8 @@ class ReaderTrainer(StepTrainer):
                                 self.config.length_pool)
 
     def on_start(self, model, step: int) -> None:
-        self.choose_precision(model)
         if self.curve_sample and step == self.config.start_step:
             self.log_heldout(model, step)
-
-    def choose_precision(self, model) -> None:
-        """Resolve `auto` once per (re)start: time a forward and backward pass of the first
-        batch in fp32 and in bf16 (no update, RNG restored) and keep the faster whose loss
-        agrees. The main process decides for all."""
-        acc = self.accelerator
-        requested = self.config.precision
-        if requested == AUTO:
-            from accelerate.utils import broadcast_object_list
-
-            batch = self.make_batch(list(range(min(self.config.batch_size,
-                                                   len(self.examples)))), 0)
-            rng = torch.get_rng_state()
-
-            def step(precision: str) -> float:
-                self.precision = precision
-                with acc.no_sync(model):
-                    loss, _ = self.compute_loss(model, batch)
-                    loss.backward()
-                model.zero_grad(set_to_none=True)
-                return float(loss.detach())
-
-            choice = choose_training_precision(step, what="reader training",
-                                               device=acc.device)
-            torch.set_rng_state(rng)
-            picked = [choice.precision]
-            broadcast_object_list(picked)
-            self.precision = picked[0]
-            self.info["precision"] = choice.to_dict() if acc.is_main_process else picked[0]
-            if acc.is_main_process and self.config.progress:
-                print(choice.summary(), flush=True)
-        else:
-            self.precision = requested
-            self.info["precision"] = {"precision": requested, "what": "reader training"}
 
     def after_step(self, model, step: int, total: int) -> None:
         every = self.config.eval_every
