@@ -217,6 +217,10 @@ def _add_reader(jobs) -> None:
                    help="dense index folder (e.g. of convqa-dpr-ihn): the benchmark turns' "
                         "negatives become its top passages outside the gold article that hold "
                         "no answer, mined once into OUT/data (BM25 ones fill up)")
+    p.add_argument("--article-negatives", type=count, default=0, metavar="N",
+                   help="benchmark turns: the first N negatives become answer-free passages "
+                        "of the turn's own gold article, ranked by BM25 (what a corpus that "
+                        "splits articles into many passages confuses; default 0)")
     p.add_argument("--dense-top-k", type=positive_int, default=50, metavar="K",
                    help="passages retrieved per turn for those negatives (default 50)")
     p.add_argument("--dense-history", default="oldest_first", metavar="STRATEGY",
@@ -298,6 +302,7 @@ def _reader_config(args: argparse.Namespace):
         max_examples=args.max_examples, max_heldout=args.max_heldout,
         eval_examples=args.eval_examples, evaluate=not args.no_eval,
         dense_negatives=args.dense_negatives, dense_top_k=args.dense_top_k,
+        article_negatives=args.article_negatives,
         dense_history=args.dense_history, train=train)
 
 

@@ -50,6 +50,7 @@ class ReaderRunConfig:
     max_heldout: int | None = 1000    # held-out examples kept per source
     eval_examples: int | None = 300   # held-out questions evaluated per source
     dense_negatives: str | None = None  # dense index folder: hard negatives for benchmark turns
+    article_negatives: int = 0          # answer-free passages of a turn's own gold article
     dense_top_k: int = 50             # passages retrieved per turn for them
     dense_history: str | dict = "oldest_first"  # the dense retriever's query formatting
     evaluate: bool = True
@@ -63,7 +64,9 @@ class ReaderRunConfig:
                 "max_examples": self.max_examples, "max_heldout": self.max_heldout,
                 "seed": self.train.seed, "history": self.train.history,
                 **({"dense_negatives": self.dense_config().identity()}
-                   if self.dense_negatives else {})}
+                   if self.dense_negatives else {}),
+                **({"article_negatives": self.article_negatives}
+                   if self.article_negatives else {})}
 
     def dense_config(self):
         from .dense_negatives import DenseNegativesConfig
@@ -125,6 +128,13 @@ def prepare_data(config: ReaderRunConfig, out: str | os.PathLike, progress: bool
                                    report=report)
         if config.dense_negatives and config.negatives:
             _use_dense_negatives(turns, config, folder, report, say)
+        if config.article_negatives and config.negatives:
+            from .article_negatives import add_article_negatives
+
+            counts = add_article_negatives(turns, path, config.article_negatives,
+                                           config.train.history, config.train.seed, report)
+            say(f"data: {counts['article_negatives']} negatives from the gold article for "
+                f"{counts['examples']} turns")
         examples += turns
     for path in config.examples:
         loaded = load_examples(path)
