@@ -13,7 +13,8 @@ import torch
 from conftest import shared_file
 from convqa.training.schedule import bucketed_batches, global_batches
 from readers.extractive.data import squad_examples
-from readers.extractive.heldout import heldout_sample, scores_by_source
+from readers.extractive.heldout import (heldout_sample, read_answers, score_answers,
+                                        scores_by_source)
 from readers.extractive.model import ExtractiveReader
 from readers.extractive.train import ReaderTrainConfig, ReaderTrainer, train_reader
 from reader_helpers import tiny_reader
@@ -87,6 +88,22 @@ def test_heldout_sample_is_fixed_and_per_source(built):
     assert set(scores["sources"]) == {"squad:dev-v2.0"}
     assert scores["count"] == 5 and 0.0 <= scores["f1"] <= 100.0
 
+
+
+def test_heldout_scores_from_shares_equal_one_reader(built):
+    """What several training processes do (each reads every N-th question, the main one scores
+    the gathered answers) gives exactly the single-process scores."""
+    _, heldout = built
+    sample = heldout_sample(heldout, 9, seed=0)
+    reader = tiny_reader(max_length=128)
+    whole = scores_by_source(reader, sample)
+    shares = [read_answers(reader, sample[rank::2]) for rank in (0, 1)]
+    assert set(shares[0]).isdisjoint(shares[1])
+    merged = score_answers(sample, {**shares[0], **shares[1]})
+    assert "seconds" not in merged
+    assert merged == {k: v for k, v in whole.items() if k != "seconds"}
+    with pytest.raises(ValueError, match="no answer for 4 held-out questions"):
+        score_answers(sample, shares[0])
 
 def _log(folder):
     return [json.loads(line) for line in (folder / "log.jsonl").read_text().splitlines()]

@@ -2,6 +2,7 @@
 identical and end where one process with the doubled batch ends."""
 from __future__ import annotations
 
+import json
 
 import pytest
 
@@ -16,6 +17,7 @@ SCRIPT = r'''
 import hashlib, json, sys
 from pathlib import Path
 from readers.extractive.data import load_examples
+from readers.extractive.heldout import scores_by_source
 from readers.extractive.train import ReaderTrainConfig, ReaderTrainer, make_accelerator
 from reader_helpers import tiny_reader
 
@@ -23,16 +25,19 @@ examples, out = load_examples(sys.argv[1]), Path(sys.argv[2])
 acc = make_accelerator(cpu=True)
 config = ReaderTrainConfig(batch_size=2, passages_per_question=2, epochs=2, lr=5e-3,
                            warmup_ratio=0.0, progress=False, checkpoint_every=2,
-                           window_chunk=int(sys.argv[3]))
-trainer = ReaderTrainer(tiny_reader(seed=0), examples, out, config, acc)
+                           window_chunk=int(sys.argv[3]), eval_every=100, eval_per_source=5)
+trainer = ReaderTrainer(tiny_reader(seed=0), examples, out, config, acc,
+                        heldout=load_examples(sys.argv[4]))
 questions = []
 result = trainer.train(on_step=lambda step, loss: questions.append(trainer.last_batch.questions))
 digest = hashlib.sha256()
 for name, tensor in sorted(trainer.reader.state_dict().items()):
     digest.update(name.encode() + tensor.detach().float().numpy().tobytes())
+# the curve's last point (scored by both processes, each its share) against one process alone
+single = scores_by_source(trainer.reader, trainer.curve_sample) if acc.is_main_process else None
 (out / f"rank{acc.process_index}.json").write_text(json.dumps({
     "processes": acc.num_processes, "questions": questions, "steps": result.steps,
-    "weights": digest.hexdigest()}))
+    "weights": digest.hexdigest(), "single_process_heldout": single}))
 '''
 
 
@@ -40,19 +45,26 @@ for name, tensor in sorted(trainer.reader.state_dict().items()):
 @pytest.mark.parametrize("chunk", [0, 3])  # 3: several forward passes per step under DDP
 def test_two_processes_match_one_process_with_the_doubled_batch(tmp_path, chunk):
     built = squad_examples(shared_file("squad/dev-v2.0.json"), negatives=1, max_examples=60,
-                           max_heldout=1)
+                           max_heldout=5)
     examples = [e for e in built if e.split == "train"
                 and len(e.positives[0].passage.text) < 700][:8]
     assert len(examples) == 8
-    data = tmp_path / "examples.jsonl"
+    data, heldout = tmp_path / "examples.jsonl", tmp_path / "heldout.jsonl"
     save_examples(data, examples)
+    save_examples(heldout, [e for e in built if e.split == "heldout"])
     out = tmp_path / "out"
-    ranks = two_process_ranks(SCRIPT, tmp_path, out, data, out, chunk)
+    ranks = two_process_ranks(SCRIPT, tmp_path, out, data, out, chunk, heldout)
     assert [r["processes"] for r in ranks] == [2, 2]
     # 8 examples / (2 per process x 2 processes) = 2 steps per epoch, 2 epochs
     assert [r["steps"] for r in ranks] == [4, 4]
     assert all(q == 2 for r in ranks for q in r["questions"])  # each process its own share
     assert ranks[0]["weights"] == ranks[1]["weights"]  # DDP kept the replicas identical
+    curve = [json.loads(line)["heldout"] for line in (out / "log.jsonl").read_text().splitlines()
+             if '"heldout"' in line]
+    assert [point["count"] for point in curve] == [5, 5]  # step 0 and the last step
+    single = ranks[0]["single_process_heldout"]
+    assert {k: v for k, v in curve[-1].items() if k != "seconds"} == \
+        {k: v for k, v in single.items() if k != "seconds"}
 
     with one_thread():
         single = tiny_reader(seed=0)

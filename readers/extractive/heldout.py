@@ -44,18 +44,47 @@ def scores_by_source(reader: Any, examples: Sequence[ReaderExample]) -> dict[str
     the gold passage alone, plus their macro average over sources (each source counts once,
     however many questions it has) and the micro average over questions. An ExtractiveReader
     reads in fp32: the reference precision, so that scores of different weights compare."""
+    started = time.perf_counter()
+    return score_answers(examples, read_answers(reader, examples),
+                         seconds=time.perf_counter() - started)
+
+
+def read_answers(reader: Any, examples: Sequence[ReaderExample]) -> dict[str, str]:
+    """The answer text `reader` gives each question (by id), read with its gold passage alone:
+    the part of `scores_by_source` that several processes can share (each its own questions)."""
     from .model import ExtractiveReader
     from .reader import SpanReader
     from .train import evaluate_reader
 
     if isinstance(reader, ExtractiveReader):
         reader = SpanReader.from_model(reader, precision="fp32")
-    started = time.perf_counter()
+    answers: dict[str, str] = {}
+    for source, items in by_source(examples).items():
+        answers.update(evaluate_reader(reader, items,
+                                       convention=scoring_convention(source))["predictions"])
+    return answers
+
+
+def score_answers(examples: Sequence[ReaderExample], answers: dict[str, str],
+                  seconds: float | None = None) -> dict[str, Any]:
+    """`scores_by_source`'s result from the answers `read_answers` gave (possibly gathered from
+    several processes): the same sums in the same order, so the same numbers as one process."""
+    from convqa.metrics.answer import score_answer
+
+    missing = [e.id for e in examples if e.id not in answers]
+    if missing:
+        raise ValueError(f"no answer for {len(missing)} held-out questions (e.g. {missing[0]})")
     sources: dict[str, dict[str, Any]] = {}
     for source, items in by_source(examples).items():
-        scores = evaluate_reader(reader, items, convention=scoring_convention(source))
-        sources[source] = {"em": round(scores["em"], 2), "f1": round(scores["f1"], 2),
-                           "count": scores["count"]}
+        convention = scoring_convention(source)
+        em = f1 = 0.0
+        for example in items:
+            scores = score_answer(answers[example.id], example.golds(), convention)
+            em += scores["em"]
+            f1 += scores["f1"]
+        count = len(items)
+        sources[source] = {"em": round(100.0 * em / count, 2), "f1": round(100.0 * f1 / count, 2),
+                           "count": count}
     count = sum(s["count"] for s in sources.values())
     result: dict[str, Any] = {"sources": sources, "count": count,
                               "sample": sample_digest(examples)}
@@ -64,5 +93,6 @@ def scores_by_source(reader: Any, examples: Sequence[ReaderExample]) -> dict[str
         result[metric] = round(sum(values) / len(values), 2) if values else 0.0
         result[f"micro_{metric}"] = round(sum(s[metric] * s["count"] for s in sources.values())
                                           / count, 2) if count else 0.0
-    result["seconds"] = round(time.perf_counter() - started, 1)
+    if seconds is not None:
+        result["seconds"] = round(seconds, 1)
     return result

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -311,12 +312,20 @@ class ReaderTrainer(StepTrainer):
             self.log_heldout(model, step)
 
     def log_heldout(self, model, step: int) -> None:
-        """Score the held-out sample (main process; the others wait) into log.jsonl."""
-        from .heldout import scores_by_source
+        """Score the held-out sample into log.jsonl: each process reads every N-th question, the
+        main process scores the gathered answers (the numbers one process reading all gives)."""
+        from accelerate.utils import gather_object
+
+        from .heldout import read_answers, score_answers
 
         acc = self.accelerator
+        started = time.perf_counter()
+        share = self.curve_sample[acc.process_index::acc.num_processes]
+        gathered = gather_object([read_answers(acc.unwrap_model(model), share)])
         if acc.is_main_process:
-            scores = scores_by_source(acc.unwrap_model(model), self.curve_sample)
+            answers = {qid: text for part in gathered for qid, text in part.items()}
+            scores = score_answers(self.curve_sample, answers,
+                                   seconds=time.perf_counter() - started)
             append_log(self.out, {"step": step, "heldout": scores})
         acc.wait_for_everyone()
 
