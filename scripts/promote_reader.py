@@ -11,7 +11,9 @@ are better on the held-out questions.
    folder; a reader trained with --lora is saved as its own adapter.
 3. That export and the shipped reader read the same held-out questions (RUN/data/heldout.jsonl,
    --per-source per source, a seeded sample), gold passage alone; the macro F1 over sources
-   decides. Only when the export beats the shipped reader by more than --min-gain is it copied
+   decides. Only when the export beats the shipped reader by more than --min-gain, and answers
+   each --check question of the embedded default (`convqa answer`: dense retrieval, this reader)
+   with exactly its expected text (default: the README's question, "Stanley Kubrick"), is it copied
    next to the assets folder and swapped in (two renames), with a model card (README.md:
    data, steps, examples seen, scores per source, the curve) whose "History" section keeps the
    previous card. Otherwise nothing under the assets folder changes.
@@ -36,6 +38,7 @@ from convqa.errors import ConvQAError, DataError
 SCRIPTS = Path(__file__).resolve().parent
 REPO = SCRIPTS.parent
 HEADER = "# convqa-reader: extractive reader (DPR reader design) as a LoRA adapter + heads"
+README_CHECK = "Who directed 2001: A Space Odyssey?=Stanley Kubrick"
 
 
 def _export_module():
@@ -117,6 +120,35 @@ def score(folder: str | Path, sample) -> dict[str, Any]:
     return {"fingerprint": reader.fingerprint(), **scores_by_source(reader, sample)}
 
 
+def parse_check(text: str) -> tuple[str, str]:
+    """'QUESTION=ANSWER' -> (question, answer)."""
+    question, sep, answer = text.rpartition("=")
+    if not sep or not question.strip() or not answer.strip():
+        raise ConvQAError(f"--check {text!r}: expected QUESTION=ANSWER")
+    return question.strip(), answer.strip()
+
+
+def failed_checks(folder: str | Path, checks: list[tuple[str, str]]) -> list[str]:
+    """The checks whose answer by `convqa answer`'s default pipeline, with the reader of
+    `folder` in place of the shipped one, is not exactly the expected text (a sanity check
+    that held-out F1 does not make: a reader can gain F1 and still answer the README's
+    question with a clause too long)."""
+    from convqa.embedded import DEFAULT_READER
+    from convqa.pipeline import Pipeline
+
+    if not checks:
+        return []
+    pipeline = Pipeline.default(progress=False,
+                                reader={**DEFAULT_READER, "model": str(folder)})
+    failed = []
+    for question, expected in checks:
+        result = pipeline.answer(question)
+        got = result.answer.text if result.answer is not None else ""
+        if got != expected:
+            failed.append(f"{question!r} -> {got!r} (expected {expected!r})")
+    return failed
+
+
 def _table(new: dict[str, Any], old: dict[str, Any]) -> str:
     lines = ["| source | n | this reader EM / F1 | previous EM / F1 |", "|---|---:|---:|---:|"]
     for source, entry in new["sources"].items():
@@ -187,7 +219,10 @@ def model_card(run: Path, facts: dict[str, Any], export: dict[str, Any],
         f"- Steps: {facts['steps']:,}{'' if facts['finished'] else ' (a checkpoint of a run in progress)'}"
         f"; questions seen: {examples_seen(facts):,} ({schedule.get('batch_size')} per step x "
         f"{schedule.get('grad_accum', 1)} accumulation x {facts.get('processes', 1)} "
-        f"process(es)); training time {seconds / 3600:.1f} h of optimizer steps.",
+        f"process(es)); training time {seconds / 3600:.1f} h of optimizer steps"
+        + (f" since step {schedule['start_step']:,} (the run continued an earlier one from "
+           f"its reader at that step: `--start-step`; the earlier time is in History)"
+           if schedule.get("start_step") else "") + ".",
         f"- Each question read with 1 positive + {int(schedule.get('passages_per_question', 1)) - 1} "
         f"negatives, lr {schedule.get('lr')}, warm-up {schedule.get('warmup_ratio')}, "
         f"epochs {schedule.get('epochs')}, max steps {schedule.get('max_steps')}, "
@@ -239,7 +274,8 @@ def install(candidate: Path, assets: Path) -> None:
 
 
 def promote(run: Path, assets: Path, per_source: int, seed: int, rank: int, min_gain: float,
-            curve: Path | None, dry_run: bool = False, say=print) -> dict[str, Any]:
+            curve: Path | None, dry_run: bool = False, say=print,
+            checks: list[tuple[str, str]] = ()) -> dict[str, Any]:
     from convqa.io import load_json, write_json
     from readers.extractive.data import load_examples
     from readers.extractive.heldout import heldout_sample
@@ -266,10 +302,13 @@ def promote(run: Path, assets: Path, per_source: int, seed: int, rank: int, min_
                   "min_gain": min_gain, "promoted": bool(better and not dry_run)}
         if curve is not None and (run / "log.jsonl").exists():
             curve = _draw_curve(run, curve)
-        if not better or dry_run:
-            say("not promoted: " + ("dry run" if better else
-                                    f"F1 {new['f1']:.2f} is not above {old['f1']:.2f} + "
-                                    f"{min_gain}") + f"; {assets} unchanged")
+        failed = failed_checks(candidate, list(checks)) if better else []
+        result["failed_checks"] = failed
+        if not better or failed or dry_run:
+            result["promoted"] = False
+            why = (f"F1 {new['f1']:.2f} is not above {old['f1']:.2f} + {min_gain}" if not better
+                   else "check failed: " + "; ".join(failed) if failed else "dry run")
+            say(f"not promoted: {why}; {assets} unchanged")
             return result
         seconds = _training_seconds(run)
         old_meta = load_json(assets / "convqa_reader.json")
@@ -280,7 +319,7 @@ def promote(run: Path, assets: Path, per_source: int, seed: int, rank: int, min_
                        str(old_meta.get("fingerprint")), seconds), encoding="utf-8")
         write_json(candidate / "export_report.json", export)
         write_json(candidate / "heldout.json", {k: v for k, v in result.items()
-                                                if k != "promoted"})
+                                                if k not in ("promoted", "failed_checks")})
         install(candidate, assets)
     say(f"promoted: {assets} now holds the reader of step {facts['steps']} "
         f"(F1 {new['f1']:.2f} > {old['f1']:.2f})")
@@ -325,13 +364,19 @@ def main(argv: list[str] | None = None) -> int:
                         help="F1 points the run must beat the shipped reader by (default 0)")
     parser.add_argument("--curve", default=str(REPO / "docs" / "results" / "reader-curve.png"),
                         help="PNG of the held-out curve ('' for none)")
+    parser.add_argument("--check", action="append", metavar="QUESTION=ANSWER",
+                        help="a question the default `convqa answer` pipeline must answer with "
+                        "exactly ANSWER using the candidate (repeatable; default the README's: "
+                        f"{README_CHECK!r})")
+    parser.add_argument("--no-check", action="store_true", help="skip the --check questions")
     parser.add_argument("--dry-run", action="store_true", help="compare only")
     parser.add_argument("--out", help="write the comparison as JSON")
     args = parser.parse_args(argv)
     try:
+        checks = [] if args.no_check else [parse_check(c) for c in args.check or [README_CHECK]]
         result = promote(Path(args.run), Path(args.assets), args.per_source, args.seed,
                          args.rank, args.min_gain, Path(args.curve) if args.curve else None,
-                         args.dry_run)
+                         args.dry_run, checks=checks)
     except ConvQAError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

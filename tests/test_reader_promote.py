@@ -131,3 +131,58 @@ def test_a_run_in_progress_is_read_from_its_checkpoint(run, tmp_path):
                              seed=0, rank=4, min_gain=0.0, curve=None, dry_run=True,
                              say=lambda _: None)
     assert result["steps"] == 4 and not result["promoted"]
+
+
+README_QUESTION = ("Who directed 2001: A Space Odyssey?", "Stanley Kubrick")
+
+
+@pytest.fixture(scope="module")
+def embedded_cache(tmp_path_factory):
+    """A cache of the embedded corpus for the checks (`convqa answer`'s default pipeline)."""
+    return tmp_path_factory.mktemp("embedded-cache")
+
+
+def test_checks_run_the_readme_question_through_the_default_pipeline(run, tmp_path,
+                                                                      embedded_cache,
+                                                                      monkeypatch):
+    monkeypatch.setenv("CONVQA_CACHE", str(embedded_cache))
+    promote = script("promote_reader")
+    assert promote.parse_check(promote.README_CHECK) == README_QUESTION
+    with pytest.raises(promote.ConvQAError, match="expected QUESTION=ANSWER"):
+        promote.parse_check("no answer given")
+    from convqa.models import ASSETS_DIR, SHIPPED_MODELS
+
+    # the shipped reader answers the README's question exactly; a 6-step tiny reader does not
+    assert promote.failed_checks(ASSETS_DIR / SHIPPED_MODELS["convqa-reader"],
+                                 [README_QUESTION]) == []
+    tiny = promote.failed_checks(run / "model", [README_QUESTION])
+    assert len(tiny) == 1 and "expected 'Stanley Kubrick'" in tiny[0]
+
+
+def test_a_better_reader_that_fails_a_check_is_not_promoted(run, tmp_path, embedded_cache,
+                                                            monkeypatch):
+    monkeypatch.setenv("CONVQA_CACHE", str(embedded_cache))
+    promote = script("promote_reader")
+    assets = shipped_copy(run, tmp_path / "reader-extractive")
+    before = {p.name: p.read_bytes() for p in assets.iterdir()}
+    said = []
+    result = promote.promote(run, assets, per_source=8, seed=0, rank=4, min_gain=-1.0,
+                             curve=None, say=said.append, checks=[README_QUESTION])
+    assert not result["promoted"] and len(result["failed_checks"]) == 1
+    assert said[-1].startswith("not promoted: check failed: 'Who directed")
+    assert {p.name: p.read_bytes() for p in assets.iterdir()} == before
+
+
+def test_card_of_a_continued_run_says_where_its_time_starts(run):
+    promote = script("promote_reader")
+    schedule = json.loads((run / "training.json").read_text())["config"]["schedule"]
+    scores = {"fingerprint": "f", "count": 1, "em": 1.0, "f1": 2.0,
+              "sources": {"squad:dev-v2.0": {"em": 1.0, "f1": 2.0, "count": 1}}}
+    for start, expected in ((0, False), (1400, True)):
+        facts = {"steps": 1600, "finished": False, "processes": 2,
+                 "schedule": {**schedule, "start_step": start}}
+        card = promote.model_card(run, facts, {"rank": 4}, scores, scores, None, OLD_CARD,
+                                  "old", seconds=7200.0)
+        assert "training time 2.0 h of optimizer steps" in card
+        assert ("since step 1,400 (the run continued an earlier one" in card) == expected
+        assert f"questions seen: {1600 * schedule['batch_size'] * 2:,}" in card
