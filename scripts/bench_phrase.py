@@ -9,9 +9,15 @@ questions per second, index bytes per passage, and EM/F1 on the turns asked.
         --phrase-model runs/phrase-v1/model --build --benchmark /tmp/bench/vital
 
 The retriever + reader is `Pipeline.default()`: the shipped DPR-IHN adapter over the vital
-corpus (Flat FAISS), top 5 passages, the shipped extractive reader (bf16). `--dense-index` reuses
-an index of that encoder over the same passages instead of building the embedded one (the
-retriever checks encoder fingerprint and corpus checksum either way).
+corpus (Flat FAISS), the top `--top-k` passages (default 5), the shipped extractive reader as
+`convqa answer` configures it. `--dense-index` reuses an index of that encoder over the same
+passages instead of building the embedded one (the retriever checks encoder fingerprint and
+corpus checksum either way): the full corpus needs one. The phrase index is either kind
+(dump-based or `--compact`); its size is what its folder holds on disk.
+
+`--memory` also measures each system alone in a fresh process (loading it, then answering the
+same turns): its resident memory after loading and its peak (VmHWM, which counts the pages of
+memory-mapped index files the queries touched): the "RAM at query time".
 
 Turns: the answer-evaluable dev turns of the benchmark, in file order. Both systems answer
 every turn one at a time (what `convqa answer` does), in alternating blocks so that load from
@@ -80,16 +86,85 @@ def scores(results, turns) -> dict[str, float]:
             "f1": round(100 * sum(s["f1"] for s in per) / len(per), 2)}
 
 
-def dense_config(index: str | None) -> dict:
+def dense_config(index: str | None, top_k: int = 5) -> dict:
     from convqa.embedded import default_config
 
     config = default_config()
+    config["top_k"] = top_k
     if index:
         meta = json.loads((Path(index) / "dense_index.json").read_text(encoding="utf-8"))
         config["retriever"]["index"] = index
         config["retriever"]["passages"] = meta.get("passages") or config["passages"]
         config["passages"] = config["retriever"]["passages"]
     return config
+
+
+def open_system(name: str, options: dict):
+    """One of the two systems compared, as `options` (main's arguments) describe it."""
+    from convqa.pipeline import Pipeline
+    from phrase_index.answerer import PhrasePipeline
+
+    if name == "phrase":
+        return PhrasePipeline.from_folder(options["phrase_index"], model=options["phrase_model"],
+                                          mmap=True)
+    if options["dense_index"]:
+        return Pipeline.from_config(dense_config(options["dense_index"], options["top_k"]))
+    pipeline = Pipeline.default(progress=False)
+    pipeline.top_k = options["top_k"]
+    return pipeline
+
+
+def folder_bytes(folder: str | os.PathLike) -> int:
+    """Bytes of every file under `folder`: the index as it sits on disk."""
+    return sum(p.stat().st_size for p in Path(folder).rglob("*") if p.is_file())
+
+
+def phrase_index_facts(phrase) -> dict:
+    """Size and kind of either kind of phrase index (dump-based or compact)."""
+    meta = phrase.index.meta
+    factory = meta.get("factory")
+    return {"format": meta.get("format"), "factory": factory if isinstance(factory, str)
+            else (factory or {}).get("start"), "passages": phrase.index.count,
+            "dtype": meta.get("dtype") or f"PQ{meta.get('code_bytes')}",
+            "vectors": meta.get("vectors"), "model": meta.get("model"),
+            "index_bytes_per_passage": phrase.index.bytes_per_passage()}
+
+
+def memory_status() -> dict[str, int]:
+    """This process's resident memory now (VmRSS) and at its peak (VmHWM), in bytes. (Not
+    `ru_maxrss`: it survives exec, so a spawned child would report its parent's peak.)"""
+    values = {}
+    with open("/proc/self/status", encoding="ascii") as handle:
+        for line in handle:
+            key, _, rest = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                values[key] = int(rest.split()[0]) * 1024  # kB
+    return values
+
+
+def measure_memory(name: str, options: dict, turns, threads: int | None) -> dict:
+    """In a fresh process (multiprocessing 'spawn'): open the system alone, answer `turns`.
+    Pages of memory-mapped index files that the queries touched count as resident."""
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+    before = memory_status()["VmRSS"]
+    system = open_system(name, options)
+    loaded = memory_status()["VmRSS"]
+    for question, history, _ in turns:
+        system.answer(question, history)
+    return {"rss_before_load_bytes": before, "rss_after_load_bytes": loaded,
+            "peak_rss_bytes": memory_status()["VmHWM"], "turns": len(turns)}
+
+
+def memory_in_fresh_processes(names, options: dict, turns, threads: int | None) -> dict:
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(1, maxtasksperchild=1) as pool:
+        return {name: pool.apply(measure_memory, (name, options, turns, threads))
+                for name in names}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,6 +177,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threshold", default="0", help="with --build: filter threshold/none")
     parser.add_argument("--factory", default=None, help="with --build: FAISS factory")
     parser.add_argument("--dense-index", help="prebuilt index of the shipped DPR-IHN encoder")
+    parser.add_argument("--top-k", type=int, default=5,
+                        help="passages the retriever + reader reads (its best k)")
+    parser.add_argument("--memory", action="store_true",
+                        help="also each system's resident memory, alone in a fresh process")
     parser.add_argument("--benchmark", default="/tmp/bench/vital")
     parser.add_argument("--turns", type=int, default=200)
     parser.add_argument("--blocks", type=int, default=4)
@@ -113,8 +192,6 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from convqa.corpus import PassageStore
-    from convqa.pipeline import Pipeline
-    from phrase_index.answerer import PhrasePipeline
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -122,8 +199,9 @@ def main(argv: list[str] | None = None) -> int:
                     "cpus": os.cpu_count(), "load_average_start": os.getloadavg()[0]}
     turns = answer_turns(args.benchmark, args.turns + 5)
     warm, turns = turns[:5], turns[5:]
-    dense = Pipeline.from_config(dense_config(args.dense_index)) if args.dense_index else \
-        Pipeline.default(progress=True)
+    options = {"phrase_index": args.phrase_index, "phrase_model": args.phrase_model,
+               "dense_index": args.dense_index, "top_k": args.top_k}
+    dense = open_system("retriever+reader", options)
     if args.build:
         from phrase_index.index import build_phrase_index
         from phrase_index.model import PhraseModel
@@ -137,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
                            dtype="int8" if args.int8 else "float16", factory=args.factory,
                            start_threshold=threshold, end_threshold=threshold)
         report["phrase_build_seconds"] = round(time.perf_counter() - started, 1)
-    phrase = PhrasePipeline.from_folder(args.phrase_index, model=args.phrase_model)
+    phrase = open_system("phrase", options)
     systems = {"retriever+reader": dense, "phrase": phrase}
     for pipeline in systems.values():
         for question, history, _ in warm:
@@ -163,12 +241,15 @@ def main(argv: list[str] | None = None) -> int:
             **rates(results["phrase"], len(turns)),
             "stages_ms": stage_means(results["phrase"]["answers"]),
             "batched": {"batch_size": args.batch_size, **rates(batched, len(turns))},
-            "index_bytes_per_passage": phrase.index.bytes_per_passage(),
-            "bytes": phrase.index.meta.get("bytes"), "factory": phrase.index.meta["factory"],
-            "vectors": phrase.index.meta["vectors"], "dtype": phrase.index.meta["dtype"],
-            "model": phrase.index.meta.get("model"),
+            **phrase_index_facts(phrase), "bytes_on_disk": folder_bytes(args.phrase_index),
             **scores(results["phrase"]["answers"], turns)},
     })
+    report["retriever+reader"]["top_k"] = args.top_k
+    report["retriever+reader"]["bytes_on_disk"] = folder_bytes(dense.config["retriever"]["index"])
+    if args.memory:
+        memory = memory_in_fresh_processes(systems, options, turns, args.threads)
+        for name, facts in memory.items():
+            report[name]["memory"] = facts
     rr, ph = report["retriever+reader"], report["phrase"]
     report["speedup"] = {key: round(ph[key] / rr[key], 2)
                          for key in ("questions_per_second", "questions_per_cpu_second")}
@@ -177,16 +258,22 @@ def main(argv: list[str] | None = None) -> int:
           f"{report['load_average_end']:.1f}")
     print("| system | questions/s | questions/CPU-s | index bytes/passage | EM | F1 |\n"
           "|---|---:|---:|---:|---:|---:|")
-    print(f"| DPR-IHN + extractive reader | {rr['questions_per_second']} | "
+    print(f"| DPR-IHN + extractive reader (top {args.top_k}) | {rr['questions_per_second']} | "
           f"{rr['questions_per_cpu_second']} | {rr['index_bytes_per_passage']:,.0f} | "
           f"{rr['em']} | {rr['f1']} |")
-    print(f"| phrase index ({ph['dtype']}, {ph['factory']['start']}) | "
+    print(f"| phrase index ({ph['dtype']}, {ph['factory']}) | "
           f"{ph['questions_per_second']} | {ph['questions_per_cpu_second']} | "
           f"{ph['index_bytes_per_passage']:,.0f} | {ph['em']} | {ph['f1']} |")
     print(f"| phrase index, batches of {args.batch_size} | {ph['batched']['questions_per_second']}"
           f" | {ph['batched']['questions_per_cpu_second']} | | | |")
     for name in ("retriever+reader", "phrase"):
-        print(f"{name} stages (mean ms): {report[name]['stages_ms']}")
+        print(f"{name} stages (mean ms): {report[name]['stages_ms']}; index on disk "
+              f"{report[name]['bytes_on_disk'] / 2**20:,.1f} MiB")
+        if "memory" in report[name]:
+            memory = report[name]["memory"]
+            print(f"{name} alone in a fresh process: resident after loading "
+                  f"{memory['rss_after_load_bytes'] / 2**20:,.0f} MiB, peak while answering "
+                  f"{memory['peak_rss_bytes'] / 2**20:,.0f} MiB")
     print(f"phrase / retriever+reader: {report['speedup']['questions_per_second']}x per second, "
           f"{report['speedup']['questions_per_cpu_second']}x per CPU second")
     if args.json:
