@@ -17,7 +17,9 @@ are better on the held-out questions.
    next to the assets folder and swapped in (two renames), with a model card (README.md:
    data, steps, examples seen, scores per source, the curve) whose "History" section keeps the
    previous card. Otherwise nothing under the assets folder changes.
-4. The curve (--curve, default docs/results/reader-curve.png) is redrawn from RUN/log.jsonl.
+4. The curve (--curve, default docs/results/reader-curve.png) is redrawn from RUN/log.jsonl
+   merged with the curve's history beside it (reader-curve.jsonl: the earlier points of a run
+   continued on other machines), which is updated.
 
 Exit status 0 either way; the last line says whether the reader was promoted.
 """
@@ -340,13 +342,17 @@ def _training_seconds(run: Path) -> float:
 
 
 def _draw_curve(run: Path, curve: Path) -> Path | None:
+    """Redraw `curve` from the run, merged with the curve's history (CURVE.jsonl beside the
+    PNG, updated: the long run's earlier points, from run folders on other machines)."""
     spec = importlib.util.spec_from_file_location("plot_reader_curve",
                                                   SCRIPTS / "plot_reader_curve.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     if not any("heldout" in r for r in module.read_log(run)):
         return None
-    return curve if module.main([str(run), "--out", str(curve)]) == 0 else None
+    history = curve.with_suffix(".jsonl")
+    return curve if module.main([str(run), "--out", str(curve), "--history", str(history),
+                                 "--update-history"]) == 0 else None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -64,6 +64,36 @@ def test_curve_plot(run, tmp_path):
     assert script("plot_reader_curve").main([str(empty), "--out", str(tmp_path / "x.png")]) == 2
 
 
+
+def test_curve_history_keeps_points_of_earlier_run_folders(run, tmp_path):
+    """A run continued on another machine starts a new folder: the history file keeps the
+    earlier points; the run's records win where both have a step."""
+    plot = script("plot_reader_curve")
+    history = tmp_path / "curve.jsonl"
+    earlier = [{"step": 0, "heldout": {"f1": 1.5, "sources": {}, "count": 8}, "from": "old"},
+               {"step": 2, "heldout": {"f1": 99.0, "sources": {}, "count": 8}, "from": "old"},
+               {"step": 10, "loss": 4.0, "loss_steps": 10}, {"step": 20, "loss": 3.0,
+                                                            "loss_steps": 10}]
+    history.write_text("".join(json.dumps(r) + "\n" for r in earlier))
+    out = tmp_path / "curve.png"
+    argv = [str(run), "--out", str(out), "--history", str(history), "--update-history"]
+    assert plot.main(argv) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    merged = [json.loads(line) for line in history.read_text().splitlines()]
+    log = plot.read_log(run)
+    held = {r["step"]: r for r in merged if "heldout" in r}
+    assert sorted(held) == [0, 2, 4, 6]
+    run_points = {r["step"]: r["heldout"] for r in log if "heldout" in r}
+    assert all(held[step]["heldout"] == run_points[step] for step in run_points)  # run wins
+    losses = {r["step"]: r for r in merged if "loss" in r}
+    run_losses = [r["loss"] for r in log if "loss" in r and "heldout" not in r]
+    assert len(run_losses) == 6  # steps 1-6: one bucket (steps 1-10) replaces the history's
+    assert losses[10]["loss"] == pytest.approx(sum(run_losses) / 6, abs=1e-6)
+    assert losses[10]["loss_steps"] == 6 and losses[20]["loss"] == 3.0
+    before = history.read_text()
+    assert plot.main(argv) == 0
+    assert history.read_text() == before  # merging again changes nothing
+
 def test_an_equal_reader_is_not_promoted(run, tmp_path):
     promote = script("promote_reader")
     assets = shipped_copy(run, tmp_path / "reader-extractive")

@@ -145,10 +145,11 @@ def answer_curve(results: Sequence[dict[str, Any]], top_ks: Sequence[int],
 
 
 def training_curve(log: Sequence[dict[str, Any]], path: str | os.PathLike, title: str,
-                   smooth: int = 50) -> None:
+                   smooth: int = 50, loss_steps: int | None = None) -> None:
     """From a run's log.jsonl records: held-out F1 per source and the macro mean (lines with
     a "heldout" entry) against the step, and the training loss (a moving mean over `smooth`
-    steps) against the step."""
+    loss records) against the step. `loss_steps`: the steps that mean spans, when loss
+    records are themselves means of several steps (default `smooth`)."""
     plt = _pyplot()
     points = [r for r in log if isinstance(r.get("heldout"), dict)]
     losses = [(r["step"], r["loss"]) for r in log if "loss" in r and "heldout" not in r]
@@ -176,7 +177,7 @@ def training_curve(log: Sequence[dict[str, Any]], path: str | os.PathLike, title
                  for i in range(len(values))]
         ax.plot([s for s, _ in losses], means, color="tab:gray")
     ax.set_xlabel("optimizer step")
-    ax.set_ylabel(f"training loss (mean of {smooth} steps)")
+    ax.set_ylabel(f"training loss (mean of {loss_steps or smooth} steps)")
     ax.grid(True, alpha=0.3)
     fig.suptitle(title, fontsize=10)
     _legend(fig, axes)
