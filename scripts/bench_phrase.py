@@ -16,8 +16,8 @@ corpus checksum either way): the full corpus needs one. The phrase index is eith
 (dump-based or `--compact`); its size is what its folder holds on disk.
 
 `--memory` also measures each system alone in a fresh process (loading it, then answering the
-same turns): its resident memory after loading and its peak (VmHWM, which counts the pages of
-memory-mapped index files the queries touched): the "RAM at query time".
+same turns): its resident memory after loading and its peak (convqa/memory.py; pages of
+memory-mapped index files the queries touched count): the "RAM at query time".
 
 Turns: the answer-evaluable dev turns of the benchmark, in file order. Both systems answer
 every turn one at a time (what `convqa answer` does), in alternating blocks so that load from
@@ -130,32 +130,22 @@ def phrase_index_facts(phrase) -> dict:
             "index_bytes_per_passage": phrase.index.bytes_per_passage()}
 
 
-def memory_status() -> dict[str, int]:
-    """This process's resident memory now (VmRSS) and at its peak (VmHWM), in bytes. (Not
-    `ru_maxrss`: it survives exec, so a spawned child would report its parent's peak.)"""
-    values = {}
-    with open("/proc/self/status", encoding="ascii") as handle:
-        for line in handle:
-            key, _, rest = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
-                values[key] = int(rest.split()[0]) * 1024  # kB
-    return values
-
-
 def measure_memory(name: str, options: dict, turns, threads: int | None) -> dict:
     """In a fresh process (multiprocessing 'spawn'): open the system alone, answer `turns`.
     Pages of memory-mapped index files that the queries touched count as resident."""
     import torch
 
+    from convqa.memory import resident_bytes
+
     if threads:
         torch.set_num_threads(threads)
-    before = memory_status()["VmRSS"]
+    before = resident_bytes().get("now")
     system = open_system(name, options)
-    loaded = memory_status()["VmRSS"]
+    loaded = resident_bytes().get("now")
     for question, history, _ in turns:
         system.answer(question, history)
     return {"rss_before_load_bytes": before, "rss_after_load_bytes": loaded,
-            "peak_rss_bytes": memory_status()["VmHWM"], "turns": len(turns)}
+            "peak_rss_bytes": resident_bytes().get("peak"), "turns": len(turns)}
 
 
 def memory_in_fresh_processes(names, options: dict, turns, threads: int | None) -> dict:

@@ -212,6 +212,7 @@ def test_compact_flag_builds_a_compact_index_that_answers(built, tmp_path, capsy
         assert main(argv) == 0
     said = capsys.readouterr().out
     assert "compact phrase index of 30 passages" in said and "bytes per passage" in said
+    assert ", peak memory " in said
     meta = json.loads((out / META_FILE).read_text())
     assert meta["format"] == "convqa-phrase-compact-index" and meta["code_bytes"] == 8
     every = json.loads((keep_all / META_FILE).read_text())["vectors"]

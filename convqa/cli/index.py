@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from convqa.errors import ConvQAError
+from convqa.memory import peak_memory_note
 from convqa.precision import CHOICES
 
 
@@ -165,7 +166,7 @@ def run_dense(args: argparse.Namespace) -> int:
                               progress=not args.quiet)
     seconds = time.perf_counter() - started
     print(f"dense index ({args.factory}) of {index.count} passages written to {out} "
-          f"in {seconds:.1f} s")
+          f"in {seconds:.1f} s{peak_memory_note()}")
     print(f"use it with: --retriever '{{name: dense, index: {out}}}'")
     return 0
 
@@ -234,7 +235,8 @@ def run_phrase(args: argparse.Namespace) -> int:
     vectors, factories = index.meta["vectors"], index.meta["factory"]
     print(f"phrase index of {index.count} passages written to {out} in {seconds:.1f} s: "
           f"{vectors['start']} start ({factories['start']}) + {vectors['end']} end "
-          f"({factories['end']}) vectors, {index.bytes_per_passage():,.0f} bytes per passage")
+          f"({factories['end']}) vectors, {index.bytes_per_passage():,.0f} bytes per passage"
+          f"{peak_memory_note()}")
     print(f"use it with: convqa answer --phrase-index {out}")
     return 0
 
@@ -259,6 +261,6 @@ def _run_compact(args: argparse.Namespace, model, store, out: Path, threshold, k
           f"{meta['tokens']:,} tokens kept of {meta['dump_tokens']:,} ({meta['vectors']['start']:,}"
           f" start, {meta['vectors']['end']:,} end; {meta['factory']}), "
           f"{meta['bytes']['total'] / 2**30:.2f} GiB, {index.bytes_per_passage():,.0f} bytes "
-          "per passage")
+          f"per passage{peak_memory_note()}")
     print(f"use it with: convqa answer --phrase-index {out}")
     return 0
