@@ -99,17 +99,17 @@ def dense_config(index: str | None, top_k: int = 5) -> dict:
     return config
 
 
-def open_system(name: str, options: dict):
-    """One of the two systems compared, as `options` (main's arguments) describe it."""
+def open_system(name: str, options: dict, progress: bool = False):
+    """One of the two systems compared, as `options` (main's arguments) describe it, opened
+    as `convqa answer` opens it."""
     from convqa.pipeline import Pipeline
     from phrase_index.answerer import PhrasePipeline
 
     if name == "phrase":
-        return PhrasePipeline.from_folder(options["phrase_index"], model=options["phrase_model"],
-                                          mmap=True)
+        return PhrasePipeline.from_folder(options["phrase_index"], model=options["phrase_model"])
     if options["dense_index"]:
         return Pipeline.from_config(dense_config(options["dense_index"], options["top_k"]))
-    pipeline = Pipeline.default(progress=False)
+    pipeline = Pipeline.default(progress=progress)
     pipeline.top_k = options["top_k"]
     return pipeline
 
@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     warm, turns = turns[:5], turns[5:]
     options = {"phrase_index": args.phrase_index, "phrase_model": args.phrase_model,
                "dense_index": args.dense_index, "top_k": args.top_k}
-    dense = open_system("retriever+reader", options)
+    dense = open_system("retriever+reader", options, progress=True)
     if args.build:
         from phrase_index.index import build_phrase_index
         from phrase_index.model import PhraseModel

@@ -299,15 +299,14 @@ def promote(run: Path, assets: Path, per_source: int, seed: int, rank: int, min_
         old = score(assets, sample)
         say(f"shipped reader:   F1 {old['f1']:.2f}")
         better = new["f1"] > old["f1"] + min_gain
+        failed = failed_checks(candidate, checks) if better else []
         result = {"run": str(run), "weights": str(weights), "steps": facts["steps"],
                   "examples_seen": examples_seen(facts), "candidate": new, "shipped": old,
-                  "min_gain": min_gain, "promoted": bool(better and not dry_run)}
+                  "min_gain": min_gain, "failed_checks": failed,
+                  "promoted": bool(better and not failed and not dry_run)}
         if curve is not None and (run / "log.jsonl").exists():
             curve = _draw_curve(run, curve)
-        failed = failed_checks(candidate, list(checks)) if better else []
-        result["failed_checks"] = failed
-        if not better or failed or dry_run:
-            result["promoted"] = False
+        if not result["promoted"]:
             why = (f"F1 {new['f1']:.2f} is not above {old['f1']:.2f} + {min_gain}" if not better
                    else "check failed: " + "; ".join(failed) if failed else "dry run")
             say(f"not promoted: {why}; {assets} unchanged")

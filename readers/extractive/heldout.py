@@ -69,19 +69,12 @@ def score_answers(examples: Sequence[ReaderExample], answers: dict[str, str],
                   seconds: float | None = None) -> dict[str, Any]:
     """`scores_by_source`'s result from the answers `read_answers` gave (possibly gathered from
     several processes): the same sums in the same order, so the same numbers as one process."""
-    from convqa.metrics.answer import score_answer
-
     missing = [e.id for e in examples if e.id not in answers]
     if missing:
         raise ValueError(f"no answer for {len(missing)} held-out questions (e.g. {missing[0]})")
     sources: dict[str, dict[str, Any]] = {}
     for source, items in by_source(examples).items():
-        convention = scoring_convention(source)
-        em = f1 = 0.0
-        for example in items:
-            scores = score_answer(answers[example.id], example.golds(), convention)
-            em += scores["em"]
-            f1 += scores["f1"]
+        em, f1 = summed_scores(items, answers, scoring_convention(source))
         count = len(items)
         sources[source] = {"em": round(100.0 * em / count, 2), "f1": round(100.0 * f1 / count, 2),
                            "count": count}
@@ -96,3 +89,17 @@ def score_answers(examples: Sequence[ReaderExample], answers: dict[str, str],
     if seconds is not None:
         result["seconds"] = round(seconds, 1)
     return result
+
+
+def summed_scores(examples: Sequence[ReaderExample], answers: dict[str, str],
+                  convention: str) -> tuple[float, float]:
+    """(EM, F1) of `answers` (by question id) summed over `examples` in their order (0-1 each):
+    the one summation behind `evaluate_reader` and `score_answers`, so their numbers agree."""
+    from convqa.metrics.answer import score_answer
+
+    em = f1 = 0.0
+    for example in examples:
+        scores = score_answer(answers[example.id], example.golds(), convention)
+        em += scores["em"]
+        f1 += scores["f1"]
+    return em, f1

@@ -59,7 +59,7 @@ from convqa.training_log import append_log
 from convqa.types import Passage
 
 from .data import ReaderExample
-from .heldout import heldout_sample
+from .heldout import heldout_sample, summed_scores
 from .inputs import ReaderFeatures, build_features, char_span_to_tokens
 from .loss import reader_loss
 from .model import ExtractiveReader, ReaderLogits
@@ -385,7 +385,6 @@ def evaluate_reader(reader: Any, examples: Sequence[ReaderExample], with_negativ
     against its first positive passage alone, or, `with_negatives`, together with its
     negatives (at most `max_negatives`), the positive at a seeded random position; then
     `passage_accuracy` is the share of answers taken from the positive passage."""
-    from convqa.metrics.answer import score_answer
 
     from .reader import SpanReader
 
@@ -396,7 +395,6 @@ def evaluate_reader(reader: Any, examples: Sequence[ReaderExample], with_negativ
         from tqdm.auto import tqdm
 
         items = tqdm(examples, desc="evaluating reader", unit=" questions")
-    em = f1 = 0.0
     from_positive = no_answer = 0
     predictions: dict[str, str] = {}
     for example in items:
@@ -414,9 +412,7 @@ def evaluate_reader(reader: Any, examples: Sequence[ReaderExample], with_negativ
         no_answer += answer is None
         from_positive += answer is not None and answer.passage_id == gold.id
         predictions[example.id] = text
-        scores = score_answer(text, example.golds(), convention)
-        em += scores["em"]
-        f1 += scores["f1"]
+    em, f1 = summed_scores(examples, predictions, convention)
     count = len(examples)
     result = {"em": 100.0 * em / count if count else 0.0,
               "f1": 100.0 * f1 / count if count else 0.0,
