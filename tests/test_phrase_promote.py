@@ -1,0 +1,117 @@
+"""scripts/promote_phrase.py on a real (tiny-model) phrase run over real SQuAD questions: the
+export is compared with the shipped model on the same held-out questions and installed only when
+better and when it passes the check, with a card that keeps the previous card under History."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import shared_file
+from convqa.errors import DataError
+from phrase_index.data import squad_phrase_examples
+from phrase_index.model import PhraseModel
+from phrase_index.train import PhraseTrainConfig, train_phrase_model
+from phrase_model_helpers import phrase_config, tiny_base
+from reader_helpers import single_thread  # noqa: F401 (autouse fixture: one thread)
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+OLD_CARD = "# convqa-phrase: old\n\n## Scores\n\n| source | F1 |\n|---|---|\n| squad | 12.3 |\n"
+
+
+def script(name: str):
+    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def squad_file():
+    return str(shared_file("squad/dev-v2.0.json"))
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, squad_file):
+    """A phrase stage of 4 steps (no query stage) of a tiny model on real SQuAD questions."""
+    root = tmp_path_factory.mktemp("promote-phrase")
+    model = PhraseModel.build(phrase_config(base=str(tiny_base(root / "base"))))
+    train = [e for e in squad_phrase_examples(squad_file, 0.1, 0, max_examples=16)
+             if e.split == "train"]
+    config = PhraseTrainConfig(batch_size=4, max_steps=4, lr=5e-3, warmup_ratio=0.0,
+                               progress=False, checkpoint_every=2,
+                               weights={"distill": 0.0})
+    train_phrase_model(model, train, root / "run", config, None, None, say=lambda _: None)
+    return root / "run"
+
+
+def data(squad_file) -> dict:
+    return {"squad": [squad_file], "benchmarks": [], "max_examples": 16,
+            "heldout_fraction": 0.1, "seed": 0}
+
+
+def shipped_copy(run: Path, folder: Path) -> Path:
+    """An 'assets' folder holding the run's own model as a LoRA export, and an old card."""
+    export = script("export_lora")
+    export.export_phrase(str(run / "phrase" / "model"), 4, str(folder), None,
+                         export.EXACT_MODULES + export.SMALL_EMBEDDINGS)
+    (folder / "README.md").write_text(OLD_CARD)
+    return folder
+
+
+def test_an_equal_model_is_not_promoted(run, tmp_path, squad_file):
+    assets = shipped_copy(run, tmp_path / "assets")
+    before = {p.name: p.read_bytes() for p in assets.iterdir() if p.is_file()}
+    result = script("promote_phrase").promote(run, assets, data(squad_file), 4, 4, 0.0,
+                                              say=lambda _: None)
+    assert not result["promoted"] and result["stage"] == "phrase" and result["steps"] == 4
+    assert result["candidate"]["f1"] == result["shipped"]["f1"]   # the same export
+    assert list(result["candidate"]["sources"]) == ["squad:dev-v2.0"]
+    assert result["candidate"]["count"] == 4
+    assert {p.name: p.read_bytes() for p in assets.iterdir() if p.is_file()} == before
+
+
+def test_a_better_model_is_installed_with_its_card_and_history(run, tmp_path, squad_file):
+    assets = shipped_copy(run, tmp_path / "assets")
+    result = script("promote_phrase").promote(run, assets, data(squad_file), 4, 4, -100.0,
+                                              check=False, say=lambda _: None)
+    assert result["promoted"]
+    card = (assets / "README.md").read_text()
+    assert card.startswith("# convqa-phrase: PRO-ConvQA phrase model")
+    assert "Steps: 4 of the phrase stage; no query-side fine-tuning yet" in card
+    assert "questions seen: 16" in card and "squad:dev-v2.0: 16 training questions" in card
+    assert "## History" in card and "#### Scores" in card and "| squad | 12.3 |" in card
+    report = json.loads((assets / "export_report.json").read_text())
+    assert report["rank"] == 4 and set(report["towers"]) == {"phrase", "query"}
+    assert PhraseModel.load(assets).has_adapters
+
+
+def test_a_failed_check_blocks_the_promotion(run, tmp_path, squad_file, monkeypatch):
+    promote = script("promote_phrase")
+    monkeypatch.setattr(promote, "failed_check", lambda folder, work: "answered 'Everest'")
+    assets = shipped_copy(run, tmp_path / "assets")
+    result = promote.promote(run, assets, data(squad_file), 4, 4, -100.0, say=lambda _: None)
+    assert not result["promoted"] and result["failed_check"] == "answered 'Everest'"
+    assert (assets / "README.md").read_text() == OLD_CARD
+
+
+def test_the_shipped_model_passes_the_check(tmp_path):
+    from convqa.models import shipped_model_path
+
+    assert script("promote_phrase").failed_check(shipped_model_path("convqa-phrase"),
+                                                 tmp_path) is None
+
+
+def test_refusals(run, tmp_path, squad_file):
+    promote = script("promote_phrase")
+    assets = shipped_copy(run, tmp_path / "assets")
+    with pytest.raises(DataError, match="no held-out examples"):
+        promote.promote(run, assets, {**data(squad_file), "squad": []}, 4, 4, 0.0)
+    with pytest.raises(DataError, match="not a phrase model folder"):
+        promote.promote(run, tmp_path, data(squad_file), 4, 4, 0.0)
+    with pytest.raises(DataError, match="no phrase/ folder"):
+        promote.promote(tmp_path, assets, data(squad_file), 4, 4, 0.0)
+    assert promote.main([str(tmp_path / "missing"), "--squad", squad_file, "--assets",
+                         str(assets)]) == 2
