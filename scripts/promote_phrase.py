@@ -266,14 +266,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = promote(Path(args.run), Path(args.assets), data, args.per_source, args.rank,
                          args.min_gain, args.dry_run, not args.no_check)
+        if args.out:
+            from convqa.io import write_json
+
+            write_json(args.out, result)
+        return 0
     except ConvQAError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if args.out:
-        from convqa.io import write_json
-
-        write_json(args.out, result)
-    return 0
 
 
 if __name__ == "__main__":

@@ -3,7 +3,6 @@ export is compared with the shipped model on the same held-out questions and ins
 better and when it passes the check, with a card that keeps the previous card under History."""
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -15,17 +14,10 @@ from phrase_index.data import squad_phrase_examples
 from phrase_index.model import PhraseModel
 from phrase_index.train import PhraseTrainConfig, train_phrase_model
 from phrase_model_helpers import phrase_config, tiny_base
+from script_helpers import load_script as script
 from reader_helpers import single_thread  # noqa: F401 (autouse fixture: one thread)
 
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 OLD_CARD = "# convqa-phrase: old\n\n## Scores\n\n| source | F1 |\n|---|---|\n| squad | 12.3 |\n"
-
-
-def script(name: str):
-    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")

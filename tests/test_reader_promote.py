@@ -4,7 +4,6 @@ held-out questions and installed only when better, with a model card that keeps 
 card under History; the curve PNG is drawn from the run's log."""
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -15,17 +14,10 @@ from readers.extractive.model import ExtractiveReader
 from readers.extractive.run import ReaderRunConfig, run_reader_training
 from readers.extractive.train import ReaderTrainConfig
 from reader_helpers import save_tiny_encoder
+from script_helpers import load_script as script
 from reader_helpers import single_thread  # noqa: F401 (autouse fixture: one thread)
 
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 OLD_CARD = "# convqa-reader: old\n\n## Scores\n\n| source | F1 |\n|---|---|\n| squad | 12.3 |\n"
-
-
-def script(name: str):
-    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
