@@ -151,6 +151,7 @@ class PhraseBatch:
     previous: Tensor               # [B]: the row of its turn t-1 query, -1 if none
     teacher: TeacherInputs | None = None
     indices: list[int] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)   # ids left out (skip_unfit)
 
     def __len__(self) -> int:
         return int(self.start_positions.shape[0])
@@ -185,23 +186,33 @@ def _first_fitting(features: ReaderFeatures, passage: int,
 
 def make_phrase_batch(examples: Sequence[PhraseExample], indices: Sequence[int], model: Any,
                       stride: int = 64, teacher: Any = None,
-                      teacher_query: Callable[[PhraseExample], str] | None = None
-                      ) -> PhraseBatch:
+                      teacher_query: Callable[[PhraseExample], str] | None = None,
+                      skip_unfit: bool = False) -> PhraseBatch:
     """Tensors for the examples `indices`. `model` is a PhraseModel (tokenizer, formatting);
     `teacher` an ExtractiveReader and `teacher_query(example)` its query text, for
-    distillation. An example none of whose spans fits a window is a DataError naming it."""
+    distillation. An example none of whose spans fits a window (an answer longer than a
+    window) is a DataError naming it; with `skip_unfit` it is left out of the batch instead
+    (its id in `batch.skipped`), unless every example of the batch is."""
     chosen = [examples[int(i)] for i in indices]
     encoding = model.tokenize_passages([e.passage.title for e in chosen],
                                        [e.passage.text for e in chosen], stride=stride)
     features = _features(encoding)
+    fitting = [_first_fitting(features, number, example.spans)
+               for number, example in enumerate(chosen)]
+    unfit = [example.id for example, found in zip(chosen, fitting) if found is None]
+    if unfit and (not skip_unfit or len(unfit) == len(chosen)):
+        raise DataError(f"example {unfit[0]!r}: no gold span fits a passage window",
+                        field="spans")
+    if unfit:
+        kept = [n for n, found in enumerate(fitting) if found is not None]
+        batch = make_phrase_batch(examples, [indices[n] for n in kept], model, stride, teacher,
+                                  teacher_query)
+        batch.skipped = unfit
+        return batch
     windows, starts, ends, groups = [], [], [], []
     group_ids: dict[tuple[str, int, int], int] = {}
     for number, example in enumerate(chosen):
-        found = _first_fitting(features, number, example.spans)
-        if found is None:
-            raise DataError(f"example {example.id!r}: no gold span fits a passage window",
-                            field="spans")
-        window, first, last = found
+        window, first, last = fitting[number]
         windows.append(window)
         starts.append(first)
         ends.append(last)

@@ -266,6 +266,7 @@ class PhraseTrainer(StepTrainer):
         self.data_key = {"examples": len(self.examples), "ids_sha256": _digest(self.examples),
                          "teacher": self.teacher.fingerprint() if self.teacher else None}
         self.last_batch: PhraseBatch | None = None
+        self.skipped_unfit: set[str] = set()   # examples whose answer fits no window
         self._set_trainable()
 
     def _set_trainable(self) -> None:
@@ -323,9 +324,14 @@ class PhraseTrainer(StepTrainer):
                 self.queue.push(start, end)
 
     def make_batch(self, indices, epoch: int) -> PhraseBatch:
-        return make_phrase_batch(self.examples, indices, self.model, self.config.stride,
-                                 self.teacher,
-                                 self.teacher_query if self.teacher is not None else None)
+        """The batch of `indices`, less any example whose answer fits no passage window (an
+        answer longer than a window, e.g. some COVID-QA answers): counted in the final record."""
+        batch = make_phrase_batch(self.examples, indices, self.model, self.config.stride,
+                                  self.teacher,
+                                  self.teacher_query if self.teacher is not None else None,
+                                  skip_unfit=True)
+        self.skipped_unfit.update(batch.skipped)
+        return batch
 
     def compute_loss(self, model, batch: PhraseBatch):
         """The weighted sum of the stage's losses; every loss is logged, in name order."""
@@ -444,6 +450,7 @@ class PhraseTrainer(StepTrainer):
         return {**run, "lora": model.has_adapters, "fingerprint": model.fingerprint(),
                 "full_fingerprint": model.full_fingerprint(),
                 "pool_phrases": len(self.frozen) if self.frozen is not None else None,
+                "skipped_unfit_since_start": len(self.skipped_unfit),
                 "config": self.config_record(), **self.info}
 
 

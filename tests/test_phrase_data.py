@@ -128,6 +128,12 @@ def test_a_long_passage_uses_the_window_holding_the_answer_and_misses_are_errors
     bad = PhraseExample("bad", "where?", [], Passage("p", text, "T"), [(0, len(text))])
     with pytest.raises(DataError, match="example 'bad': no gold span fits a passage window"):
         make_phrase_batch([bad], [0], model, stride=8)
+    # training leaves such an example out of its batch (a batch of only such is still an error)
+    both = make_phrase_batch([bad, example], [0, 1], model, stride=8, skip_unfit=True)
+    assert len(both) == 1 and both.skipped == ["bad"] and both.indices == [1]
+    assert int(both.offsets[0, int(both.start_positions[0]), 0]) == start
+    with pytest.raises(DataError, match="example 'bad'"):
+        make_phrase_batch([bad], [0], model, stride=8, skip_unfit=True)
 
 
 def test_teacher_alignment_points_at_the_same_text_tokens(bench):

@@ -289,3 +289,20 @@ def test_a_run_may_start_from_a_saved_phrase_model(tmp_path):
         initial_phrase_model({"base": str(tmp_path / "saved"), "shared_query_encoder": True})
     fresh = initial_phrase_model({"base": str(base)})
     assert not torch.equal(fresh.query_end_head.bias, start.query_end_head.bias)
+
+
+def test_an_answer_longer_than_a_window_is_left_out_of_its_batch(examples, tmp_path):
+    """A long answer (COVID-QA has paragraph-long ones) fits no passage window: training goes
+    on without it and its final record counts it, where it used to stop the run mid-way."""
+    from convqa.types import Passage
+    from phrase_index.data import PhraseExample
+
+    text = "Filler words come first here. " * 30
+    long_answer = PhraseExample("long", "what is said?", [], Passage("p", text, "T"),
+                                [(0, len(text))], answers=[text])
+    data = [*examples[:3], long_answer, *examples[3:]]
+    result = train_stage(tiny_phrase_model(seed=1), data, tmp_path / "run",
+                         config(epochs=1, weights={"distill": 0.0}))
+    assert result.steps == 4
+    record = json.loads((tmp_path / "run" / "training.json").read_text())
+    assert record["skipped_unfit_since_start"] == 1
