@@ -107,3 +107,38 @@ def test_refusals(run, tmp_path, squad_file):
         promote.promote(tmp_path, assets, data(squad_file), 4, 4, 0.0)
     assert promote.main([str(tmp_path / "missing"), "--squad", squad_file, "--assets",
                          str(assets)]) == 2
+
+
+def test_open_domain_gate_refuses_a_model_that_retrieves_worse(run, tmp_path, squad_file,
+                                                                monkeypatch):
+    """A better gold-passage reader that answers worse from a whole-corpus index is refused."""
+    promote = script("promote_phrase")
+    scores = {"candidate": 20.0, "shipped": 25.0}
+
+    def fake_open_domain(folder, benchmark, work):
+        which = "shipped" if Path(folder) == assets else "candidate"
+        return {"turns": 9, "em": 0.0, "f1": scores[which]}
+
+    monkeypatch.setattr(promote, "open_domain", fake_open_domain)
+    assets = shipped_copy(run, tmp_path / "assets")
+    result = promote.promote(run, assets, data(squad_file), 4, 4, -100.0, check=False,
+                             benchmark="BENCH", say=lambda _: None)
+    assert not result["promoted"] and result["open_domain"]["candidate"]["f1"] == 20.0
+    assert (assets / "README.md").read_text() == OLD_CARD
+    scores["candidate"] = 30.0
+    assert promote.promote(run, assets, data(squad_file), 4, 4, -100.0, check=False,
+                           benchmark="BENCH", say=lambda _: None)["promoted"]
+
+
+def test_open_domain_answers_the_dev_turns_from_a_corpus_index(tmp_path):
+    from phrase_model_helpers import tiny_phrase_model
+    from training_helpers import make_benchmark
+
+    bench = make_benchmark(tmp_path / "bench")
+    tiny_phrase_model(seed=2).save(tmp_path / "model")
+    promote = script("promote_phrase")
+    row = promote.open_domain(tmp_path / "model", str(bench), tmp_path / "work")
+    assert row["turns"] > 0 and 0.0 <= row["f1"] <= 100.0 and "hits@5" in row
+    built = list((tmp_path / "work").iterdir())
+    assert len(built) == 1 and (built[0] / "phrase_index.json").exists()
+    assert promote.open_domain(tmp_path / "model", str(bench), tmp_path / "work") == row
