@@ -145,19 +145,6 @@ def open_domain(folder: Path, benchmark: str, work: Path) -> dict[str, Any]:
     return _script("phrase_ablation").evaluate(str(index), str(folder), benchmark)
 
 
-def _table(new: dict[str, Any], old: dict[str, Any]) -> str:
-    lines = ["| source | n | this model EM / F1 | previous EM / F1 | chance F1 |",
-             "|---|---:|---:|---:|---:|"]
-    for source, entry in new["sources"].items():
-        before = old["sources"].get(source)
-        previous = f"{before['em']:.1f} / {before['f1']:.1f}" if before else "-"
-        lines.append(f"| {source} | {entry['count']} | {entry['em']:.1f} / {entry['f1']:.1f} | "
-                     f"{previous} | {entry['chance_f1']:.1f} |")
-    lines.append(f"| **mean over sources** | {new['count']} | **{new['em']:.1f} / "
-                 f"{new['f1']:.1f}** | {old['em']:.1f} / {old['f1']:.1f} | |")
-    return "\n".join(lines)
-
-
 def model_card(facts: dict[str, Any], rank: int, counts: dict[str, list[int]],
                new: dict[str, Any], old: dict[str, Any], old_card: str,
                old_fingerprint: str) -> str:
@@ -196,7 +183,7 @@ def model_card(facts: dict[str, Any], rank: int, counts: dict[str, list[int]],
         f"{new['count']:,} held-out questions for both models; SQuAD convention for SQuAD-format "
         "sources, TopiOCQA convention for the benchmark's turns; chance = a random phrase of the "
         "same passage:", "",
-        _table(new, old), "",
+        reader._table(new, old, noun="model", chance=True), "",
         "Open domain (an index of a whole corpus, no reader): docs/results/phrase.md.", "",
         "## Licenses", "",
         "TopiOCQA: CC BY-NC-SA 4.0 (non-commercial: treat this adapter as such). SQuAD v2.0: "

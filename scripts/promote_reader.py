@@ -151,15 +151,20 @@ def failed_checks(folder: str | Path, checks: list[tuple[str, str]]) -> list[str
     return failed
 
 
-def _table(new: dict[str, Any], old: dict[str, Any]) -> str:
-    lines = ["| source | n | this reader EM / F1 | previous EM / F1 |", "|---|---:|---:|---:|"]
+def _table(new: dict[str, Any], old: dict[str, Any], noun: str = "reader",
+           chance: bool = False) -> str:
+    """The card's held-out table, new vs previous per source (+ chance F1, for phrase models)."""
+    extra = " chance F1 |" if chance else ""
+    lines = [f"| source | n | this {noun} EM / F1 | previous EM / F1 |{extra}",
+             "|---|---:|---:|---:|" + ("---:|" if chance else "")]
     for source, entry in new["sources"].items():
         before = old["sources"].get(source)
         previous = f"{before['em']:.1f} / {before['f1']:.1f}" if before else "-"
         lines.append(f"| {source} | {entry['count']} | {entry['em']:.1f} / {entry['f1']:.1f} | "
-                     f"{previous} |")
+                     f"{previous} |" + (f" {entry['chance_f1']:.1f} |" if chance else ""))
     lines.append(f"| **mean over sources** | {new['count']} | **{new['em']:.1f} / "
-                 f"{new['f1']:.1f}** | {old['em']:.1f} / {old['f1']:.1f} |")
+                 f"{new['f1']:.1f}** | {old['em']:.1f} / {old['f1']:.1f} |"
+                 + ("  |" if chance else ""))
     return "\n".join(lines)
 
 
