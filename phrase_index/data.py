@@ -203,12 +203,10 @@ def make_phrase_batch(examples: Sequence[PhraseExample], indices: Sequence[int],
     if unfit and (not skip_unfit or len(unfit) == len(chosen)):
         raise DataError(f"example {unfit[0]!r}: no gold span fits a passage window",
                         field="spans")
-    if unfit:
+    if unfit:  # the windows of the encoding stay valid for the examples kept
         kept = [n for n, found in enumerate(fitting) if found is not None]
-        batch = make_phrase_batch(examples, [indices[n] for n in kept], model, stride, teacher,
-                                  teacher_query)
-        batch.skipped = unfit
-        return batch
+        chosen, fitting = [chosen[n] for n in kept], [fitting[n] for n in kept]
+        indices = [indices[n] for n in kept]
     windows, starts, ends, groups = [], [], [], []
     group_ids: dict[tuple[str, int, int], int] = {}
     for number, example in enumerate(chosen):
@@ -244,7 +242,7 @@ def make_phrase_batch(examples: Sequence[PhraseExample], indices: Sequence[int],
         groups=torch.tensor(groups),
         queries={"input_ids": queries["input_ids"], "attention_mask": queries["attention_mask"]},
         current=torch.tensor(current), previous=torch.tensor(previous),
-        indices=[int(i) for i in indices])
+        indices=[int(i) for i in indices], skipped=unfit)
     if teacher is not None:
         if teacher_query is None:
             raise ConvQAError("distillation needs the teacher's query texts")

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import functools
 import importlib.util
 import sys
 import tempfile
@@ -56,7 +57,9 @@ CHECK_PASSAGES = [
 ]
 
 
+@functools.cache
 def _script(name: str):
+    """scripts/NAME.py as a module, loaded once."""
     spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -73,7 +76,7 @@ def candidate_weights(run: Path, into: Path) -> tuple[Path, dict[str, Any]]:
         shutil.copytree(run / "model", into)
         phrase = load_json(run / "phrase" / "training.json")
         return run / "model", {"steps": phrase["steps"], "finished": True, "stage": "both",
-                               "batch_size": _batch_size(run / "phrase")}
+                               "batch_size": phrase.get("config", {}).get("batch_size")}
     if not (run / "phrase").is_dir():
         raise DataError("not a `convqa train phrase` run (no phrase/ folder)", run)
     weights, facts = _script("promote_reader").snapshot(run / "phrase", into)
