@@ -22,14 +22,9 @@ from convqa.errors import ConvQAError, DataError
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    rows = []
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                raise DataError(f"line {number}: not JSON", path) from None
-    return rows
+    from convqa.io import iter_jsonl
+
+    return [row for _, row in iter_jsonl(path)]
 
 
 def breakdown(turns: dict[str, dict], hits: dict[str, list[str]], answers: list[dict],
