@@ -56,8 +56,8 @@ PHRASE_WEIGHTS = {"span": 1.0, "distill": 1.0, "filter": 0.5, "in_batch": 1.0,
 QUERY_WEIGHTS = {"query_side": 1.0, "turn": 0.5}
 
 __all__ = ["PhraseTrainConfig", "PhraseTrainResult", "PhraseTrainer", "FrozenPhrases",
-           "evaluate_in_passage", "export_adapter", "heldout_scores", "make_accelerator",
-           "train_phrase_model", "train_stage"]
+           "evaluate_in_passage", "export_adapter", "export_query_adapter", "heldout_scores",
+           "make_accelerator", "train_phrase_model", "train_stage"]
 
 
 @dataclass
@@ -78,6 +78,8 @@ class PhraseTrainConfig:
     run_length: int = 4               # consecutive turns of a conversation kept together
     stride: int = 64                  # tokens shared by the windows of a long passage
     pool_passages: int = 2000         # query stage: passages in the frozen phrase matrix
+    pool_store: str | None = None     # query stage: a passage store (the corpus to be searched)
+    pool_store_passages: int | None = None   # ... a seeded sample of that many of its passages
     start_candidates: int = 64        # query stage: starts taken from the MIPS per query
     candidates: int = 16              # query stage: retrieved phrases per query
     bf16: bool = False                # older spelling of precision="bf16"
@@ -93,6 +95,10 @@ class PhraseTrainConfig:
         check_counts(self, ("epochs", "batch_size", "grad_accum", "run_length",
                             "pool_passages", "start_candidates", "candidates"), 1)
         check_counts(self, ("checkpoint_every", "seed", "pre_batch", "stride"), 0)
+        if self.pool_store_passages is not None:
+            check_counts(self, ("pool_store_passages",), 1)
+        if self.pool_store is not None and self.stage != "query":
+            raise ConfigError("pool_store is a query-stage setting (the frozen phrase pool)")
         check_schedule(self)
         self.precision = normalize_precision(self.precision, "precision")
         if self.precision == INT8:
@@ -117,8 +123,13 @@ class PhraseTrainConfig:
         self.weights = {name: float(weights[name]) for name in sorted(allowed)}
 
     def schedule_key(self) -> dict[str, Any]:
-        """The settings a checkpoint must share with the run that resumes it."""
-        return schedule_key(self)
+        """The settings a checkpoint must share with the run that resumes it (the pool-store
+        settings only when set, so runs from before they existed still resume)."""
+        key = schedule_key(self)
+        for name in ("pool_store", "pool_store_passages"):
+            if key.get(name) is None:
+                key.pop(name, None)
+        return key
 
 
 PhraseTrainResult = TrainResult  # the shared result type (convqa/training/loop.py)
@@ -141,17 +152,24 @@ class FrozenPhrases:
     and character offsets; searched by start-vector MIPS then the best end within
     `max_answer_tokens` of the same window."""
 
+    SEARCH_CHUNK = 262_144   # rows scored at once (bounds the fp32 copy of a large pool)
+
     def __init__(self, model: PhraseModel, passages: Sequence[Any], batch_size: int = 32,
-                 bf16: bool = False, stride: int = 64):
+                 bf16: bool = False, stride: int = 64, progress: bool = False):
+        from tqdm.auto import tqdm
+
         self.passages = list(passages)
         self.max_answer_tokens = model.config.max_answer_tokens
         vectors, windows, offsets, owners = [], [], [], []
         window_count = 0
         was_training = model.training
         model.eval()
+        bar = tqdm(total=len(self.passages), desc="query stage: frozen phrase pool",
+                   unit="psg", disable=not progress)
         with torch.no_grad():
             for first in range(0, len(self.passages), batch_size):
                 chunk = self.passages[first:first + batch_size]
+                bar.update(len(chunk))
                 encoding = model.tokenize_passages([p.title for p in chunk],
                                                    [p.text for p in chunk], stride=stride)
                 with torch.autocast(device_type=model.device.type, dtype=torch.bfloat16,
@@ -169,6 +187,7 @@ class FrozenPhrases:
                     owners.append(torch.full((count,), first + int(mapping[row]),
                                              dtype=torch.long))
                     window_count += 1
+        bar.close()
         model.train(was_training)
         self.vectors = torch.cat(vectors) if vectors else torch.zeros(0, model.dim)
         self.windows = torch.cat(windows) if windows else torch.zeros(0, dtype=torch.long)
@@ -185,14 +204,13 @@ class FrozenPhrases:
         n, span = len(self), self.max_answer_tokens
         if n == 0:
             return [[] for _ in range(len(q_start))]
-        matrix = self.vectors.float()
-        start_scores = q_start.detach().float().cpu() @ matrix.T
-        top = start_scores.topk(min(starts, n), dim=1)
+        top = self._top_starts(q_start.detach().float().cpu(), min(starts, n))
         ends = top.indices.unsqueeze(-1) + torch.arange(span)             # [B, S, A]
         valid = ends < n
         ends = ends.clamp(max=n - 1)
         valid &= self.windows[ends] == self.windows[top.indices].unsqueeze(-1)
-        end_scores = torch.einsum("bd,bsad->bsa", q_end.detach().float().cpu(), matrix[ends])
+        end_scores = torch.einsum("bd,bsad->bsa", q_end.detach().float().cpu(),
+                                  self.vectors[ends].float())
         totals = (top.values.unsqueeze(-1) + end_scores).masked_fill(~valid, float("-inf"))
         results = []
         for b in range(len(q_start)):
@@ -212,13 +230,29 @@ class FrozenPhrases:
             results.append(chosen)
         return results
 
+    def _top_starts(self, queries: Tensor, k: int):
+        """Exact start-vector MIPS, a chunk of rows at a time (a pool of a whole corpus has
+        millions of rows: only one chunk is ever converted to fp32)."""
+        values, indices = [], []
+        for first in range(0, len(self), self.SEARCH_CHUNK):
+            chunk = self.vectors[first:first + self.SEARCH_CHUNK].float()
+            top = (queries @ chunk.T).topk(min(k, chunk.shape[0]), dim=1)
+            values.append(top.values)
+            indices.append(top.indices + first)
+        best = torch.cat(values, dim=1).topk(k, dim=1)
+        return torch.return_types.topk((best.values,
+                                        torch.cat(indices, dim=1).gather(1, best.indices)))
+
     def text(self, first: int, last: int) -> str:
         passage = self.passages[int(self.owners[first])]
         return passage.text[int(self.offsets[first, 0]):int(self.offsets[last, 1])]
 
 
-def _pool(examples: Sequence[PhraseExample], size: int, seed: int) -> list[Any]:
-    """The distinct passages of the examples (by id), a seeded sample of at most `size`."""
+def _pool(examples: Sequence[PhraseExample], size: int, seed: int, store: str | None = None,
+          store_size: int | None = None) -> list[Any]:
+    """The distinct passages of the examples (by id), a seeded sample of at most `size`; with
+    `store`, also the passages of that passage store (a seeded sample of `store_size`), so the
+    query learns against the corpus it will search, neighbours of each gold passage included."""
     unique = {}
     for example in examples:
         unique.setdefault(example.passage.id, example.passage)
@@ -226,7 +260,22 @@ def _pool(examples: Sequence[PhraseExample], size: int, seed: int) -> list[Any]:
     if len(ids) > size:
         keep = np.random.default_rng([seed, 11]).choice(len(ids), size=size, replace=False)
         ids = [ids[i] for i in sorted(keep)]
-    return [unique[i] for i in ids]
+    pool = [unique[i] for i in ids]
+    if store is not None:
+        from convqa.corpus import PassageStore
+
+        taken = set(ids)
+        with PassageStore.open(store) as opened:
+            rows = range(len(opened))
+            if store_size is not None and store_size < len(opened):
+                rows = sorted(np.random.default_rng([seed, 13]).choice(
+                    len(opened), size=store_size, replace=False).tolist())
+            for row in rows:
+                passage = opened.at(int(row))
+                if passage.id not in taken:
+                    taken.add(passage.id)
+                    pool.append(passage)
+    return pool
 
 
 # ---------------------------------------------------------------------------------------------
@@ -300,9 +349,11 @@ class PhraseTrainer(StepTrainer):
         """Query stage: the frozen phrase matrix, from the (restored) phrase tower."""
         config = self.config
         if config.stage == "query":
-            self.frozen = FrozenPhrases(self.model, _pool(self.examples, config.pool_passages,
-                                                          config.seed),
-                                        bf16=config.precision == BF16, stride=config.stride)
+            pool = _pool(self.examples, config.pool_passages, config.seed, config.pool_store,
+                         config.pool_store_passages)
+            shown = config.progress and self.accelerator.is_main_process
+            self.frozen = FrozenPhrases(self.model, pool, bf16=config.precision == BF16,
+                                        stride=config.stride, progress=shown)
 
     def set_train_mode(self, model) -> None:
         model.train()
@@ -464,19 +515,24 @@ def train_stage(model: PhraseModel, examples: Sequence[PhraseExample], out: str 
 
 
 def train_phrase_model(model: PhraseModel, examples: Sequence[PhraseExample],
-                       out: str | os.PathLike, phrase: PhraseTrainConfig,
+                       out: str | os.PathLike, phrase: PhraseTrainConfig | None,
                        query: PhraseTrainConfig | None, teacher: Any = None,
                        accelerator: Any = None, say: Callable[[str], None] = print
                        ) -> Path:
     """The "phrase" stage into OUT/phrase, then (unless `query` is None) query-side fine-tuning
-    into OUT/query starting from its model; the final model is copied to OUT/model."""
+    into OUT/query starting from its model; the final model is copied to OUT/model.
+    `phrase=None` skips the phrase stage: only the query side of `model` trains, so every index
+    built with `model` stays valid for the result."""
     out = Path(out)
     acc = accelerator if accelerator is not None else make_accelerator()
-    result = train_stage(model, examples, out / "phrase", phrase, teacher, acc)
-    say(f"phrase stage: {result.steps} steps, last loss {result.last_loss}")
-    final = result.model_dir
+    if phrase is None and query is None:
+        raise ConfigError("nothing to train: both the phrase and the query stage are skipped")
+    if phrase is not None:
+        result = train_stage(model, examples, out / "phrase", phrase, teacher, acc)
+        say(f"phrase stage: {result.steps} steps, last loss {result.last_loss}")
+        final = result.model_dir
     if query is not None:
-        tuned = PhraseModel.load(final)
+        tuned = PhraseModel.load(final) if phrase is not None else model
         result = train_stage(tuned, examples, out / "query", query, None, acc)
         say(f"query stage: {result.steps} steps, last loss {result.last_loss}")
         final = result.model_dir
@@ -516,6 +572,35 @@ def export_adapter(base: PhraseModel, tuned: PhraseModel, rank: int = 64,
         getattr(base, name).load_state_dict(getattr(tuned, name).state_dict())
     base.config = tuned.config
     return base, report
+
+
+def export_query_adapter(source: PhraseModel, tuned: PhraseModel, rank: int = 64,
+                         exact_modules: Sequence[str] | None = None
+                         ) -> tuple[PhraseModel, dict]:
+    """`source` (a saved phrase model with LoRA adapters, as loaded) with its phrase tower and
+    filter untouched and a rank-`rank` LoRA query tower that reproduces `tuned`'s, plus
+    `tuned`'s query heads: the export of a query-only run, whose fingerprint is `source`'s, so
+    every index built with `source` serves it. The position and token-type embeddings are
+    stored exactly by default (0.8 MB for MiniLM); the word embeddings are left out."""
+    from retrievers.dense.lora_export import (EXACT_MODULES, SMALL_EMBEDDINGS,
+                                              encoder_lora_from_finetuned)
+
+    if not source.has_adapters or tuned.has_adapters:
+        raise ConvQAError("query export needs a source with LoRA adapters and a plain tuned "
+                          "model")
+    if tuned.separate_query_encoder is None or source.separate_query_encoder is None:
+        raise ConvQAError("query export needs separate query towers (a shared one is the "
+                          "phrase tower)")
+    if source.fingerprint() != tuned.fingerprint():
+        raise ConvQAError(f"the tuned model's phrase side ({tuned.fingerprint()}) is not the "
+                          f"source's ({source.fingerprint()}): not a query-only run of it")
+    exact = tuple(EXACT_MODULES + SMALL_EMBEDDINGS if exact_modules is None else exact_modules)
+    plain = PhraseModel.build(source.config).separate_query_encoder
+    source.separate_query_encoder, report = encoder_lora_from_finetuned(
+        plain, tuned.separate_query_encoder, rank, exact_modules=exact)
+    for name in ("query_start_head", "query_end_head"):
+        getattr(source, name).load_state_dict(getattr(tuned, name).state_dict())
+    return source, {"query": report.to_dict(), "phrase": "kept from the source adapter"}
 
 
 def best_span_in_passage(start_logits: Tensor, end_logits: Tensor, mask: Tensor,
@@ -634,6 +719,7 @@ class PhraseRunConfig:
     phrase: PhraseTrainConfig = field(default_factory=PhraseTrainConfig)
     query: PhraseTrainConfig | None = field(
         default_factory=lambda: PhraseTrainConfig(stage="query"))
+    query_only: bool = False          # skip the phrase stage: indexes of the start model stay valid
 
 
 # Settings a run may change when it starts from a saved phrase model (the rest is its architecture).
@@ -670,6 +756,19 @@ def initial_phrase_model(settings: dict[str, Any]) -> PhraseModel:
     return model
 
 
+def _saved_phrase_model(name: str) -> PhraseModel:
+    """The saved phrase model a query-only run starts from (its phrase tower is kept)."""
+    from convqa.models import resolve_model
+
+    from .model import META_FILE
+
+    folder = Path(resolve_model(name))
+    if not (folder / META_FILE).exists():
+        raise ConfigError(f"query-only training needs a saved phrase model to start from "
+                          f"(--init-model convqa-phrase or a folder); {name} is not one")
+    return PhraseModel.load(folder)
+
+
 def run_phrase_training(config: PhraseRunConfig, out: str | os.PathLike, accelerator: Any = None,
                         say: Callable[[str], None] = print) -> Path:
     """Examples -> phrase stage -> query stage -> OUT/model (+ OUT/adapter) -> OUT/eval.json.
@@ -688,25 +787,34 @@ def run_phrase_training(config: PhraseRunConfig, out: str | os.PathLike, acceler
     heldout = [e for e in examples if e.split != "train"]
     say(f"data: {len(train)} training and {len(heldout)} held-out examples")
     torch.manual_seed(config.phrase.seed)
-    model = initial_phrase_model({"base": DEFAULT_MODEL, **config.model})
+    settings = {"base": DEFAULT_MODEL, **config.model}
+    if config.query_only:
+        if config.query is None:
+            raise ConfigError("query_only with the query stage skipped: nothing to train")
+        source = _saved_phrase_model(settings["base"])
+    model = initial_phrase_model(settings)
     model_config = model.config
     if config.lora_r:
         model.add_lora(r=config.lora_r, alpha=2 * config.lora_r)
     teacher = None
-    if config.teacher and config.phrase.weights.get("distill"):
+    if config.teacher and config.phrase.weights.get("distill") and not config.query_only:
         from readers.extractive.model import ExtractiveReader
 
         teacher = ExtractiveReader.from_pretrained(config.teacher)
         if teacher.has_adapters:
             teacher.merge_adapters()
         say(f"teacher: {config.teacher} ({teacher.fingerprint()})")
-    final = train_phrase_model(model, train, out, config.phrase, config.query, teacher, acc, say)
+    final = train_phrase_model(model, train, out, None if config.query_only else config.phrase,
+                               config.query, teacher, acc, say)
     if not acc.is_main_process:
         return final
     tuned = PhraseModel.load(final)
     if config.export_rank and not tuned.has_adapters:
-        adapter, report = export_adapter(PhraseModel.build(model_config), tuned,
-                                         config.export_rank)
+        if config.query_only and source.has_adapters:
+            adapter, report = export_query_adapter(source, tuned, config.export_rank)
+        else:
+            adapter, report = export_adapter(PhraseModel.build(model_config), tuned,
+                                             config.export_rank)
         adapter.save(out / "adapter")
         write_json(out / "adapter_export.json", report)
         say(f"adapter: {out / 'adapter'} (rank {config.export_rank})")

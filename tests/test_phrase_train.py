@@ -306,3 +306,80 @@ def test_an_answer_longer_than_a_window_is_left_out_of_its_batch(examples, tmp_p
     assert result.steps == 4
     record = json.loads((tmp_path / "run" / "training.json").read_text())
     assert record["skipped_unfit_since_start"] == 1
+
+
+def test_the_query_pool_adds_a_passage_store_and_searches_it_in_chunks(examples, tmp_path):
+    """`pool_store` puts the corpus's passages (not only gold ones) in the frozen matrix, each
+    once; the chunked search finds what one matrix product finds."""
+    from convqa.corpus import PassageStore
+    from phrase_index.train import _pool
+
+    bench = make_benchmark(tmp_path / "bench")
+    gold = _pool(examples, 2, seed=0)
+    assert len(gold) == 2
+    with PassageStore.open(bench / "passages") as store:
+        store_ids = list(store.ids())
+    pooled = _pool(examples, 2, seed=0, store=str(bench / "passages"))
+    ids = [p.id for p in pooled]
+    assert ids[:2] == [p.id for p in gold] and len(ids) == len(set(ids))
+    assert set(ids) == set(store_ids) | {p.id for p in gold}
+    sampled = _pool(examples, 2, seed=0, store=str(bench / "passages"), store_size=3)
+    assert 3 <= len(sampled) <= 5 and sampled == _pool(examples, 2, seed=0,
+                                                       store=str(bench / "passages"),
+                                                       store_size=3)
+    model = tiny_phrase_model(max_answer_tokens=3)
+    frozen = FrozenPhrases(model, pooled)
+    torch.manual_seed(1)
+    queries = torch.randn(2, 32)
+    whole = frozen.search(queries, queries, starts=8, k=5)
+    frozen.SEARCH_CHUNK = 7   # many chunks, some smaller than the 8 starts asked for
+    assert frozen.search(queries, queries, starts=8, k=5) == whole
+
+
+def test_a_query_only_run_keeps_the_start_models_phrase_adapter(tmp_path, capsys):
+    """`--query-only`: no phrase stage, and the rank-R export keeps the saved model's phrase
+    adapter as it is, so every index built with it serves the result (same fingerprint)."""
+    from convqa.cli.main import main
+
+    bench = make_benchmark(tmp_path / "bench")
+    base = tiny_base(tmp_path / "base")
+    source = PhraseModel.build(phrase_config(base=str(base)))
+    source.add_lora(r=4, alpha=8)
+    torch.manual_seed(4)
+    with torch.no_grad():
+        for name, param in source.named_parameters():
+            if "lora_B" in name:
+                param.add_(0.05 * torch.randn_like(param))
+    source.save(tmp_path / "source")
+    source = PhraseModel.load(tmp_path / "source")
+    out = tmp_path / "run"
+    code = main(["train", "phrase", "--out", str(out), "--benchmark", str(bench),
+                 "--init-model", str(tmp_path / "source"), "--query-only",
+                 "--pool-store", str(bench / "passages"), "--pool-passages", "2",
+                 "--export-lora", "32", "--batch-size", "2", "--query-max-steps", "3",
+                 "--query-lr", "1e-2", "--eval-examples", "0", "--quiet"])
+    assert code == 0, capsys.readouterr().err
+    assert not (out / "phrase").exists() and (out / "query" / "model").is_dir()
+    record = json.loads((out / "query" / "training.json").read_text())
+    assert record["pool_phrases"] > 0
+    tuned, adapter = PhraseModel.load(out / "model"), PhraseModel.load(out / "adapter")
+    # the saved model's length limits are kept when the command does not name any
+    assert tuned.config == source.config and adapter.has_adapters
+    assert tuned.fingerprint() == adapter.fingerprint() == source.fingerprint()
+    assert adapter.full_fingerprint() != source.full_fingerprint()
+    assert json.loads((out / "adapter_export.json").read_text())["phrase"] == \
+        "kept from the source adapter"
+    queries = tuned.tokenize_queries(["who wrote it?", "when was it built?"])
+    vectors = {}
+    for label, model in (("tuned", tuned), ("adapter", adapter), ("source", source)):
+        model.eval()
+        with torch.no_grad():
+            vectors[label] = model.encode_queries(queries["input_ids"],
+                                                  queries["attention_mask"]).start
+    # the export reproduces the trained query tower up to what LoRA leaves out (embeddings)
+    moved = (vectors["tuned"] - vectors["source"]).norm()
+    assert moved > 0.5
+    assert (vectors["adapter"] - vectors["tuned"]).norm() < 0.2 * moved
+    assert main(["train", "phrase", "--out", str(tmp_path / "bad"), "--benchmark", str(bench),
+                 "--init-model", str(base), "--query-only", "--quiet"]) != 0
+    assert "needs a saved phrase model" in capsys.readouterr().err

@@ -534,9 +534,13 @@ def _add_phrase(jobs) -> None:
                    help="encode queries with the phrase tower (default: a separate tower)")
     p.add_argument("--encoder-layers", type=positive_int, metavar="N",
                    help="keep only the first N layers of each tower")
-    p.add_argument("--max-answer-tokens", type=positive_int, default=10, metavar="N")
-    p.add_argument("--max-passage-tokens", type=int_at_least(16), default=256, metavar="N")
-    p.add_argument("--max-query-tokens", type=int_at_least(4), default=128, metavar="N")
+    limits = ("(default: the --init-model phrase model's; for a new model {})")
+    p.add_argument("--max-answer-tokens", type=positive_int, metavar="N",
+                   help="longest phrase in tokens " + limits.format(10))
+    p.add_argument("--max-passage-tokens", type=int_at_least(16), metavar="N",
+                   help="passage window in tokens " + limits.format(256))
+    p.add_argument("--max-query-tokens", type=int_at_least(4), metavar="N",
+                   help="query length in tokens " + limits.format(128))
     p.add_argument("--lora", type=count, default=0, metavar="R",
                    help="train LoRA adapters of rank R (heads fully trained); 0 = all weights")
     p.add_argument("--export-lora", type=count, default=0, metavar="R",
@@ -557,7 +561,18 @@ def _add_phrase(jobs) -> None:
                    help="cap on query-side fine-tuning steps")
     p.add_argument("--query-lr", type=positive_float, default=2e-5)
     p.add_argument("--pool-passages", type=positive_int, default=2000, metavar="N",
-                   help="passages of the frozen phrase matrix in query-side fine-tuning")
+                   help="gold passages of training questions in the frozen phrase matrix of "
+                        "query-side fine-tuning (a seeded sample)")
+    p.add_argument("--pool-store", metavar="DIR",
+                   help="query-side fine-tuning: also put this passage store's passages in the "
+                        "frozen matrix (the corpus the model will search: the neighbours of "
+                        "each gold passage become negatives)")
+    p.add_argument("--pool-store-passages", type=positive_int, metavar="N",
+                   help="a seeded sample of N passages of --pool-store (default: all)")
+    p.add_argument("--query-only", action="store_true",
+                   help="skip the phrase stage: only the query side of --init-model (a saved "
+                        "phrase model) trains, so its indexes stay valid; --export-lora then "
+                        "keeps its phrase adapter as it is")
     p.add_argument("--max-examples", type=positive_int, metavar="N",
                    help="training examples per source (a seeded sample)")
     p.add_argument("--heldout-fraction", type=fraction, default=0.1)
@@ -583,17 +598,20 @@ def run_phrase(args: argparse.Namespace) -> int:
                                **common)
     query = None if args.no_query_finetune else PhraseTrainConfig(
         stage="query", weights={"query_side": 1.0, "turn": args.turn_weight},
-        pool_passages=args.pool_passages,
+        pool_passages=args.pool_passages, pool_store=args.pool_store,
+        pool_store_passages=args.pool_store_passages,
         **{**common, "lr": args.query_lr, "max_steps": args.query_max_steps})
     model = {"base": args.init_model, "shared_query_encoder": args.shared_query_encoder,
-             "encoder_layers": args.encoder_layers, "max_answer_tokens": args.max_answer_tokens,
-             "max_passage_tokens": args.max_passage_tokens,
-             "max_query_tokens": args.max_query_tokens}
+             "encoder_layers": args.encoder_layers}
+    model.update({name: getattr(args, name) for name in
+                  ("max_answer_tokens", "max_passage_tokens", "max_query_tokens")
+                  if getattr(args, name) is not None})
     config = PhraseRunConfig(
         squad=list(args.squad), benchmarks=list(args.benchmark), examples=list(args.examples),
         model=model, teacher=teacher, lora_r=args.lora, export_rank=args.export_lora,
         max_examples=args.max_examples, heldout_fraction=args.heldout_fraction,
-        eval_examples=args.eval_examples, phrase=phrase, query=query)
+        eval_examples=args.eval_examples, phrase=phrase, query=query,
+        query_only=args.query_only)
     say = start_run(args)
     final = run_phrase_training(config, args.out, make_accelerator(cpu=args.cpu), say)
     say(f"model: {final}")
