@@ -204,14 +204,14 @@ class FrozenPhrases:
         n, span = len(self), self.max_answer_tokens
         if n == 0:
             return [[] for _ in range(len(q_start))]
-        top = self._top_starts(q_start.detach().float().cpu(), min(starts, n))
-        ends = top.indices.unsqueeze(-1) + torch.arange(span)             # [B, S, A]
+        top_scores, top_rows = self._top_starts(q_start.detach().float().cpu(), min(starts, n))
+        ends = top_rows.unsqueeze(-1) + torch.arange(span)                 # [B, S, A]
         valid = ends < n
         ends = ends.clamp(max=n - 1)
-        valid &= self.windows[ends] == self.windows[top.indices].unsqueeze(-1)
+        valid &= self.windows[ends] == self.windows[top_rows].unsqueeze(-1)
         end_scores = torch.einsum("bd,bsad->bsa", q_end.detach().float().cpu(),
                                   self.vectors[ends].float())
-        totals = (top.values.unsqueeze(-1) + end_scores).masked_fill(~valid, float("-inf"))
+        totals = (top_scores.unsqueeze(-1) + end_scores).masked_fill(~valid, float("-inf"))
         results = []
         for b in range(len(q_start)):
             flat = totals[b].flatten()
@@ -221,7 +221,7 @@ class FrozenPhrases:
                 if not math.isfinite(float(flat[position])) or len(chosen) == k:
                     break
                 s, a = divmod(position, span)
-                first, last = int(top.indices[b, s]), int(ends[b, s, a])
+                first, last = int(top_rows[b, s]), int(ends[b, s, a])
                 key = (int(self.owners[first]), int(self.offsets[first, 0]),
                        int(self.offsets[last, 1]))
                 if key not in seen:
@@ -230,9 +230,10 @@ class FrozenPhrases:
             results.append(chosen)
         return results
 
-    def _top_starts(self, queries: Tensor, k: int):
-        """Exact start-vector MIPS, a chunk of rows at a time (a pool of a whole corpus has
-        millions of rows: only one chunk is ever converted to fp32)."""
+    def _top_starts(self, queries: Tensor, k: int) -> tuple[Tensor, Tensor]:
+        """(scores, rows) of each query's `k` best start vectors: exact MIPS, a chunk of rows
+        at a time (a pool of a whole corpus has millions of rows: only one chunk is ever
+        converted to fp32)."""
         values, indices = [], []
         for first in range(0, len(self), self.SEARCH_CHUNK):
             chunk = self.vectors[first:first + self.SEARCH_CHUNK].float()
@@ -240,8 +241,7 @@ class FrozenPhrases:
             values.append(top.values)
             indices.append(top.indices + first)
         best = torch.cat(values, dim=1).topk(k, dim=1)
-        return torch.return_types.topk((best.values,
-                                        torch.cat(indices, dim=1).gather(1, best.indices)))
+        return best.values, torch.cat(indices, dim=1).gather(1, best.indices)
 
     def text(self, first: int, last: int) -> str:
         passage = self.passages[int(self.owners[first])]
