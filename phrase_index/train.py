@@ -24,6 +24,7 @@ same weights; OUT/log.jsonl per step; OUT/model and OUT/training.json at the end
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import os
 import dataclasses
@@ -51,6 +52,7 @@ from .losses import (LOSS_NAMES, PreBatchQueue, combine, distill_loss, filter_lo
 from .model import PhraseModel
 
 STAGES = ("phrase", "query")
+POOL_FILE = "frozen_pool.safetensors"   # the query stage's pool, kept for a resumed run
 PHRASE_WEIGHTS = {"span": 1.0, "distill": 1.0, "filter": 0.5, "in_batch": 1.0,
                   "pre_batch": 1.0, "turn": 0.5}
 QUERY_WEIGHTS = {"query_side": 1.0, "turn": 0.5}
@@ -135,11 +137,15 @@ class PhraseTrainConfig:
 PhraseTrainResult = TrainResult  # the shared result type (convqa/training/loop.py)
 
 
-def _digest(examples: Sequence[PhraseExample]) -> str:
+def _digest_ids(ids) -> str:
     digest = hashlib.sha256()
-    for example in examples:
-        digest.update(example.id.encode() + b"\0")
+    for pid in ids:
+        digest.update(str(pid).encode() + b"\0")
     return digest.hexdigest()[:16]
+
+
+def _digest(examples: Sequence[PhraseExample]) -> str:
+    return _digest_ids(example.id for example in examples)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -153,6 +159,7 @@ class FrozenPhrases:
     `max_answer_tokens` of the same window."""
 
     SEARCH_CHUNK = 262_144   # rows scored at once (bounds the fp32 copy of a large pool)
+    FP32_CACHE_BYTES = 4 << 30   # up to this size the pool is also kept as fp32 for search
 
     def __init__(self, model: PhraseModel, passages: Sequence[Any], batch_size: int = 32,
                  bf16: bool = False, stride: int = 64, progress: bool = False):
@@ -193,6 +200,47 @@ class FrozenPhrases:
         self.windows = torch.cat(windows) if windows else torch.zeros(0, dtype=torch.long)
         self.offsets = torch.cat(offsets) if offsets else torch.zeros(0, 2, dtype=torch.long)
         self.owners = torch.cat(owners) if owners else torch.zeros(0, dtype=torch.long)
+        self._matrix: Tensor | None = None
+
+    @classmethod
+    def cached(cls, model: PhraseModel, passages: Sequence[Any], path: Path, save: bool = True,
+               **options: Any) -> "FrozenPhrases":
+        """The pool of `passages` read back from `path` (a safetensors file) when it was
+        encoded by the same phrase tower with the same settings, else encoded (and, with
+        `save`, written atomically): a resumed run does not pay for encoding a corpus again."""
+        from safetensors.torch import load_file, save_file
+
+        passages = list(passages)
+        key = hashlib.sha256(json.dumps({
+            "fingerprint": model.fingerprint(), "ids": _digest_ids(p.id for p in passages),
+            "bf16": bool(options.get("bf16", False)), "stride": options.get("stride", 64)},
+            sort_keys=True).encode()).hexdigest()[:24]
+        if path.exists():
+            try:
+                from safetensors import safe_open
+
+                with safe_open(str(path), "pt") as handle:
+                    stored = (handle.metadata() or {}).get("key")
+                if stored == key:
+                    tensors = load_file(str(path))
+                    pool = cls.__new__(cls)
+                    pool.passages, pool.max_answer_tokens = passages, \
+                        model.config.max_answer_tokens
+                    for name in ("vectors", "windows", "offsets", "owners"):
+                        setattr(pool, name, tensors[name])
+                    pool._matrix = None
+                    return pool
+            except Exception:  # noqa: BLE001 - an unreadable cache is encoded again
+                pass
+        pool = cls(model, passages, **options)
+        if save:
+            tensors = {name: getattr(pool, name).contiguous()
+                       for name in ("vectors", "windows", "offsets", "owners")}
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.tmp")
+            save_file(tensors, str(tmp), metadata={"key": key})
+            os.replace(tmp, path)
+        return pool
 
     def __len__(self) -> int:
         return int(self.vectors.shape[0])
@@ -234,9 +282,12 @@ class FrozenPhrases:
         """(scores, rows) of each query's `k` best start vectors: exact MIPS, a chunk of rows
         at a time (a pool of a whole corpus has millions of rows: only one chunk is ever
         converted to fp32)."""
+        if self._matrix is None and self.vectors.numel() * 4 <= self.FP32_CACHE_BYTES:
+            self._matrix = self.vectors.float()   # converted once, not at every step
+        matrix = self.vectors if self._matrix is None else self._matrix
         values, indices = [], []
         for first in range(0, len(self), self.SEARCH_CHUNK):
-            chunk = self.vectors[first:first + self.SEARCH_CHUNK].float()
+            chunk = matrix[first:first + self.SEARCH_CHUNK].float()
             top = (queries @ chunk.T).topk(min(k, chunk.shape[0]), dim=1)
             values.append(top.values)
             indices.append(top.indices + first)
@@ -352,8 +403,9 @@ class PhraseTrainer(StepTrainer):
             pool = _pool(self.examples, config.pool_passages, config.seed, config.pool_store,
                          config.pool_store_passages)
             shown = config.progress and self.accelerator.is_main_process
-            self.frozen = FrozenPhrases(self.model, pool, bf16=config.precision == BF16,
-                                        stride=config.stride, progress=shown)
+            self.frozen = FrozenPhrases.cached(
+                self.model, pool, self.out / POOL_FILE, save=self.accelerator.is_main_process,
+                bf16=config.precision == BF16, stride=config.stride, progress=shown)
 
     def set_train_mode(self, model) -> None:
         model.train()

@@ -361,7 +361,7 @@ def test_a_query_only_run_keeps_the_start_models_phrase_adapter(tmp_path, capsys
     assert code == 0, capsys.readouterr().err
     assert not (out / "phrase").exists() and (out / "query" / "model").is_dir()
     record = json.loads((out / "query" / "training.json").read_text())
-    assert record["pool_phrases"] > 0
+    assert record["pool_phrases"] > 0 and (out / "query" / "frozen_pool.safetensors").exists()
     tuned, adapter = PhraseModel.load(out / "model"), PhraseModel.load(out / "adapter")
     # the saved model's length limits are kept when the command does not name any
     assert tuned.config == source.config and adapter.has_adapters
@@ -383,3 +383,28 @@ def test_a_query_only_run_keeps_the_start_models_phrase_adapter(tmp_path, capsys
     assert main(["train", "phrase", "--out", str(tmp_path / "bad"), "--benchmark", str(bench),
                  "--init-model", str(base), "--query-only", "--quiet"]) != 0
     assert "needs a saved phrase model" in capsys.readouterr().err
+
+
+def test_the_query_pool_is_cached_for_a_resumed_run(examples, tmp_path, monkeypatch):
+    """A resumed query stage reads its pool back instead of encoding the corpus again; another
+    phrase tower or other passages encode it anew."""
+    passages = list({e.passage.id: e.passage for e in examples}.values())
+    model = tiny_phrase_model(max_answer_tokens=3)
+    path = tmp_path / "pool.safetensors"
+    first = FrozenPhrases.cached(model, passages, path)
+    assert path.exists()
+
+    def no_encoding(*args, **kwargs):
+        raise AssertionError("encoded again")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(FrozenPhrases, "__init__", no_encoding)
+        again = FrozenPhrases.cached(model, passages, path)
+    assert torch.equal(again.vectors, first.vectors) and torch.equal(again.owners, first.owners)
+    queries = torch.randn(2, 32)
+    assert again.search(queries, queries, 8, 4) == first.search(queries, queries, 8, 4)
+    assert again.text(0, 1) == first.text(0, 1)
+    other = FrozenPhrases.cached(tiny_phrase_model(seed=9, max_answer_tokens=3), passages, path)
+    assert not torch.equal(other.vectors, first.vectors)
+    fewer = FrozenPhrases.cached(model, passages[:2], path)
+    assert int(fewer.owners.max()) == 1
