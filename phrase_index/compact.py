@@ -33,9 +33,10 @@ import json
 import math
 import os
 import shutil
+import string
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -76,8 +77,30 @@ def choose_search_factory(count: int, dim: int, code_bytes: int = DEFAULT_SEARCH
 
 
 # -- filtering a dump shard -------------------------------------------------------------------
-def _kept_tokens(shard, thresholds: dict[str, float | None]) -> tuple[np.ndarray, np.ndarray]:
-    """(token-table rows kept, their side bits), rows ascending (= passage, token order)."""
+PUNCTUATION = frozenset(string.punctuation)
+
+
+def punctuation_rows(shard, text_of: Callable[[int], str]) -> np.ndarray:
+    """True for the shard's token-table rows whose text is ASCII punctuation only ("," "(" "."):
+    the characters EM/F1's answer normalization removes, so a phrase never needs one as its
+    first or last token (the same phrase without it scores the same). About 13% of the
+    word-boundary tokens of Wikipedia text. `text_of(row)` is the text of corpus row `row`."""
+    pos = shard.tokens.pos
+    dropped = np.zeros(len(pos), dtype=bool)
+    text, current = "", -1
+    for i, (row, _token, first, last) in enumerate(pos.tolist()):
+        if row != current:
+            text, current = text_of(row), row
+        span = text[first:last]
+        dropped[i] = bool(span) and all(ch in PUNCTUATION for ch in span)
+    return dropped
+
+
+def _kept_tokens(shard, thresholds: dict[str, float | None],
+                 drop: Callable[[Any], np.ndarray] | None = None
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """(token-table rows kept, their side bits), rows ascending (= passage, token order).
+    `drop(shard)`: rows to leave out on both sides whatever their logits."""
     size = len(shard.tokens)
     bits = np.zeros(size, dtype=np.uint8)
     for side in SIDES:
@@ -90,6 +113,8 @@ def _kept_tokens(shard, thresholds: dict[str, float | None]) -> tuple[np.ndarray
                                   "thresholds")
             keep = arrays.logits.astype(np.float32) > thresholds[side]
         bits[arrays.ref[keep]] |= SIDE_BITS[side]
+    if drop is not None:
+        bits[drop(shard)] = 0
     rows = np.nonzero(bits)[0]
     return rows, bits[rows]
 
@@ -122,7 +147,7 @@ def _spread(ranges: list[tuple[int, int]], count: int) -> list[tuple[int, int]]:
     return [ranges[i] for i in sorted(set(picks.tolist()))]
 
 
-def _training_sample(dump: PhraseDump, thresholds, size: int, seed: int
+def _training_sample(dump: PhraseDump, thresholds, size: int, seed: int, drop=None
                      ) -> tuple[np.ndarray, int]:
     """About `size` kept token vectors (float32), drawn from up to 64 shards spread over the
     dump, and the dump's kept tokens estimated from those shards."""
@@ -132,7 +157,7 @@ def _training_sample(dump: PhraseDump, thresholds, size: int, seed: int
     parts, kept, passages = [], 0, 0
     for start, end in ranges:
         shard = dump.shard(start, end)
-        rows, _ = _kept_tokens(shard, thresholds)
+        rows, _ = _kept_tokens(shard, thresholds, drop)
         kept, passages = kept + len(rows), passages + end - start
         if len(rows) > per_shard:
             rows = np.sort(rng.choice(rows, per_shard, replace=False))
@@ -172,26 +197,30 @@ def build_compact_index(dump: PhraseDump | str | os.PathLike, out: str | os.Path
                         factory: str | None = None, search_bytes: int = DEFAULT_SEARCH_BYTES,
                         train_size: int = DEFAULT_TRAIN_SIZE,
                         seed: int = 0, model: str | None = None, passages: str | None = None,
+                        skip_punctuation: bool = False,
                         progress: bool = True) -> "CompactPhraseIndex":
     """Build (or resume building) a compact index of a finished dump into `out` (see the
-    module docstring); returns it loaded."""
+    module docstring); returns it loaded. `skip_punctuation` leaves out the tokens that are
+    only punctuation (`punctuation_rows`); it reads their text from `passages`, the dumped
+    passage store."""
     began = time.perf_counter()
     if not isinstance(dump, PhraseDump):
         dump = PhraseDump.open(dump)
+    drop = _punctuation_dropper(dump, passages) if skip_punctuation else None
     out = Path(out)
     if (out / META_FILE).exists():
         raise ConvQAError(f"{out}: a phrase index is already there; choose another folder")
     stages = _Stages(out)
     settings = {"keep_fraction": keep_fraction, "thresholds": thresholds,
                 "code_bytes": code_bytes, "opq": opq, "factory": factory,
-                "search_bytes": search_bytes,
+                "search_bytes": search_bytes, "skip_punctuation": bool(skip_punctuation),
                 "train_size": train_size, "seed": seed, "dump_fingerprint": dump.fingerprint,
                 "corpus_checksum": dump.corpus_checksum, "count": dump.count}
-    trained = _train_stage(dump, stages, settings, progress)
+    trained = _train_stage(dump, stages, settings, progress, drop)
     codec = PQCodec.load(stages.trained / "codec")
     search = DenseIndex.load(stages.trained / "search")
     cuts = {side: trained["thresholds"][side] for side in SIDES}
-    _parts_stage(dump, stages, codec, search.index, cuts, progress)
+    _parts_stage(dump, stages, codec, search.index, cuts, progress, drop)
     index = _merge_stage(dump, stages, codec, search, trained, progress)
     index.meta.update({"model": model or dump.manifest.get("model"), "passages": passages,
                        "build_seconds": round(time.perf_counter() - began, 2)})
@@ -208,8 +237,8 @@ def build_compact_phrase_index(model, store, out_dir: str | os.PathLike, *,
                                search_bytes: int = DEFAULT_SEARCH_BYTES,
                                batch_size: int = 16, shard_size: int = 512,
                                precision: str = "auto", accelerator=None,
-                               drop_dump: bool = False, progress: bool = True
-                               ) -> "CompactPhraseIndex":
+                               drop_dump: bool = False, skip_punctuation: bool = False,
+                               progress: bool = True) -> "CompactPhraseIndex":
     """Dump `store` with `model` into `out_dir/dump` (int8, every word-boundary token with its
     filter logits; resumable, parallel under `accelerate launch`), then build the compact
     index in `out_dir` (main process; resumable). `drop_dump` deletes the dump afterwards
@@ -228,7 +257,8 @@ def build_compact_phrase_index(model, store, out_dir: str | os.PathLike, *,
         build_compact_index(dump, out, keep_fraction=keep_fraction, thresholds=thresholds,
                             code_bytes=code_bytes, opq=opq, factory=factory,
                             search_bytes=search_bytes, model=_source_name(model.source),
-                            passages=str(Path(store.path).resolve()), progress=progress)
+                            passages=str(Path(store.path).resolve()),
+                            skip_punctuation=skip_punctuation, progress=progress)
         if drop_dump:
             shutil.rmtree(out / DUMP_DIR, ignore_errors=True)
     if accelerator is not None:
@@ -236,8 +266,22 @@ def build_compact_phrase_index(model, store, out_dir: str | os.PathLike, *,
     return CompactPhraseIndex.load(out)
 
 
+def _punctuation_dropper(dump: PhraseDump, passages: str | os.PathLike | None
+                         ) -> Callable[[Any], np.ndarray]:
+    """`punctuation_rows` of a shard, reading texts from the dumped passage store."""
+    from convqa.corpus import PassageStore
+
+    if passages is None:
+        raise ConfigError("skip_punctuation needs the dumped passage store (passages=...)")
+    store = PassageStore.open(passages)
+    if store.checksum != dump.corpus_checksum:
+        raise DataError(f"not the passages of the dump {dump.folder} (checksum "
+                        f"{store.checksum}, dumped {dump.corpus_checksum})", passages)
+    return lambda shard: punctuation_rows(shard, lambda row: store.at(row).text)
+
+
 def _train_stage(dump: PhraseDump, stages: _Stages, settings: dict[str, Any],
-                 progress: bool) -> dict[str, Any]:
+                 progress: bool, drop=None) -> dict[str, Any]:
     record_path = stages.trained / "trained.json"
     if record_path.exists():
         record = json.loads(record_path.read_text(encoding="utf-8"))
@@ -249,7 +293,8 @@ def _train_stage(dump: PhraseDump, stages: _Stages, settings: dict[str, Any],
         shutil.rmtree(stages.root)  # parts of an untrained build cannot be reused
     cuts = thresholds_for(dump, settings["keep_fraction"], settings["thresholds"])
     started = time.perf_counter()
-    sample, kept = _training_sample(dump, cuts, settings["train_size"], settings["seed"])
+    sample, kept = _training_sample(dump, cuts, settings["train_size"], settings["seed"],
+                                    drop)
     if kept == 0:
         raise ConvQAError(f"the filter keeps no token of {dump.folder} (thresholds {cuts})")
     factory = settings["factory"] or choose_search_factory(kept, dump.dim,
@@ -286,7 +331,7 @@ def _train_faiss(index, sample: np.ndarray, seed: int) -> None:
 
 
 def _parts_stage(dump: PhraseDump, stages: _Stages, codec: PQCodec, search, cuts,
-                 progress: bool) -> None:
+                 progress: bool, drop=None) -> None:
     from tqdm.auto import tqdm
 
     ranges = dump.ranges()
@@ -297,7 +342,7 @@ def _parts_stage(dump: PhraseDump, stages: _Stages, codec: PQCodec, search, cuts
                desc="compact phrase index (encoding)", unit="psg", disable=not progress)
     for start, end in todo:
         shard = dump.shard(start, end)
-        rows, bits = _kept_tokens(shard, cuts)
+        rows, bits = _kept_tokens(shard, cuts, drop)
         vectors = shard.tokens.take(rows)
         pos = shard.tokens.pos[rows]
         counts = np.bincount(pos[:, 0] - start, minlength=end - start).astype(np.int32)
@@ -372,6 +417,7 @@ def _merge_stage(dump: PhraseDump, stages: _Stages, codec: PQCodec, search: Dens
             "corpus_checksum": dump.corpus_checksum, "count": dump.count, "dim": dump.dim,
             "tokens": total, "vectors": side_counts, "thresholds": trained["thresholds"],
             "keep_fraction": trained["settings"]["keep_fraction"],
+            "skip_punctuation": bool(trained["settings"].get("skip_punctuation")),
             "code_bytes": codec.m, "opq": trained["settings"]["opq"],
             "factory": trained["factory"], "chars_dtype": str(np.dtype(chars_dtype)),
             "max_answer_tokens": manifest.get("max_answer_tokens"),

@@ -7,6 +7,8 @@ its size. The dump-based index of the same dump is the exact-vector reference wh
         --benchmark /tmp/work/bench/vital --keep 1 0.8 0.6 0.4 0.2 --code-bytes 48 \\
         --work /tmp/work/phrase/curve --json docs/results/phrase-filter-curve.json
 
+`--skip-punctuation` leaves out the tokens that are only punctuation in every index it builds.
+
 Each index is built into WORK/keep-F-mM (kept for reuse: a rerun scores existing ones again).
 """
 from __future__ import annotations
@@ -23,7 +25,7 @@ from convqa.errors import ConvQAError  # noqa: E402
 
 
 def build(dump: str, out: Path, keep: float, code_bytes: int, opq: bool, passages: str,
-          model: str, search_bytes: int | None) -> dict:
+          model: str, search_bytes: int | None, skip_punctuation: bool = False) -> dict:
     from phrase_index.compact import (META_FILE, CompactPhraseIndex, build_compact_index,
                                       choose_search_factory)
     from phrase_index.dump import PhraseDump
@@ -37,7 +39,8 @@ def build(dump: str, out: Path, keep: float, code_bytes: int, opq: bool, passage
         began = time.perf_counter()
         build_compact_index(opened, out, keep_fraction=None if keep >= 1 else keep,
                             code_bytes=code_bytes, opq=opq, factory=factory, model=model,
-                            passages=str(Path(passages).resolve()), progress=False)
+                            passages=str(Path(passages).resolve()),
+                            skip_punctuation=skip_punctuation, progress=False)
         print(f"built {out} in {time.perf_counter() - began:.0f} s", flush=True)
     index = CompactPhraseIndex.load(out)
     meta = index.meta
@@ -59,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--search-bytes", type=int, default=None,
                         help="IVF-PQ code bytes (default: compact.DEFAULT_SEARCH_BYTES)")
     parser.add_argument("--no-opq", action="store_true", help="no rotation before PQ")
+    parser.add_argument("--skip-punctuation", action="store_true",
+                        help="leave out tokens that are only punctuation (compact.py)")
     parser.add_argument("--reference", default=None,
                         help="a dump-based phrase index of the same dump (exact int8 vectors)")
     parser.add_argument("--work", required=True, help="folder for the built indexes")
@@ -76,11 +81,13 @@ def main(argv: list[str] | None = None) -> int:
         for code_bytes in args.code_bytes:
             for keep in args.keep:
                 name = f"keep-{keep:g}-m{code_bytes}" + ("-noopq" if args.no_opq else "") + \
-                    (f"-s{args.search_bytes}" if args.search_bytes else "")
+                    (f"-s{args.search_bytes}" if args.search_bytes else "") + \
+                    ("-nopunct" if args.skip_punctuation else "")
                 out = Path(args.work) / name
                 row = {"index": name, "keep": keep, "code_bytes": code_bytes,
+                       "skip_punctuation": args.skip_punctuation,
                        **build(args.dump, out, keep, code_bytes, not args.no_opq, args.passages,
-                               args.model, args.search_bytes)}
+                               args.model, args.search_bytes, args.skip_punctuation)}
                 row.update(evaluate(str(out), args.model, args.benchmark))
                 print(row, flush=True)
                 rows.append(row)

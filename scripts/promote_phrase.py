@@ -6,10 +6,13 @@ are better on the held-out questions.
         --squad ../shared/data/squad/dev-v2.0.json --benchmark /tmp/work/bench/vital ...
 
 1. The run's latest weights: RUN/model when both stages finished, else the phrase stage's
-   (RUN/phrase/model, or its checkpoint while it trains: promoting does not disturb it).
+   (RUN/phrase/model, or its checkpoint while it trains: promoting does not disturb it). A
+   `--query-only` run has no phrase stage: its query stage (finished or checkpoint) is the
+   candidate.
 2. Exported as the shipped model is (scripts/export_lora.py: a rank-R LoRA adapter per tower,
    position and token-type embeddings, biases, LayerNorms and heads exact) into a temporary
-   folder.
+   folder. A query-only run's export keeps the shipped phrase adapter byte for byte and
+   exports only the query tower, so indexes built with the shipped model stay valid.
 3. The export and the shipped model read the same held-out questions (rebuilt from the data
    flags, which must be the training run's: --squad, --benchmark, --max-examples, --seed), the
    first --per-source of each source, gold passage alone; the mean F1 over sources decides.
@@ -22,7 +25,10 @@ are better on the held-out questions.
    shipped model. Reading a gold passage does not measure retrieval across passages: a
    phrase-v3 checkpoint gained 10 held-out F1 and lost 19 points of Hits@1 on the vital corpus
    (docs/results/phrase.md). Each model's index (int8, every word-boundary token) is kept in
-   --work by fingerprint, so the shipped model's is built once.
+   --work by fingerprint, so the shipped model's is built once; --open-domain-index DIR (a
+   compact index, say) is used instead for every model of its fingerprint. `--by open-domain`
+   lets that open-domain F1 decide (above the shipped model's + --min-gain) instead of the
+   gold-passage mean: what a query-only run is trained for.
 
 Exit status 0 either way; the last line says whether the model was promoted.
 """
@@ -67,20 +73,48 @@ def _script(name: str):
 
 
 def candidate_weights(run: Path, into: Path) -> tuple[Path, dict[str, Any]]:
-    """Copy the run's latest weights into `into`: (where they came from, facts)."""
+    """Copy the run's latest weights into `into`: (where they came from, facts). A run with no
+    phrase/ folder is a query-only run (`--query-only`): its query stage is the candidate."""
     import shutil
 
     from convqa.io import load_json
 
     if (run / "model").is_dir() and (run / "query" / "training.json").exists():
         shutil.copytree(run / "model", into)
-        phrase = load_json(run / "phrase" / "training.json")
-        return run / "model", {"steps": phrase["steps"], "finished": True, "stage": "both",
-                               "batch_size": phrase.get("config", {}).get("batch_size")}
-    if not (run / "phrase").is_dir():
-        raise DataError("not a `convqa train phrase` run (no phrase/ folder)", run)
-    weights, facts = _script("promote_reader").snapshot(run / "phrase", into)
-    return weights, {**facts, "stage": "phrase", "batch_size": _batch_size(run / "phrase")}
+        if (run / "phrase" / "training.json").exists():
+            phrase = load_json(run / "phrase" / "training.json")
+            return run / "model", {"steps": phrase["steps"], "finished": True, "stage": "both",
+                                   "batch_size": phrase.get("config", {}).get("batch_size")}
+        query = load_json(run / "query" / "training.json")
+        return run / "model", {"steps": query["steps"], "finished": True, "stage": "query",
+                               "batch_size": query.get("config", {}).get("batch_size")}
+    for stage in ("phrase", "query"):
+        if (run / stage).is_dir():
+            weights, facts = _script("promote_reader").snapshot(run / stage, into)
+            return weights, {**facts, "stage": stage, "batch_size": _batch_size(run / stage)}
+    raise DataError("not a `convqa train phrase` run (no phrase/ or query/ folder)", run)
+
+
+def export_candidate(weights: Path, assets: Path, stage: str, rank: int, out: Path
+                     ) -> tuple[str, dict[str, Any]]:
+    """The candidate as the shipped kind of folder. A query-only run's export keeps the shipped
+    model's phrase adapter byte for byte (same fingerprint: every index built with the shipped
+    model serves the candidate); otherwise both towers are exported."""
+    if stage != "query":
+        export = _script("export_lora")
+        return export.export_phrase(str(weights), rank, str(out), None,
+                                    export.EXACT_MODULES + export.SMALL_EMBEDDINGS)
+    from phrase_index.model import PhraseModel
+    from phrase_index.train import export_query_adapter
+
+    tuned = PhraseModel.load(weights)
+    try:
+        adapter, report = export_query_adapter(PhraseModel.load(assets), tuned, rank)
+    except ConvQAError as exc:
+        raise DataError(f"a query-only run of another phrase model than the shipped one: {exc}",
+                        weights) from None
+    adapter.save(out)
+    return tuned.full_fingerprint(), report
 
 
 def _batch_size(stage: Path) -> int | None:
@@ -133,18 +167,23 @@ def failed_check(folder: Path, work: Path) -> str | None:
     return None
 
 
-def open_domain(folder: Path, benchmark: str, work: Path) -> dict[str, Any]:
+def open_domain(folder: Path, benchmark: str, work: Path, index: Path | None = None
+                ) -> dict[str, Any]:
     """EM/F1 and answer-passage Hits@k of the model of `folder` on `benchmark`'s dev turns,
-    answering from an index of the benchmark's whole corpus built with it (or found in
-    `work` under its fingerprint)."""
+    answering from an index of the benchmark's whole corpus: `index` when it was built with a
+    model of the same fingerprint (a compact one, say), else one built with the model (int8,
+    every word-boundary token) or found in `work` under its fingerprint."""
     from convqa.corpus import PassageStore
+    from convqa.io import load_json
     from phrase_index.index import build_phrase_index
 
     model = load_model(folder)
-    index = work / f"index-{model.fingerprint()}"
-    if not (index / "phrase_index.json").exists():
-        build_phrase_index(model, PassageStore.open(Path(benchmark) / "passages"), index,
-                           dtype="int8", start_threshold=None, end_threshold=None)
+    if index is None or load_json(Path(index) / "phrase_index.json").get("fingerprint") \
+            != model.fingerprint():
+        index = work / f"index-{model.fingerprint()}"
+        if not (index / "phrase_index.json").exists():
+            build_phrase_index(model, PassageStore.open(Path(benchmark) / "passages"), index,
+                               dtype="int8", start_threshold=None, end_threshold=None)
     return _script("phrase_ablation").evaluate(str(index), str(folder), benchmark)
 
 
@@ -154,11 +193,13 @@ def model_card(facts: dict[str, Any], rank: int, counts: dict[str, list[int]],
     reader = _script("promote_reader")
     today = _dt.date.today().isoformat()
     body, history = reader.previous_card(old_card)
+    progress = "" if facts.get("finished") else ", a checkpoint of a run in progress"
     stage = ("both stages finished (phrase stage, then query-side fine-tuning)"
              if facts["stage"] == "both" else
-             "the phrase stage" + ("" if facts.get("finished") else
-                                   ", a checkpoint of a run in progress")
-             + "; no query-side fine-tuning yet")
+             f"query-side fine-tuning only (`--query-only`{progress}): the phrase tower, filter "
+             "and phrase adapter are the previous model's, byte for byte, so every index built "
+             "with it serves this model" if facts["stage"] == "query" else
+             f"the phrase stage{progress}; no query-side fine-tuning yet")
     seen = (f"; questions seen: {facts['steps'] * facts['batch_size']:,}"
             if facts.get("batch_size") else "")
     data = [f"- {source}: {train:,} training questions, {held:,} held out"
@@ -201,8 +242,18 @@ def model_card(facts: dict[str, Any], rank: int, counts: dict[str, list[int]],
 
 def promote(run: Path, assets: Path, data: dict[str, Any], per_source: int, rank: int,
             min_gain: float, dry_run: bool = False, check: bool = True, say=print,
-            benchmark: str | None = None, work: Path | None = None) -> dict[str, Any]:
+            benchmark: str | None = None, work: Path | None = None, by: str = "gold",
+            index: Path | None = None) -> dict[str, Any]:
+    """Export the run's latest weights, compare, and install them if better. `by`: "gold"
+    (mean held-out F1, gold passage alone, decides; `benchmark` then only vetoes) or
+    "open-domain" (F1 on `benchmark`'s dev turns from a whole-corpus index decides: what a
+    query-only run is trained for; gold-passage scores are reported)."""
     from convqa.io import load_json, write_json
+
+    if by not in ("gold", "open-domain"):
+        raise ConvQAError(f"by must be 'gold' or 'open-domain', not {by!r}")
+    if by == "open-domain" and not benchmark:
+        raise ConvQAError("deciding by open-domain F1 needs a benchmark (--open-domain BENCH)")
     from phrase_index.data import build_examples
 
     if not (assets / "convqa_phrase_model.json").exists():
@@ -215,38 +266,41 @@ def promote(run: Path, assets: Path, data: dict[str, Any], per_source: int, rank
     counts: dict[str, list[int]] = {}
     for example in examples:
         counts.setdefault(example.source, [0, 0])[example.split != "train"] += 1
-    export = _script("export_lora")
     with tempfile.TemporaryDirectory(prefix="convqa-promote-phrase-") as tmp:
         weights, facts = candidate_weights(run, Path(tmp) / "weights")
         say(f"candidate: {weights} (step {facts['steps']}, {facts['stage']} stage)")
         candidate = Path(tmp) / "phrase-model"
-        tuned_fingerprint, report = export.export_phrase(
-            str(Path(tmp) / "weights"), rank, str(candidate), None,
-            export.EXACT_MODULES + export.SMALL_EMBEDDINGS)
+        tuned_fingerprint, report = export_candidate(Path(tmp) / "weights", assets,
+                                                     facts["stage"], rank, candidate)
         new = score(candidate, heldout, per_source)
         say(f"candidate export: F1 {new['f1']:.2f} (mean over {len(new['sources'])} sources)")
         old = score(assets, heldout, per_source)
         say(f"shipped model:    F1 {old['f1']:.2f}")
-        better = new["f1"] > old["f1"] + min_gain
+        better = new["f1"] > old["f1"] + min_gain or by == "open-domain"
         failed = failed_check(candidate, Path(tmp) / "check") if better and check else None
         domain = {}
         if better and not failed and benchmark:
             cache = Path(work or Path(tempfile.gettempdir()) / "convqa-promote-phrase")
             domain = {"benchmark": benchmark,
-                      "candidate": open_domain(candidate, benchmark, cache),
-                      "shipped": open_domain(assets, benchmark, cache)}
+                      "candidate": open_domain(candidate, benchmark, cache, index),
+                      "shipped": open_domain(assets, benchmark, cache, index)}
             say(f"open domain ({benchmark}): F1 {domain['candidate']['f1']:.2f} vs shipped "
                 f"{domain['shipped']['f1']:.2f}")
-        worse = bool(domain) and domain["candidate"]["f1"] < domain["shipped"]["f1"]
+        worse = bool(domain) and (
+            domain["candidate"]["f1"] <= domain["shipped"]["f1"] + min_gain
+            if by == "open-domain" else domain["candidate"]["f1"] < domain["shipped"]["f1"])
         result = {"run": str(run), "weights": str(weights), **facts, "candidate": new,
-                  "shipped": old, "min_gain": min_gain, "failed_check": failed,
-                  "open_domain": domain or None,
+                  "shipped": old, "min_gain": min_gain, "decided_by": by,
+                  "failed_check": failed, "open_domain": domain or None,
                   "promoted": bool(better and not failed and not worse and not dry_run)}
         if not result["promoted"]:
             why = (f"F1 {new['f1']:.2f} is not above {old['f1']:.2f} + {min_gain}" if not better
                    else f"check failed: {failed}" if failed
-                   else (f"open-domain F1 {domain['candidate']['f1']:.2f} is below the shipped "
-                         f"model's {domain['shipped']['f1']:.2f}") if worse else "dry run")
+                   else (f"open-domain F1 {domain['candidate']['f1']:.2f} is "
+                         + (f"not above the shipped model's {domain['shipped']['f1']:.2f} + "
+                            f"{min_gain}" if by == "open-domain" else
+                            f"below the shipped model's {domain['shipped']['f1']:.2f}"))
+                   if worse else "dry run")
             say(f"not promoted: {why}; {assets} unchanged")
             return result
         old_meta = load_json(assets / "convqa_phrase_model.json")
@@ -259,8 +313,10 @@ def promote(run: Path, assets: Path, data: dict[str, Any], per_source: int, rank
                    {"tuned": str(weights), "tuned_full_fingerprint": tuned_fingerprint,
                     "rank": rank, **report})
         _script("promote_reader").install(candidate, assets)
-    say(f"promoted: {assets} now holds the phrase model of step {facts['steps']} "
-        f"(F1 {new['f1']:.2f} > {old['f1']:.2f})")
+    scores = (f"open-domain F1 {domain['candidate']['f1']:.2f} > "
+              f"{domain['shipped']['f1']:.2f}" if by == "open-domain" else
+              f"F1 {new['f1']:.2f} > {old['f1']:.2f}")
+    say(f"promoted: {assets} now holds the phrase model of step {facts['steps']} ({scores})")
     return result
 
 
@@ -284,6 +340,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--open-domain", metavar="BENCH",
                         help="also require open-domain F1 >= the shipped model's on this "
                         "corpus folder's dev turns (e.g. /tmp/work/bench/vital)")
+    parser.add_argument("--by", choices=("gold", "open-domain"), default="gold",
+                        help="what decides: mean held-out F1 on gold passages (default) or "
+                        "F1 on --open-domain's dev turns (for a --query-only run)")
+    parser.add_argument("--open-domain-index", metavar="DIR",
+                        help="an index of --open-domain's corpus (e.g. a compact one): used for "
+                        "each model of its fingerprint instead of building one")
     parser.add_argument("--work", help="where --open-domain keeps its indexes (default: "
                         "TMPDIR/convqa-promote-phrase)")
     parser.add_argument("--dry-run", action="store_true", help="compare only")
@@ -295,7 +357,9 @@ def main(argv: list[str] | None = None) -> int:
         result = promote(Path(args.run), Path(args.assets), data, args.per_source, args.rank,
                          args.min_gain, args.dry_run, not args.no_check,
                          benchmark=args.open_domain,
-                         work=Path(args.work) if args.work else None)
+                         work=Path(args.work) if args.work else None, by=args.by,
+                         index=Path(args.open_domain_index) if args.open_domain_index
+                         else None)
         if args.out:
             from convqa.io import write_json
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import itertools
 import json
 
+import numpy as np
+
 import pytest
 import torch
 
@@ -227,3 +229,42 @@ def test_compact_flag_builds_a_compact_index_that_answers(built, tmp_path, capsy
     assert main(["index", "--phrase", "--model", str(root / "model"), "--passages",
                  str(root / "store"), "--out", str(tmp_path / "x"), "--code-bytes", "8"]) == 2
     assert "go with --compact" in capsys.readouterr().err
+    assert main(["index", "--phrase", "--model", str(root / "model"), "--passages",
+                 str(root / "store"), "--out", str(tmp_path / "x"), "--skip-punctuation"]) == 2
+    assert "--skip-punctuation go with --compact" in capsys.readouterr().err
+
+
+def test_compact_skip_punctuation_leaves_out_tokens_that_are_only_punctuation(built, tmp_path,
+                                                                             capsys):
+    """`--compact --skip-punctuation` over 30 real passages: no kept token is only ASCII
+    punctuation (what answer normalization removes; an en dash stays), the others are all
+    still there, and the index answers."""
+    import string
+
+    root, _ = built
+    argv = ["index", "--phrase", "--compact", "--model", str(root / "model"), "--passages",
+            str(root / "store"), "--quiet", "--code-bytes", "8", "--search-bytes", "4",
+            "--factory", "IVF4,PQ4"]
+    with one_thread():
+        assert main([*argv, "--out", str(tmp_path / "all")]) == 0
+        assert main([*argv, "--out", str(tmp_path / "lean"), "--skip-punctuation"]) == 0
+    capsys.readouterr()
+    every = json.loads((tmp_path / "all" / META_FILE).read_text())
+    lean = json.loads((tmp_path / "lean" / META_FILE).read_text())
+    assert lean["skip_punctuation"] and not every["skip_punctuation"]
+    store = PassageStore.open(root / "store")
+    counts = {}
+    for folder in ("all", "lean"):
+        chars, ptr = (np.load(tmp_path / folder / "tokens" / f"{name}.npy")
+                      for name in ("chars", "ptr"))
+        counts[folder] = [0, 0]   # [words, punctuation only]
+        for row in range(len(store)):
+            text = store.at(row).text
+            for first, last in chars[ptr[row]:ptr[row + 1]].tolist():
+                counts[folder][all(ch in string.punctuation for ch in text[first:last])] += 1
+    assert counts["lean"] == [counts["all"][0], 0] and counts["all"][1] > 0
+    assert sum(counts["all"]) == every["tokens"] and counts["lean"][0] == lean["tokens"]
+    assert 0.05 < 1 - lean["tokens"] / every["tokens"] < 0.3
+    assert main(["answer", "--phrase-index", str(tmp_path / "lean"), "what is force?",
+                 "--json"]) == 0
+    check_answer(json.loads(capsys.readouterr().out)["answer"], store)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import shared_file
-from convqa.errors import DataError
+from convqa.errors import ConvQAError, DataError
 from phrase_index.data import squad_phrase_examples
 from phrase_index.model import PhraseModel
 from phrase_index.train import PhraseTrainConfig, train_phrase_model
@@ -103,7 +103,7 @@ def test_refusals(run, tmp_path, squad_file):
         promote.promote(run, assets, {**data(squad_file), "squad": []}, 4, 4, 0.0)
     with pytest.raises(DataError, match="not a phrase model folder"):
         promote.promote(run, tmp_path, data(squad_file), 4, 4, 0.0)
-    with pytest.raises(DataError, match="no phrase/ folder"):
+    with pytest.raises(DataError, match="no phrase/ or query/ folder"):
         promote.promote(tmp_path, assets, data(squad_file), 4, 4, 0.0)
     assert promote.main([str(tmp_path / "missing"), "--squad", squad_file, "--assets",
                          str(assets)]) == 2
@@ -115,7 +115,7 @@ def test_open_domain_gate_refuses_a_model_that_retrieves_worse(run, tmp_path, sq
     promote = script("promote_phrase")
     scores = {"candidate": 20.0, "shipped": 25.0}
 
-    def fake_open_domain(folder, benchmark, work):
+    def fake_open_domain(folder, benchmark, work, index=None):
         which = "shipped" if Path(folder) == assets else "candidate"
         return {"turns": 9, "em": 0.0, "f1": scores[which]}
 
@@ -142,3 +142,100 @@ def test_open_domain_answers_the_dev_turns_from_a_corpus_index(tmp_path):
     built = list((tmp_path / "work").iterdir())
     assert len(built) == 1 and (built[0] / "phrase_index.json").exists()
     assert promote.open_domain(tmp_path / "model", str(bench), tmp_path / "work") == row
+
+
+@pytest.fixture(scope="module")
+def query_run(run, tmp_path_factory, squad_file):
+    """A query-only run (2 steps) of a shipped-like rank-4 export of `run`'s model: what
+    `convqa train phrase --query-only --init-model convqa-phrase` does."""
+    root = tmp_path_factory.mktemp("promote-query")
+    assets = shipped_copy(run, root / "assets")
+    model = PhraseModel.load(assets)
+    model.merge_adapters()
+    train = [e for e in squad_phrase_examples(squad_file, 0.1, 0, max_examples=16)
+             if e.split == "train"]
+    config = PhraseTrainConfig(stage="query", batch_size=4, max_steps=2, lr=5e-2,
+                               warmup_ratio=0.0, progress=False, checkpoint_every=1,
+                               pool_passages=8, weights={"query_side": 1.0, "turn": 0.0})
+    train_phrase_model(model, train, root / "run", None, config, None, None,
+                       say=lambda _: None)
+    return root / "run", assets
+
+
+def test_a_query_only_run_is_promoted_with_the_shipped_phrase_side(query_run, tmp_path,
+                                                                    squad_file):
+    """Its export keeps the shipped phrase adapter byte for byte (indexes stay valid) and only
+    the query tower changes; the card says so."""
+    import shutil
+
+    run, source = query_run
+    assets = shutil.copytree(source, tmp_path / "assets")
+    phrase_adapter = (assets / "adapter_model.safetensors").read_bytes()
+    before = PhraseModel.load(assets)
+    result = script("promote_phrase").promote(run, assets, data(squad_file), 4, 4, -100.0,
+                                              check=False, say=lambda _: None)
+    assert result["promoted"] and result["stage"] == "query" and result["steps"] == 2
+    after = PhraseModel.load(assets)
+    assert after.fingerprint() == before.fingerprint()
+    assert after.full_fingerprint() != before.full_fingerprint()
+    assert (assets / "adapter_model.safetensors").read_bytes() == phrase_adapter
+    card = (assets / "README.md").read_text()
+    assert "Steps: 2 of query-side fine-tuning only (`--query-only`)" in card
+    assert json.loads((assets / "export_report.json").read_text())["phrase"] == \
+        "kept from the source adapter"
+
+
+def test_a_query_only_checkpoint_is_decided_by_open_domain_f1(query_run, tmp_path, squad_file,
+                                                               monkeypatch):
+    """While a query-only run trains, its checkpoint is the candidate; with --by open-domain
+    the corpus F1 decides, even when the gold-passage mean is lower."""
+    import shutil
+
+    from phrase_index.train import train_stage
+    from training_helpers import Killed, kill_after
+
+    run, source = query_run
+    live = tmp_path / "live"
+    model = PhraseModel.load(source)
+    model.merge_adapters()
+    train = [e for e in squad_phrase_examples(squad_file, 0.1, 0, max_examples=16)
+             if e.split == "train"]
+    config = PhraseTrainConfig(stage="query", batch_size=4, max_steps=3, lr=5e-2,
+                               warmup_ratio=0.0, progress=False, checkpoint_every=1,
+                               pool_passages=8, weights={"query_side": 1.0, "turn": 0.0})
+    with pytest.raises(Killed):
+        train_stage(model, train, live / "query", config, on_step=kill_after(2))
+    promote = script("promote_phrase")
+    scores = {"candidate": 30.0, "shipped": 30.0}
+    seen_indexes = []
+
+    def fake_open_domain(folder, benchmark, work, index=None):
+        seen_indexes.append(index)
+        return {"turns": 9, "em": 0.0, "f1": scores["shipped" if Path(folder) == assets
+                                                    else "candidate"]}
+
+    monkeypatch.setattr(promote, "open_domain", fake_open_domain)
+    assets = shutil.copytree(source, tmp_path / "assets")
+    kwargs = dict(check=False, benchmark="BENCH", by="open-domain", index=Path("IDX"),
+                  say=lambda _: None)
+    result = promote.promote(live, assets, data(squad_file), 4, 4, 0.0, **kwargs)
+    assert not result["promoted"] and result["stage"] == "query" and not result["finished"]
+    assert result["steps"] == 2
+    assert result["decided_by"] == "open-domain" and seen_indexes == [Path("IDX")] * 2
+    scores["candidate"] = 31.0
+    assert promote.promote(live, assets, data(squad_file), 4, 4, 0.0, **kwargs)["promoted"]
+    with pytest.raises(ConvQAError, match="needs a benchmark"):
+        promote.promote(live, assets, data(squad_file), 4, 4, 0.0, by="open-domain")
+
+
+def test_a_query_only_run_of_another_model_is_refused(query_run, run, tmp_path, squad_file):
+    """The export keeps the shipped phrase side: a run that started elsewhere is refused."""
+    from phrase_model_helpers import tiny_phrase_model
+
+    other = tmp_path / "other"
+    model = tiny_phrase_model(seed=5)
+    model.add_lora(r=4, alpha=8)
+    model.save(other)
+    with pytest.raises(DataError, match="another phrase model than the shipped one"):
+        script("promote_phrase").promote(query_run[0], other, data(squad_file), 4, 4, -100.0,
+                                         check=False, say=lambda _: None)
