@@ -144,19 +144,26 @@ def test_open_domain_answers_the_dev_turns_from_a_corpus_index(tmp_path):
     assert promote.open_domain(tmp_path / "model", str(bench), tmp_path / "work") == row
 
 
+def query_stage_inputs(assets: Path, squad_file: str, max_steps: int):
+    """(merged model of `assets`, training questions, query-stage config): the start of a
+    `--query-only` run of that model, with `max_steps` steps checkpointed at each."""
+    model = PhraseModel.load(assets)
+    model.merge_adapters()
+    train = [e for e in squad_phrase_examples(squad_file, 0.1, 0, max_examples=16)
+             if e.split == "train"]
+    config = PhraseTrainConfig(stage="query", batch_size=4, max_steps=max_steps, lr=5e-2,
+                               warmup_ratio=0.0, progress=False, checkpoint_every=1,
+                               pool_passages=8, weights={"query_side": 1.0, "turn": 0.0})
+    return model, train, config
+
+
 @pytest.fixture(scope="module")
 def query_run(run, tmp_path_factory, squad_file):
     """A query-only run (2 steps) of a shipped-like rank-4 export of `run`'s model: what
     `convqa train phrase --query-only --init-model convqa-phrase` does."""
     root = tmp_path_factory.mktemp("promote-query")
     assets = shipped_copy(run, root / "assets")
-    model = PhraseModel.load(assets)
-    model.merge_adapters()
-    train = [e for e in squad_phrase_examples(squad_file, 0.1, 0, max_examples=16)
-             if e.split == "train"]
-    config = PhraseTrainConfig(stage="query", batch_size=4, max_steps=2, lr=5e-2,
-                               warmup_ratio=0.0, progress=False, checkpoint_every=1,
-                               pool_passages=8, weights={"query_side": 1.0, "turn": 0.0})
+    model, train, config = query_stage_inputs(assets, squad_file, max_steps=2)
     train_phrase_model(model, train, root / "run", None, config, None, None,
                        say=lambda _: None)
     return root / "run", assets
@@ -196,13 +203,7 @@ def test_a_query_only_checkpoint_is_decided_by_open_domain_f1(query_run, tmp_pat
 
     run, source = query_run
     live = tmp_path / "live"
-    model = PhraseModel.load(source)
-    model.merge_adapters()
-    train = [e for e in squad_phrase_examples(squad_file, 0.1, 0, max_examples=16)
-             if e.split == "train"]
-    config = PhraseTrainConfig(stage="query", batch_size=4, max_steps=3, lr=5e-2,
-                               warmup_ratio=0.0, progress=False, checkpoint_every=1,
-                               pool_passages=8, weights={"query_side": 1.0, "turn": 0.0})
+    model, train, config = query_stage_inputs(source, squad_file, max_steps=3)
     with pytest.raises(Killed):
         train_stage(model, train, live / "query", config, on_step=kill_after(2))
     promote = script("promote_phrase")
