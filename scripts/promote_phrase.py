@@ -81,13 +81,11 @@ def candidate_weights(run: Path, into: Path) -> tuple[Path, dict[str, Any]]:
 
     if (run / "model").is_dir() and (run / "query" / "training.json").exists():
         shutil.copytree(run / "model", into)
-        if (run / "phrase" / "training.json").exists():
-            phrase = load_json(run / "phrase" / "training.json")
-            return run / "model", {"steps": phrase["steps"], "finished": True, "stage": "both",
-                                   "batch_size": phrase.get("config", {}).get("batch_size")}
-        query = load_json(run / "query" / "training.json")
-        return run / "model", {"steps": query["steps"], "finished": True, "stage": "query",
-                               "batch_size": query.get("config", {}).get("batch_size")}
+        both = (run / "phrase" / "training.json").exists()   # else a query-only run
+        record = load_json(run / ("phrase" if both else "query") / "training.json")
+        return run / "model", {"steps": record["steps"], "finished": True,
+                               "stage": "both" if both else "query",
+                               "batch_size": record.get("config", {}).get("batch_size")}
     for stage in ("phrase", "query"):
         if (run / stage).is_dir():
             weights, facts = _script("promote_reader").snapshot(run / stage, into)
