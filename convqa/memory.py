@@ -1,7 +1,10 @@
 """This process's resident memory, for the reports of index builds and benchmarks ("peak RAM").
 
 Linux's /proc/self/status gives the resident set now (VmRSS) and its high-water mark (VmHWM),
-pages of memory-mapped files included; both start afresh in a process started by exec.
+pages of memory-mapped files included; both start afresh in a process started by exec. It also
+splits the resident set into anonymous memory (RssAnon: what the process allocated, which only
+swap can take back) and file-backed pages (RssFile + RssShmem: memory-mapped index files and
+libraries, which the kernel drops under pressure and reads again when touched).
 Elsewhere the peak comes from `getrusage` (ru_maxrss: KiB on Linux, bytes on macOS), which a
 spawned child inherits from its parent's peak, and the current size is unknown.
 """
@@ -11,15 +14,19 @@ import sys
 
 
 def resident_bytes() -> dict[str, int]:
-    """{"now": bytes resident now, "peak": the most resident so far}; a key is missing where
-    the platform does not tell."""
+    """{"now": bytes resident now, "peak": the most resident so far, "anon": anonymous bytes
+    resident now, "file": file-backed bytes resident now}; a key is missing where the platform
+    does not tell."""
+    fields = {"VmRSS": "now", "VmHWM": "peak", "RssAnon": "anon", "RssFile": "file",
+              "RssShmem": "file"}
     values: dict[str, int] = {}
     try:
         with open("/proc/self/status", encoding="ascii") as handle:
             for line in handle:
                 key, _, rest = line.partition(":")
-                if key in ("VmRSS", "VmHWM"):
-                    values["now" if key == "VmRSS" else "peak"] = int(rest.split()[0]) * 1024
+                if key in fields:
+                    name = fields[key]
+                    values[name] = values.get(name, 0) + int(rest.split()[0]) * 1024
     except (OSError, ValueError, IndexError):
         values = {}
     if "peak" not in values:

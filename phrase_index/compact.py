@@ -63,6 +63,14 @@ SIDE_BITS = {"start": 1, "end": 2}
 TOKEN_ARRAYS = ("codes", "token", "chars", "sides")
 
 
+def bytes_per_token(code_bytes: int = DEFAULT_CODE_BYTES,
+                    search_bytes: int = DEFAULT_SEARCH_BYTES) -> int:
+    """Index bytes of one kept token: its scoring code, its IVF-PQ entry (search code + FAISS's
+    8-byte id) and its position (uint16 token, two uint16 character offsets, uint8 sides);
+    the IVF centroids and the codec are a few MB on top."""
+    return code_bytes + search_bytes + 8 + 2 + 4 + 1
+
+
 def choose_search_factory(count: int, dim: int, code_bytes: int = DEFAULT_SEARCH_BYTES) -> str:
     """IVF-PQ with up to 4 sqrt(n) lists (a power of two, at most `MAX_LISTS`, at least 39
     training vectors each) and `code_bytes` sub-quantizers."""
@@ -251,7 +259,8 @@ def build_compact_phrase_index(model, store, out_dir: str | os.PathLike, *,
         return CompactPhraseIndex.load(out)
     dump = dump_corpus(model, store, out / DUMP_DIR, dtype="int8", start_threshold=None,
                        end_threshold=None, batch_size=batch_size, shard_size=shard_size,
-                       precision=precision, accelerator=accelerator, progress=progress)
+                       precision=precision, accelerator=accelerator, progress=progress,
+                       compact_bytes_per_token=bytes_per_token(code_bytes, search_bytes))
     rank = accelerator.process_index if accelerator is not None else 0
     if rank == 0:
         build_compact_index(dump, out, keep_fraction=keep_fraction, thresholds=thresholds,

@@ -78,13 +78,21 @@ class DumpEstimate:
     total_bytes: float          # dump bytes for the whole corpus
     flat_index_bytes: float     # what a FAISS Flat index of both sides would add (fp32)
 
-    def describe(self, count: int, dtype: str) -> str:
+    def describe(self, count: int, dtype: str, compact_bytes_per_token: int | None = None) -> str:
+        """One line for the log. `compact_bytes_per_token`: the dump feeds a compact index
+        (compact.py) of about that many bytes per kept token, estimated instead of the Flat
+        FAISS index a dump-based index would add."""
         mb = 1024 * 1024
+        if compact_bytes_per_token:
+            tokens = max(self.start_kept, self.end_kept) * count
+            then = (f"then a compact index of ~{tokens * compact_bytes_per_token / mb:,.0f} MiB "
+                    f"if every token is kept; a keep fraction shrinks it")
+        else:
+            then = f"+ {self.flat_index_bytes / mb:,.0f} MiB for a Flat FAISS index"
         return (f"phrase dump estimate (from {self.sample} passages): {self.text_tokens:.0f} text "
                 f"tokens/passage, keeping {self.start_kept:.1f} start + {self.end_kept:.1f} end "
                 f"vectors ({dtype}): {self.bytes_per_passage / 1024:.1f} KiB/passage, "
-                f"{self.total_bytes / mb:,.0f} MiB for {count:,} passages "
-                f"(+ {self.flat_index_bytes / mb:,.0f} MiB for a Flat FAISS index)")
+                f"{self.total_bytes / mb:,.0f} MiB for {count:,} passages ({then})")
 
 
 @dataclass
@@ -312,7 +320,8 @@ def dump_corpus(model, store_or_passages: PassageStore | Sequence[Passage],
                 start_threshold: float | None = 0.0, end_threshold: float | None = 0.0,
                 keep_fraction: float | None = None, batch_size: int = 16,
                 shard_size: int = 512, precision: str = AUTO, accelerator=None,
-                progress: bool = True, estimate_sample: int = 32) -> PhraseDump:
+                progress: bool = True, estimate_sample: int = 32,
+                compact_bytes_per_token: int | None = None) -> PhraseDump:
     """Dump the kept phrase vectors of every passage into shards under `out_dir`; resume.
 
     `precision`: auto (a probe sample times fp32, bf16 and int8 and keeps the fastest whose
@@ -320,7 +329,9 @@ def dump_corpus(model, store_or_passages: PassageStore | Sequence[Passage],
     thresholds from the size-estimate sample so that about that fraction of the candidate
     tokens is kept (`thresholds_for_fraction`); the manifest records the thresholds used. A
     rerun must use the same model, corpus, dtype, thresholds (or fraction) and shard size
-    (else a one-line error). Returns the finished dump."""
+    (else a one-line error). `compact_bytes_per_token`: the dump is for a compact index of
+    that many bytes per kept token (only the printed estimate changes). Returns the finished
+    dump."""
     precision = normalize_precision(precision)
     _check_options(dtype, shard_size, batch_size, (("start_threshold", start_threshold),
                                                    ("end_threshold", end_threshold)), keep_fraction)
@@ -337,7 +348,8 @@ def dump_corpus(model, store_or_passages: PassageStore | Sequence[Passage],
     with eval_mode(model):
         if processes.main:
             _start(model, corpus, folder, dtype, start_threshold, end_threshold, keep_fraction,
-                   batch_size, shard_size, precision, progress, estimate_sample)
+                   batch_size, shard_size, precision, progress, estimate_sample,
+                   compact_bytes_per_token)
         processes.barrier()
         dump = PhraseDump.open(folder, require_complete=False)
         precision = normalize_precision(dump.manifest["precision"], f"{folder}/{MANIFEST}")
@@ -362,7 +374,8 @@ def dump_corpus(model, store_or_passages: PassageStore | Sequence[Passage],
 
 def _start(model, corpus: CorpusRows, folder: Path, dtype: str, start_threshold: float | None,
            end_threshold: float | None, keep_fraction: float | None, batch_size: int,
-           shard_size: int, precision: str, progress: bool, estimate_sample: int) -> None:
+           shard_size: int, precision: str, progress: bool, estimate_sample: int,
+           compact_bytes_per_token: int | None = None) -> None:
     """Main process: check (resume) or write the manifest, with the size estimate."""
     header = _header(model, corpus, shard_size, dtype, start_threshold, end_threshold,
                      keep_fraction)
@@ -388,7 +401,7 @@ def _start(model, corpus: CorpusRows, folder: Path, dtype: str, start_threshold:
     estimate = _estimate(sample, thresholds, model.dim, dtype, len(corpus),
                          _shares_start_end(model))
     if progress:
-        print(estimate.describe(len(corpus), dtype), file=sys.stderr)
+        print(estimate.describe(len(corpus), dtype, compact_bytes_per_token), file=sys.stderr)
     write_json(folder / MANIFEST, {**header, "precision": precision,
                                    "precision_probe": choice.to_dict(),
                                    "estimate": asdict(estimate),

@@ -141,11 +141,17 @@ def measure_memory(name: str, options: dict, turns, threads: int | None) -> dict
         torch.set_num_threads(threads)
     before = resident_bytes().get("now")
     system = open_system(name, options)
-    loaded = resident_bytes().get("now")
+    after_load = resident_bytes()
+    most = {"anon": after_load.get("anon", 0), "file": after_load.get("file", 0)}
     for question, history, _ in turns:
         system.answer(question, history)
-    return {"rss_before_load_bytes": before, "rss_after_load_bytes": loaded,
-            "peak_rss_bytes": resident_bytes().get("peak"), "turns": len(turns)}
+        now = resident_bytes()
+        most = {kind: max(most[kind], now.get(kind, 0)) for kind in most}
+    return {"rss_before_load_bytes": before, "rss_after_load_bytes": after_load.get("now"),
+            "peak_rss_bytes": resident_bytes().get("peak"), "turns": len(turns),
+            # sampled after each turn: allocated memory vs pages of mapped files (the index's
+            # among them), which the kernel can drop and read again
+            "max_anonymous_bytes": most["anon"], "max_file_backed_bytes": most["file"]}
 
 
 def memory_in_fresh_processes(names, options: dict, turns, threads: int | None) -> dict:
@@ -263,7 +269,9 @@ def main(argv: list[str] | None = None) -> int:
             memory = report[name]["memory"]
             print(f"{name} alone in a fresh process: resident after loading "
                   f"{memory['rss_after_load_bytes'] / 2**20:,.0f} MiB, peak while answering "
-                  f"{memory['peak_rss_bytes'] / 2**20:,.0f} MiB")
+                  f"{memory['peak_rss_bytes'] / 2**20:,.0f} MiB (at most "
+                  f"{memory['max_anonymous_bytes'] / 2**20:,.0f} MiB allocated, "
+                  f"{memory['max_file_backed_bytes'] / 2**20:,.0f} MiB of mapped files)")
     print(f"phrase / retriever+reader: {report['speedup']['questions_per_second']}x per second, "
           f"{report['speedup']['questions_per_cpu_second']}x per CPU second")
     if args.json:

@@ -10,7 +10,7 @@ from convqa.memory import peak_memory_note, resident_bytes
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/status is Linux's")
 def test_peak_follows_what_the_process_touches():
     first = resident_bytes()
-    assert set(first) == {"now", "peak"} and 0 < first["now"] <= first["peak"]
+    assert {"now", "peak"} <= set(first) and 0 < first["now"] <= first["peak"]
     block = np.ones(first["peak"] // 8 + 64 * 2**20 // 8)  # more than the peak so far, touched
     after = resident_bytes()
     assert after["peak"] >= first["peak"] + 64 * 2**20
@@ -20,3 +20,20 @@ def test_peak_follows_what_the_process_touches():
     note = peak_memory_note()
     assert note.startswith(", peak memory ") and note.endswith(" GiB")
     assert float(note.split()[-2]) == pytest.approx(after["peak"] / 2**30, abs=0.01)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/status is Linux's")
+def test_anonymous_and_file_backed_pages_are_told_apart(tmp_path):
+    path = tmp_path / "mapped.npy"
+    np.save(path, np.arange(48 * 2**20 // 8, dtype=np.int64))  # a 48 MiB file, like an index
+    first = resident_bytes()
+    assert first["anon"] + first["file"] == pytest.approx(first["now"], abs=2**20)
+    mapped = np.load(path, mmap_mode="r")
+    assert int(mapped.sum()) > 0  # every page read through the mapping
+    read = resident_bytes()
+    assert read["file"] >= first["file"] + 40 * 2**20
+    assert read["anon"] < first["anon"] + 16 * 2**20
+    block = np.ones(48 * 2**20 // 8)  # allocated and touched: anonymous
+    allocated = resident_bytes()
+    assert allocated["anon"] >= read["anon"] + 40 * 2**20
+    del block, mapped

@@ -14,7 +14,7 @@ from convqa.corpus import PassageStore
 from convqa.errors import ConfigError, ConvQAError, DataError
 from phrase_index import compact as compact_module
 from phrase_index.codec import PQCodec
-from phrase_index.compact import (CompactPhraseIndex, build_compact_index,
+from phrase_index.compact import (CompactPhraseIndex, build_compact_index, bytes_per_token,
                                   choose_search_factory)
 from phrase_index.dump import PhraseDump
 from phrase_index.index import PhraseIndex, load_phrase_index
@@ -104,6 +104,12 @@ def test_compact_index_finds_the_planted_phrases_like_the_dump_index(tmp_path):
     disk = sum(p.stat().st_size for p in (tmp_path / "compact").rglob("*") if p.is_file())
     assert meta["bytes"]["total"] <= disk and meta["bytes_per_passage"] == pytest.approx(
         meta["bytes"]["total"] / 300, abs=0.1)
+    # what the dump's size estimate counts per token (32-byte code, 8-byte IVF code + 8-byte
+    # id, positions) is the token arrays and IVF lists but for fixed costs: passage pointers,
+    # the 16 IVF centroids, the IVF-PQ's 256-entry codebooks, file headers
+    lists = meta["bytes"]["tokens"] + meta["bytes"]["search"]
+    fixed = lists - bytes_per_token(32, 8) * meta["tokens"]
+    assert 300 * 8 + 16 * DIM * 4 + 256 * DIM * 4 < fixed < 300 * 8 + 17 * 256 * DIM * 4
     assert not (tmp_path / "compact" / ".build").exists()
     # either kind opens through load_phrase_index
     assert isinstance(load_phrase_index(tmp_path / "compact"), CompactPhraseIndex)

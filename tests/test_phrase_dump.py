@@ -185,6 +185,19 @@ def test_size_estimate_is_printed_first_and_matches_the_dump(model, tmp_path, ca
     assert estimate["end_kept"] == pytest.approx(dump.manifest["end_count"] / len(PASSAGES))
 
 
+def test_a_dump_for_a_compact_index_estimates_that_index_not_a_flat_one(model, tmp_path,
+                                                                         capsys):
+    dump = dump_corpus(model, PASSAGES, tmp_path / "d", start_threshold=None,
+                       end_threshold=None, shard_size=4, precision="fp32", progress=True,
+                       compact_bytes_per_token=100)
+    err = capsys.readouterr().err
+    line = next(x for x in err.splitlines() if x.startswith("phrase dump estimate"))
+    assert "Flat" not in line and "then a compact index of ~" in line
+    tokens = max(dump.manifest["start_count"], dump.manifest["end_count"])
+    mib = float(line.split("then a compact index of ~")[1].split(" MiB")[0].replace(",", ""))
+    assert mib == pytest.approx(tokens * 100 / 2**20, abs=0.6)
+
+
 def arrays(folder):
     return {p.relative_to(folder).as_posix(): np.load(p) for p in sorted(folder.rglob("*.npy"))}
 
