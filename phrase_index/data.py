@@ -152,6 +152,7 @@ class PhraseBatch:
     teacher: TeacherInputs | None = None
     indices: list[int] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)   # ids left out (skip_unfit)
+    passage_groups: Tensor | None = None  # [B]: equal for examples of the same passage
 
     def __len__(self) -> int:
         return int(self.start_positions.shape[0])
@@ -207,8 +208,9 @@ def make_phrase_batch(examples: Sequence[PhraseExample], indices: Sequence[int],
         kept = [n for n, found in enumerate(fitting) if found is not None]
         chosen, fitting = [chosen[n] for n in kept], [fitting[n] for n in kept]
         indices = [indices[n] for n in kept]
-    windows, starts, ends, groups = [], [], [], []
+    windows, starts, ends, groups, passage_groups = [], [], [], [], []
     group_ids: dict[tuple[str, int, int], int] = {}
+    passage_ids: dict[str, int] = {}
     for number, example in enumerate(chosen):
         window, first, last = fitting[number]
         windows.append(window)
@@ -217,6 +219,7 @@ def make_phrase_batch(examples: Sequence[PhraseExample], indices: Sequence[int],
         key = (example.passage.id, int(features.offsets[window, first, 0]),
                int(features.offsets[window, last, 1]))
         groups.append(group_ids.setdefault(key, len(group_ids)))
+        passage_groups.append(passage_ids.setdefault(example.passage.id, len(passage_ids)))
     selected = features.select(windows)
     texts: list[str] = []
     rows: dict[tuple[str, int], int] = {}
@@ -242,7 +245,8 @@ def make_phrase_batch(examples: Sequence[PhraseExample], indices: Sequence[int],
         groups=torch.tensor(groups),
         queries={"input_ids": queries["input_ids"], "attention_mask": queries["attention_mask"]},
         current=torch.tensor(current), previous=torch.tensor(previous),
-        indices=[int(i) for i in indices], skipped=unfit)
+        indices=[int(i) for i in indices], skipped=unfit,
+        passage_groups=torch.tensor(passage_groups))
     if teacher is not None:
         if teacher_query is None:
             raise ConvQAError("distillation needs the teacher's query texts")

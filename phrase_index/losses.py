@@ -6,6 +6,11 @@ query vectors; `h` [B, L, d] the token vectors; gold positions are token indices
 
 - `span_loss`: cross-entropy of the gold start (end) over the tokens of the question's own
   passage, scores `q_start . h_i` (DensePhrases' single-passage loss).
+- `batch_span_loss`: the same cross-entropy over the text tokens of every passage of the batch
+  (shared normalization): the only loss whose negatives are every token of other passages, so
+  that scores compare across passages as a corpus search compares them. Batches hold
+  consecutive turns of a conversation, whose passages are often of the same article: those
+  are the hard negatives. Other copies of the question's own passage are left out.
 - `distill_loss`: KL(teacher || student) of the start and end distributions, the teacher being
   the trained extractive reader reading the same passage.
 - `filter_loss`: binary cross-entropy of the filter logits: is this token a gold start (end)?
@@ -33,7 +38,8 @@ from torch import Tensor
 
 from convqa.errors import ConfigError
 
-LOSS_NAMES = ("span", "distill", "filter", "in_batch", "pre_batch", "turn", "query_side")
+LOSS_NAMES = ("span", "batch_span", "distill", "filter", "in_batch", "pre_batch", "turn",
+              "query_side")
 
 
 def _zero(like: Tensor) -> Tensor:
@@ -63,6 +69,29 @@ def span_loss(start_logits: Tensor, end_logits: Tensor, mask: Tensor, start_posi
     start = F.nll_loss(_masked_log_softmax(start_logits, mask), start_positions.long())
     end = F.nll_loss(_masked_log_softmax(end_logits, mask), end_positions.long())
     return (start + end) / 2
+
+
+def batch_span_loss(q_start: Tensor, q_end: Tensor, h_start: Tensor, h_end: Tensor,
+                    mask: Tensor, start_positions: Tensor, end_positions: Tensor,
+                    passage_groups: Tensor) -> Tensor:
+    """Cross-entropy of each question's gold start (end) token over the text tokens of all B
+    passages of the batch, `[B, B * L]` scores. `passage_groups` [B]: equal for rows holding
+    the same passage window; those other rows are masked out for each other's questions (the
+    same tokens would be a second gold)."""
+    batch, length = mask.shape
+    _check_positions(start_positions, mask, "start")
+    _check_positions(end_positions, mask, "end")
+    same = passage_groups.view(-1, 1) == passage_groups.view(1, -1)
+    same.fill_diagonal_(False)
+    allowed = mask.bool().unsqueeze(0) & ~same.unsqueeze(-1)            # [B(query), B, L]
+    offsets = torch.arange(batch, device=mask.device) * length
+
+    def one(query: Tensor, tokens: Tensor, positions: Tensor) -> Tensor:
+        scores = torch.einsum("qd,pld->qpl", query.float(), tokens.float())
+        scores = scores.masked_fill(~allowed, float("-inf")).reshape(batch, batch * length)
+        return F.cross_entropy(scores, offsets + positions.long())
+
+    return (one(q_start, h_start, start_positions) + one(q_end, h_end, end_positions)) / 2
 
 
 def _kl(student: Tensor, teacher: Tensor, mask: Tensor, teacher_mask: Tensor,

@@ -46,15 +46,15 @@ from convqa.training.schedule import check_counts, check_schedule, schedule_key
 
 from .data import (PhraseBatch, PhraseExample, align_teacher_logits, conversation_batches,
                    make_phrase_batch)
-from .losses import (LOSS_NAMES, PreBatchQueue, combine, distill_loss, filter_loss, gather_gold,
-                     in_batch_negative_loss, pre_batch_negative_loss, query_side_loss,
-                     span_loss, token_scores, turn_loss)
+from .losses import (LOSS_NAMES, PreBatchQueue, batch_span_loss, combine, distill_loss,
+                     filter_loss, gather_gold, in_batch_negative_loss, pre_batch_negative_loss,
+                     query_side_loss, span_loss, token_scores, turn_loss)
 from .model import PhraseModel
 
 STAGES = ("phrase", "query")
 POOL_FILE = "frozen_pool.safetensors"   # the query stage's pool, kept for a resumed run
-PHRASE_WEIGHTS = {"span": 1.0, "distill": 1.0, "filter": 0.5, "in_batch": 1.0,
-                  "pre_batch": 1.0, "turn": 0.5}
+PHRASE_WEIGHTS = {"span": 1.0, "batch_span": 0.0, "distill": 1.0, "filter": 0.5,
+                  "in_batch": 1.0, "pre_batch": 1.0, "turn": 0.5}
 QUERY_WEIGHTS = {"query_side": 1.0, "turn": 0.5}
 
 __all__ = ["PhraseTrainConfig", "PhraseTrainResult", "PhraseTrainer", "FrozenPhrases",
@@ -464,6 +464,9 @@ class PhraseTrainer(StepTrainer):
         w = self.weights
         losses: dict[str, Tensor | None] = {
             "span": span_loss(start_logits, end_logits, mask, starts, ends),
+            "batch_span": batch_span_loss(q_start, q_end, pv.start, pv.end, mask, starts, ends,
+                                          batch.passage_groups.to(device))
+            if w.get("batch_span") else None,
             "filter": filter_loss(pv.start_filter, pv.end_filter, mask, starts, ends)
             if w.get("filter") else None,
             "in_batch": in_batch_negative_loss(q_start, q_end, gold_start, gold_end,

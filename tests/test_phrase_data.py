@@ -115,6 +115,10 @@ def test_batch_gold_positions_previous_turns_and_groups(bench):
     assert batch.groups.tolist() == [0, 1, 2, 3]
     twice = make_phrase_batch(examples, [chosen[0], chosen[0]], model)
     assert twice.groups.tolist() == [0, 0]  # the same gold phrase: not each other's negative
+    # passage groups: which rows hold the same passage (the batch-wide span loss masks them)
+    passages = [examples[i].passage.id for i in chosen]
+    assert batch.passage_groups.tolist() == [passages.index(p) for p in passages]
+    assert twice.passage_groups.tolist() == [0, 0]
 
 
 def test_a_long_passage_uses_the_window_holding_the_answer_and_misses_are_errors():

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from convqa.errors import ConfigError
-from phrase_index.losses import (PreBatchQueue, combine, distill_loss, filter_loss, gather_gold,
+from phrase_index.losses import (PreBatchQueue, batch_span_loss, combine, distill_loss,
+                                 filter_loss, gather_gold,
                                  in_batch_negative_loss, pre_batch_negative_loss,
                                  query_side_loss, span_loss, token_scores, turn_loss)
 
@@ -33,6 +34,35 @@ def test_span_loss_is_cross_entropy_over_text_tokens_only():
     assert close(loss, (-math.log(0.75) - math.log(0.25)) / 2)
     with pytest.raises(ValueError, match="gold start position is not a passage-text token"):
         span_loss(logits, logits, mask, torch.tensor([0]), torch.tensor([1]))
+
+
+def test_batch_span_loss_normalizes_over_every_passage_of_the_batch():
+    # 3 questions, passages of 3 tokens (token 0 not text), 1-d vectors: score = q * h
+    h = torch.tensor([[[9.0], [1.0], [2.0]],
+                      [[9.0], [0.0], [3.0]],
+                      [[9.0], [1.0], [2.0]]])
+    mask = torch.tensor([[False, True, True]] * 3)
+    q = torch.ones(3, 1)
+    gold = torch.tensor([2, 1, 2])
+    loss = batch_span_loss(q, q, h, h, mask, gold, gold, torch.tensor([0, 1, 2]))
+    # question 0: gold e^2 among text tokens e^1, e^2 | e^0, e^3 | e^1, e^2
+    denominator = 2 * (math.e + math.e ** 2) + 1 + math.e ** 3
+    expected = [-math.log(math.e ** 2 / denominator), -math.log(1 / denominator),
+                -math.log(math.e ** 2 / denominator)]
+    assert close(loss, sum(expected) / 3)
+    # rows 0 and 2 hold the same passage: each leaves the other's copy out
+    loss = batch_span_loss(q, q, h, h, mask, gold, gold, torch.tensor([0, 1, 0]))
+    alone = math.e + math.e ** 2 + 1 + math.e ** 3
+    expected = [-math.log(math.e ** 2 / alone), -math.log(1 / denominator),
+                -math.log(math.e ** 2 / alone)]
+    assert close(loss, sum(expected) / 3)
+    # with one question it is the single-passage span loss
+    one = batch_span_loss(q[:1], q[:1], h[:1], h[:1], mask[:1], gold[:1], gold[:1],
+                          torch.tensor([0]))
+    logits = token_scores(q[:1], h[:1])
+    assert close(one, float(span_loss(logits, logits, mask[:1], gold[:1], gold[:1])))
+    with pytest.raises(ValueError, match="gold end position is not a passage-text token"):
+        batch_span_loss(q, q, h, h, mask, gold, torch.tensor([0, 1, 2]), torch.tensor([0, 1, 2]))
 
 
 def test_distill_loss_is_kl_from_the_teacher():

@@ -74,6 +74,24 @@ def test_phrase_stage_trains_every_loss_and_resumes_exactly(examples, tmp_path):
                     teacher)
 
 
+def test_the_batch_wide_span_loss_is_off_by_default_and_trains_when_weighted(examples,
+                                                                            tmp_path):
+    assert config().weights["batch_span"] == 0.0
+    plain = train_stage(tiny_phrase_model(seed=1), examples, tmp_path / "plain",
+                        config(epochs=1, weights={"distill": 0.0}), None)
+    assert plain.steps == 3 and "batch_span" not in log(tmp_path / "plain")[0]
+    model = tiny_phrase_model(seed=1)
+    train_stage(model, examples, tmp_path / "shared", config(epochs=1,
+                weights={"batch_span": 1.0, "distill": 0.0}), None)
+    records = log(tmp_path / "shared")
+    # 2 questions of different passages per batch: the loss is above the own-passage one
+    assert all(r["batch_span"] > 0 for r in records)
+    assert any(r["batch_span"] > r["span"] for r in records)
+    changed = state(model)
+    reference = state(tiny_phrase_model(seed=1))
+    assert max((changed[k] - reference[k]).abs().max().item() for k in changed) > 1e-3
+
+
 def test_auto_precision_probe_leaves_the_run_unchanged(examples, tmp_path, monkeypatch):
     """`auto` times the first batch in fp32 and bf16 at every (re)start (timings injected).
     Resumed with a filled pre-batch queue, the probe's loss passes leave no trace: the steps

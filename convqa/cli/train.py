@@ -551,6 +551,10 @@ def _add_phrase(jobs) -> None:
     p.add_argument("--neg-weight", type=float, default=1.0,
                    help="lambda1, the weight of the in-batch and pre-batch negative losses")
     p.add_argument("--span-weight", type=float, default=1.0)
+    p.add_argument("--batch-span-weight", type=float, default=0.0,
+                   help="weight of the span loss normalized over every passage of the batch "
+                        "(its other passages' tokens as negatives, so that scores compare "
+                        "across passages as in a corpus search); 0 = off")
     p.add_argument("--distill-weight", type=float, default=1.0)
     p.add_argument("--filter-weight", type=float, default=0.5)
     p.add_argument("--pre-batch", type=count, default=2, metavar="C",
@@ -590,7 +594,8 @@ def run_phrase(args: argparse.Namespace) -> int:
     from retrievers.training.trainer import make_accelerator
 
     teacher = None if args.teacher.lower() == "none" else args.teacher
-    weights = {"span": args.span_weight, "distill": args.distill_weight if teacher else 0.0,
+    weights = {"span": args.span_weight, "batch_span": args.batch_span_weight,
+               "distill": args.distill_weight if teacher else 0.0,
                "filter": args.filter_weight, "in_batch": args.neg_weight,
                "pre_batch": args.neg_weight, "turn": args.turn_weight}
     common = {**schedule_settings(args), "precision": args.precision}
