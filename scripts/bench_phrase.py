@@ -115,9 +115,26 @@ def open_system(name: str, options: dict, progress: bool = False):
     return pipeline
 
 
-def folder_bytes(folder: str | os.PathLike) -> int:
-    """Bytes of every file under `folder`: the index as it sits on disk."""
-    return sum(p.stat().st_size for p in Path(folder).rglob("*") if p.is_file())
+def folder_bytes(folder: str | os.PathLike, skip: tuple[str, ...] = ()) -> int:
+    """Bytes of every file under `folder` but its subfolders named in `skip`: the index as it
+    sits on disk."""
+    root = Path(folder)
+    return sum(p.stat().st_size for p in root.rglob("*")
+               if p.is_file() and p.relative_to(root).parts[0] not in skip)
+
+
+def phrase_index_bytes(folder: str | os.PathLike) -> dict[str, int]:
+    """{"index": what answering reads, "kept_dump": the dump a compact build keeps in
+    OUT/dump (only for rebuilding: `--drop-dump` deletes it)}."""
+    from phrase_index.compact import FORMAT as COMPACT
+    from phrase_index.index import DUMP_DIR, META_FILE
+
+    meta = json.loads((Path(folder) / META_FILE).read_text(encoding="utf-8"))
+    if meta.get("format") != COMPACT:  # a dump-based index answers from its dump
+        return {"index": folder_bytes(folder), "kept_dump": 0}
+    dump = Path(folder) / DUMP_DIR
+    return {"index": folder_bytes(folder, skip=(DUMP_DIR,)),
+            "kept_dump": folder_bytes(dump) if dump.is_dir() else 0}
 
 
 def phrase_index_facts(phrase) -> dict:
@@ -242,7 +259,9 @@ def main(argv: list[str] | None = None) -> int:
             **rates(results["phrase"], len(turns)),
             "stages_ms": stage_means(results["phrase"]["answers"]),
             "batched": {"batch_size": args.batch_size, **rates(batched, len(turns))},
-            **phrase_index_facts(phrase), "bytes_on_disk": folder_bytes(args.phrase_index),
+            **phrase_index_facts(phrase),
+            "bytes_on_disk": phrase_index_bytes(args.phrase_index)["index"],
+            "kept_dump_bytes": phrase_index_bytes(args.phrase_index)["kept_dump"],
             **scores(results["phrase"]["answers"], turns)},
     })
     report["retriever+reader"]["top_k"] = args.top_k

@@ -299,3 +299,21 @@ def _queries(model, questions):
     with torch.no_grad():
         vectors = model.encode_queries(batch["input_ids"], batch["attention_mask"])
     return vectors.start.float().numpy(), vectors.end.float().numpy()
+
+
+def test_bench_counts_a_compact_index_without_the_dump_it_keeps(tmp_path):
+    """scripts/bench_phrase.py reports what answering reads: a compact build keeps its dump in
+    OUT/dump (for rebuilding), which is counted apart."""
+    from script_helpers import load_script
+
+    bench = load_script("bench_phrase")
+    dump, *_ = planted_dump(tmp_path)
+    index = build_compact_index(dump, tmp_path / "compact", **BUILD)
+    alone = bench.phrase_index_bytes(tmp_path / "compact")
+    assert alone == {"index": bench.folder_bytes(tmp_path / "compact"), "kept_dump": 0}
+    assert alone["index"] >= index.meta["bytes"]["total"]
+    import shutil
+    shutil.copytree(dump, tmp_path / "compact" / "dump")
+    kept = bench.phrase_index_bytes(tmp_path / "compact")
+    assert kept["index"] == alone["index"]
+    assert kept["kept_dump"] == bench.folder_bytes(dump) > 0
