@@ -246,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     batched = {"seconds": time.perf_counter() - started, "cpu_seconds": time.process_time() - cpu}
 
     dense_meta = dense.retriever.index.meta
+    phrase_bytes = phrase_index_bytes(args.phrase_index)
     report.update({
         "turns": len(turns), "benchmark": args.benchmark,
         "load_average_end": os.getloadavg()[0],
@@ -259,9 +260,8 @@ def main(argv: list[str] | None = None) -> int:
             **rates(results["phrase"], len(turns)),
             "stages_ms": stage_means(results["phrase"]["answers"]),
             "batched": {"batch_size": args.batch_size, **rates(batched, len(turns))},
-            **phrase_index_facts(phrase),
-            "bytes_on_disk": phrase_index_bytes(args.phrase_index)["index"],
-            "kept_dump_bytes": phrase_index_bytes(args.phrase_index)["kept_dump"],
+            **phrase_index_facts(phrase), "bytes_on_disk": phrase_bytes["index"],
+            "kept_dump_bytes": phrase_bytes["kept_dump"],
             **scores(results["phrase"]["answers"], turns)},
     })
     report["retriever+reader"]["top_k"] = args.top_k

@@ -5,6 +5,7 @@ index."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -312,7 +313,6 @@ def test_bench_counts_a_compact_index_without_the_dump_it_keeps(tmp_path):
     alone = bench.phrase_index_bytes(tmp_path / "compact")
     assert alone == {"index": bench.folder_bytes(tmp_path / "compact"), "kept_dump": 0}
     assert alone["index"] >= index.meta["bytes"]["total"]
-    import shutil
     shutil.copytree(dump, tmp_path / "compact" / "dump")
     kept = bench.phrase_index_bytes(tmp_path / "compact")
     assert kept["index"] == alone["index"]
