@@ -141,3 +141,11 @@ def write_json(path: str | os.PathLike, obj: Any, indent: int | None = 2) -> Non
     with atomic_write(path) as handle:
         json.dump(obj, handle, ensure_ascii=False, indent=indent)
         handle.write("\n")
+
+
+def folder_bytes(folder: str | os.PathLike, skip: Iterable[str] = ()) -> int:
+    """Bytes of every file under `folder` but those under its top-level entries named in
+    `skip`: what an index takes on disk."""
+    root, skipped = Path(folder), set(skip)
+    return sum(p.stat().st_size for p in root.rglob("*")
+               if p.is_file() and p.relative_to(root).parts[0] not in skipped)

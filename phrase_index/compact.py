@@ -41,7 +41,7 @@ from typing import Any, Callable
 import numpy as np
 
 from convqa.errors import ConfigError, ConvQAError, DataError
-from convqa.io import load_format_json, write_json
+from convqa.io import folder_bytes, load_format_json, write_json
 from convqa.model_folder import writing_folder
 from retrievers.dense.index import DenseIndex, make_index
 
@@ -419,7 +419,7 @@ def _merge_stage(dump: PhraseDump, stages: _Stages, codec: PQCodec, search: Dens
     codec.save(out / "codec")
     search.meta.update(count=int(search.index.ntotal))
     search.save(out / "search")
-    bytes_of = {name: _folder_bytes(out / name) for name in ("tokens", "codec", "search")}
+    bytes_of = {name: folder_bytes(out / name) for name in ("tokens", "codec", "search")}
     bytes_of["total"] = sum(bytes_of.values())
     manifest = dump.manifest
     meta = {"format": FORMAT, "version": VERSION, "fingerprint": dump.fingerprint,
@@ -435,10 +435,6 @@ def _merge_stage(dump: PhraseDump, stages: _Stages, codec: PQCodec, search: Dens
                                                           1),
             "train_seconds": trained.get("train_seconds")}
     return CompactPhraseIndex(out, meta, search, codec, _open_tokens(out, meta))
-
-
-def _folder_bytes(folder: Path) -> int:
-    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
 
 def _open_tokens(folder: Path, meta: dict[str, Any]) -> dict[str, np.ndarray]:
@@ -501,6 +497,11 @@ class CompactPhraseIndex(IndexMeta):
 
     def set_nprobe(self, nprobe: int | None) -> None:
         self.search.set_search_params(nprobe=nprobe)
+
+    @property
+    def nprobe(self) -> int | None:
+        """IVF lists visited per query (None for a flat search index)."""
+        return self.search.meta.get("nprobe")
 
     def search_side(self, side: str, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """The best `k` tokens of `side` per query (FAISS scores, token ids; -1 padded)."""

@@ -215,6 +215,11 @@ class PhraseIndex(IndexMeta):
         for side in SIDES:
             self.sides[side].set_search_params(nprobe=nprobe)
 
+    @property
+    def nprobe(self) -> int | None:
+        """IVF lists each side visits per query (None for flat side indexes)."""
+        return self.sides[SIDES[0]].meta.get("nprobe")
+
     def search_side(self, side: str, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """FAISS (scores, vector ids) `[n, k]` of one side; ids are -1 where fewer than k."""
         return self.sides[side].search(queries, k)

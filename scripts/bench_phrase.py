@@ -34,6 +34,8 @@ import sys
 import time
 from pathlib import Path
 
+from convqa.io import folder_bytes
+
 
 def answer_turns(benchmark: str, count: int):
     """(question, history, golds) of the first `count` answer-evaluable dev turns."""
@@ -115,14 +117,6 @@ def open_system(name: str, options: dict, progress: bool = False):
     return pipeline
 
 
-def folder_bytes(folder: str | os.PathLike, skip: tuple[str, ...] = ()) -> int:
-    """Bytes of every file under `folder` but its subfolders named in `skip`: the index as it
-    sits on disk."""
-    root = Path(folder)
-    return sum(p.stat().st_size for p in root.rglob("*")
-               if p.is_file() and p.relative_to(root).parts[0] not in skip)
-
-
 def phrase_index_bytes(folder: str | os.PathLike) -> dict[str, int]:
     """{"index": what answering reads, "kept_dump": the dump a compact build keeps in
     OUT/dump (only for rebuilding: `--drop-dump` deletes it)}."""
@@ -146,7 +140,7 @@ def phrase_index_facts(phrase) -> dict:
             "dtype": meta.get("dtype") or f"PQ{meta.get('code_bytes')}",
             "vectors": meta.get("vectors"), "model": meta.get("model"),
             "index_bytes_per_passage": phrase.index.bytes_per_passage(),
-            "nprobe": getattr(getattr(phrase.index, "search", None), "meta", {}).get("nprobe")}
+            "nprobe": phrase.index.nprobe}
 
 
 def measure_memory(name: str, options: dict, turns, threads: int | None) -> dict:

@@ -3,7 +3,7 @@ import gzip
 import pytest
 
 from convqa.errors import DataError
-from convqa.io import atomic_write, iter_jsonl, load_json, require, write_jsonl
+from convqa.io import atomic_write, folder_bytes, iter_jsonl, load_json, require, write_jsonl
 
 
 def test_jsonl_round_trip_and_gzip(tmp_path):
@@ -52,3 +52,15 @@ def test_atomic_write_leaves_old_file_on_failure(tmp_path):
             raise RuntimeError("killed")
     assert path.read_text(encoding="utf-8") == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["out.txt"]
+
+
+def test_folder_bytes_counts_files_below_and_skips_named_entries(tmp_path):
+    (tmp_path / "a").write_bytes(b"x" * 10)
+    (tmp_path / "sub" / "deep").mkdir(parents=True)
+    (tmp_path / "sub" / "deep" / "b").write_bytes(b"y" * 7)
+    (tmp_path / "dump").mkdir()
+    (tmp_path / "dump" / "c").write_bytes(b"z" * 100)
+    assert folder_bytes(tmp_path) == 117
+    assert folder_bytes(tmp_path, skip=("dump",)) == 17
+    assert folder_bytes(tmp_path, skip=("deep",)) == 117   # only top-level entries are skipped
+    assert folder_bytes(tmp_path / "sub") == 7

@@ -13,6 +13,7 @@ import pytest
 from conftest import shared_file
 from convqa.corpus import PassageStore
 from convqa.errors import ConfigError, ConvQAError, DataError
+from convqa.io import folder_bytes
 from phrase_index import compact as compact_module
 from phrase_index.codec import PQCodec
 from phrase_index.compact import (CompactPhraseIndex, build_compact_index, bytes_per_token,
@@ -79,6 +80,7 @@ def test_compact_index_finds_the_planted_phrases_like_the_dump_index(tmp_path):
     dump, passages, q_start, q_end, truth = planted_dump(tmp_path)
     index = build_compact_index(dump, tmp_path / "compact", passages="store", **BUILD)
     index.set_nprobe(16)
+    assert index.nprobe == 16
     exact = PhraseIndex.build(dump, "Flat")
     found = search_phrases(index, q_start, q_end, 3, candidates=16)
     assert [spans(r)[0] for r in found] == truth
@@ -311,9 +313,9 @@ def test_bench_counts_a_compact_index_without_the_dump_it_keeps(tmp_path):
     dump, *_ = planted_dump(tmp_path)
     index = build_compact_index(dump, tmp_path / "compact", **BUILD)
     alone = bench.phrase_index_bytes(tmp_path / "compact")
-    assert alone == {"index": bench.folder_bytes(tmp_path / "compact"), "kept_dump": 0}
+    assert alone == {"index": folder_bytes(tmp_path / "compact"), "kept_dump": 0}
     assert alone["index"] >= index.meta["bytes"]["total"]
     shutil.copytree(dump, tmp_path / "compact" / "dump")
     kept = bench.phrase_index_bytes(tmp_path / "compact")
     assert kept["index"] == alone["index"]
-    assert kept["kept_dump"] == bench.folder_bytes(dump) > 0
+    assert kept["kept_dump"] == folder_bytes(dump) > 0

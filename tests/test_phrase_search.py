@@ -147,6 +147,7 @@ def test_flat_and_ivf_pq_agree_on_a_small_set(tmp_path):
     flat = PhraseIndex.build(dump, "Flat")
     ivf = PhraseIndex.build(dump, "IVF16,PQ8x4", train_size=1000)
     ivf.set_nprobe(16)
+    assert ivf.nprobe == 16
     assert ivf.meta["factory"] == {"start": "IVF16,PQ8x4", "end": "IVF16,PQ8x4"}
     top_flat = [spans(r)[0] for r in search_phrases(flat, q_start, q_end, 1, candidates=16)]
     top_ivf = [spans(r)[0] for r in search_phrases(ivf, q_start, q_end, 1, candidates=16)]
@@ -156,6 +157,8 @@ def test_flat_and_ivf_pq_agree_on_a_small_set(tmp_path):
     assert auto.meta["factory"]["start"] == "IVF64,PQ4"
     auto.set_nprobe(64)
     assert [spans(r)[0] for r in search_phrases(auto, q_start, q_end, 1, candidates=16)] == truth
+    flat.set_nprobe(8)   # no lists to probe: ignored
+    assert flat.nprobe is None
     assert PhraseIndex.build(dump).meta["factory"] == {"start": "Flat", "end": "Flat"}
 
 
