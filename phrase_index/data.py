@@ -8,7 +8,11 @@ phrase model and its teacher see the same examples, spans and train/held-out spl
   with their history; `conversation` and `turn` come from the query id;
 - a reader-examples JSONL (`load_phrase_examples`, e.g. what `convqa train reader` saved).
 An example keeps its first positive passage and that passage's gold spans (every occurrence
-of the answer); a batch trains on the first span that fits the passage window.
+of the answer); a batch trains on the first span that fits the passage window. With
+`negatives` > 0 an example also keeps that many hard negative passages (the reader builders'
+BM25 passages without the answer; for the benchmark, of other articles than the gold one):
+`make_phrase_batch(..., negatives=n)` adds the first window of each to the batch as passages
+that hold no gold phrase, for the batch-wide span loss to score against.
 
 Batches (`conversation_batches`): the examples of a conversation, in turn order, are cut into
 runs of at most `run_length` consecutive examples; runs are shuffled (seeded by seed and epoch)
@@ -46,6 +50,7 @@ class PhraseExample:
     turn: int = 1
     split: str = "train"
     source: str = ""
+    negatives: list[Passage] = field(default_factory=list)   # hard negatives (no answer)
 
     def history_turns(self) -> list[Turn]:
         return [Turn(q, a) for q, a in self.history]
@@ -78,7 +83,7 @@ def from_reader_example(example: ReaderExample) -> PhraseExample:
                             f"{len(example.history)} history turns", field="history")
     return PhraseExample(example.id, example.question, list(example.history), positive.passage,
                          spans, example.golds(), conversation, turn, example.split,
-                         example.source)
+                         example.source, [p for p in example.negatives])
 
 
 def load_phrase_examples(path: str | os.PathLike) -> list[PhraseExample]:
@@ -89,21 +94,25 @@ def load_phrase_examples(path: str | os.PathLike) -> list[PhraseExample]:
 
 
 def squad_phrase_examples(path: str | os.PathLike, heldout_fraction: float = 0.1, seed: int = 0,
-                          max_examples: int | None = None, **kwargs: Any) -> list[PhraseExample]:
-    """Train and held-out examples of a SQuAD-format file (the reader's split by article)."""
+                          max_examples: int | None = None, negatives: int = 0,
+                          **kwargs: Any) -> list[PhraseExample]:
+    """Train and held-out examples of a SQuAD-format file (the reader's split by article),
+    each with `negatives` BM25 passages of the file that lack its answer."""
     from readers.extractive.data import squad_examples
 
     return [from_reader_example(e) for e in squad_examples(
-        path, heldout_fraction, seed, negatives=0, max_examples=max_examples, **kwargs)]
+        path, heldout_fraction, seed, negatives=negatives, max_examples=max_examples, **kwargs)]
 
 
 def benchmark_phrase_examples(folder: str | os.PathLike, max_examples: int | None = None,
-                              seed: int = 0, **kwargs: Any) -> list[PhraseExample]:
-    """The benchmark's answer-evaluable turns (train split -> "train", dev -> "heldout")."""
+                              seed: int = 0, negatives: int = 0,
+                              **kwargs: Any) -> list[PhraseExample]:
+    """The benchmark's answer-evaluable turns (train split -> "train", dev -> "heldout"), each
+    with `negatives` BM25 passages of the benchmark's corpus from other articles."""
     from readers.extractive.data import benchmark_examples
 
     return [from_reader_example(e) for e in benchmark_examples(
-        folder, negatives=0, max_examples=max_examples, seed=seed, **kwargs)]
+        folder, negatives=negatives, max_examples=max_examples, seed=seed, **kwargs)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -153,6 +162,8 @@ class PhraseBatch:
     indices: list[int] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)   # ids left out (skip_unfit)
     passage_groups: Tensor | None = None  # [B]: equal for examples of the same passage
+    negatives: dict[str, Tensor] | None = None  # input_ids, attention_mask [N, L]: no gold
+    negative_mask: Tensor | None = None         # [N, L] bool: their passage-text tokens
 
     def __len__(self) -> int:
         return int(self.start_positions.shape[0])
@@ -188,16 +199,21 @@ def _first_fitting(features: ReaderFeatures, passage: int,
 def make_phrase_batch(examples: Sequence[PhraseExample], indices: Sequence[int], model: Any,
                       stride: int = 64, teacher: Any = None,
                       teacher_query: Callable[[PhraseExample], str] | None = None,
-                      skip_unfit: bool = False) -> PhraseBatch:
+                      skip_unfit: bool = False, negatives: int = 0) -> PhraseBatch:
     """Tensors for the examples `indices`. `model` is a PhraseModel (tokenizer, formatting);
     `teacher` an ExtractiveReader and `teacher_query(example)` its query text, for
     distillation. An example none of whose spans fits a window (an answer longer than a
     window) is a DataError naming it; with `skip_unfit` it is left out of the batch instead
-    (its id in `batch.skipped`), unless every example of the batch is."""
+    (its id in `batch.skipped`), unless every example of the batch is. `negatives`: the first
+    window of up to that many hard negatives of each example (`batch.negatives`), each
+    passage once and none that is a gold passage of the batch."""
     chosen = [examples[int(i)] for i in indices]
-    encoding = model.tokenize_passages([e.passage.title for e in chosen],
-                                       [e.passage.text for e in chosen], stride=stride)
+    extra = _batch_negatives(chosen, negatives)
+    everything = [e.passage for e in chosen] + extra
+    encoding = model.tokenize_passages([p.title for p in everything],
+                                       [p.text for p in everything], stride=stride)
     features = _features(encoding)
+    first_windows = [features.windows_of(len(chosen) + n)[0] for n in range(len(extra))]
     fitting = [_first_fitting(features, number, example.spans)
                for number, example in enumerate(chosen)]
     unfit = [example.id for example, found in zip(chosen, fitting) if found is None]
@@ -220,7 +236,8 @@ def make_phrase_batch(examples: Sequence[PhraseExample], indices: Sequence[int],
                int(features.offsets[window, last, 1]))
         groups.append(group_ids.setdefault(key, len(group_ids)))
         passage_groups.append(passage_ids.setdefault(example.passage.id, len(passage_ids)))
-    selected = features.select(windows)
+    selected = features.select(windows + first_windows)  # one padded length for both
+    gold = len(windows)
     texts: list[str] = []
     rows: dict[tuple[str, int], int] = {}
 
@@ -240,19 +257,42 @@ def make_phrase_batch(examples: Sequence[PhraseExample], indices: Sequence[int],
             (key[0], example.turn - 1), lambda b=before: model.format_query(*b)))
     queries = model.tokenize_queries(texts)
     batch = PhraseBatch(
-        passages=dict(selected.tensors), mask=selected.context, offsets=selected.offsets,
+        passages={k: v[:gold] for k, v in selected.tensors.items()},
+        mask=selected.context[:gold], offsets=selected.offsets[:gold],
         start_positions=torch.tensor(starts), end_positions=torch.tensor(ends),
         groups=torch.tensor(groups),
         queries={"input_ids": queries["input_ids"], "attention_mask": queries["attention_mask"]},
         current=torch.tensor(current), previous=torch.tensor(previous),
         indices=[int(i) for i in indices], skipped=unfit,
         passage_groups=torch.tensor(passage_groups))
+    if extra:
+        batch.negatives = {k: v[gold:] for k, v in selected.tensors.items()}
+        batch.negative_mask = selected.context[gold:]
     if teacher is not None:
         if teacher_query is None:
             raise ConvQAError("distillation needs the teacher's query texts")
         batch.teacher = teacher_inputs(teacher, [teacher_query(e) for e in chosen], chosen,
                                        batch)
     return batch
+
+
+def _batch_negatives(chosen: Sequence[PhraseExample], per_example: int) -> list[Passage]:
+    """Up to `per_example` hard negatives of each example, in order: each passage once, none
+    that is the gold passage of an example of the batch."""
+    if per_example < 0:
+        raise ConvQAError(f"negatives must be >= 0, got {per_example}")
+    seen = {e.passage.id for e in chosen}
+    result: list[Passage] = []
+    for example in chosen:
+        taken = 0
+        for passage in example.negatives:
+            if taken == per_example:
+                break
+            if passage.id not in seen:
+                seen.add(passage.id)
+                result.append(passage)
+                taken += 1
+    return result
 
 
 def teacher_inputs(teacher: Any, queries: Sequence[str], chosen: Sequence[PhraseExample],
@@ -289,14 +329,17 @@ def align_teacher_logits(logits: Tensor, alignment: Tensor) -> tuple[Tensor, Ten
 
 def build_examples(squad: Sequence[str] = (), benchmarks: Sequence[str] = (),
                    examples: Sequence[str] = (), max_examples: int | None = None,
-                   heldout_fraction: float = 0.1, seed: int = 0) -> list[PhraseExample]:
+                   heldout_fraction: float = 0.1, seed: int = 0,
+                   negatives: int = 0) -> list[PhraseExample]:
     """Train and held-out examples of every source (SQuAD-format files, benchmark folders,
-    reader-example JSONL files); `max_examples` caps each source's training examples."""
+    reader-example JSONL files); `max_examples` caps each source's training examples;
+    `negatives` hard negatives are mined for each example of the first two kinds (a JSONL
+    file's examples keep those it holds)."""
     result: list[PhraseExample] = []
     for path in squad:
-        result += squad_phrase_examples(path, heldout_fraction, seed, max_examples)
+        result += squad_phrase_examples(path, heldout_fraction, seed, max_examples, negatives)
     for folder in benchmarks:
-        result += benchmark_phrase_examples(folder, max_examples, seed)
+        result += benchmark_phrase_examples(folder, max_examples, seed, negatives)
     for path in examples:
         result += load_phrase_examples(path)
     seen: set[str] = set()

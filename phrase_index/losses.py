@@ -10,7 +10,9 @@ query vectors; `h` [B, L, d] the token vectors; gold positions are token indices
   (shared normalization): the only loss whose negatives are every token of other passages, so
   that scores compare across passages as a corpus search compares them. Batches hold
   consecutive turns of a conversation, whose passages are often of the same article: those
-  are the hard negatives. Other copies of the question's own passage are left out.
+  are the hard negatives. Other copies of the question's own passage are left out. Mined hard
+  negative passages (`negatives`: passages without the answer, e.g. BM25's) join the
+  normalization as passages no question of the batch is answered in.
 - `distill_loss`: KL(teacher || student) of the start and end distributions, the teacher being
   the trained extractive reader reading the same passage.
 - `filter_loss`: binary cross-entropy of the filter logits: is this token a gold start (end)?
@@ -73,22 +75,34 @@ def span_loss(start_logits: Tensor, end_logits: Tensor, mask: Tensor, start_posi
 
 def batch_span_loss(q_start: Tensor, q_end: Tensor, h_start: Tensor, h_end: Tensor,
                     mask: Tensor, start_positions: Tensor, end_positions: Tensor,
-                    passage_groups: Tensor) -> Tensor:
+                    passage_groups: Tensor,
+                    negatives: tuple[Tensor, Tensor, Tensor] | None = None) -> Tensor:
     """Cross-entropy of each question's gold start (end) token over the text tokens of all B
-    passages of the batch, `[B, B * L]` scores. `passage_groups` [B]: equal for rows holding
-    the same passage window; those other rows are masked out for each other's questions (the
-    same tokens would be a second gold)."""
+    passages of the batch, `[B, (B + N) * L]` scores. `passage_groups` [B]: equal for rows
+    holding the same passage window; those other rows are masked out for each other's
+    questions (the same tokens would be a second gold). `negatives`: (start vectors, end
+    vectors [N, L, d], text mask [N, L]) of N passages that answer no question of the batch,
+    padded to the same L; every question scores their tokens too."""
     batch, length = mask.shape
     _check_positions(start_positions, mask, "start")
     _check_positions(end_positions, mask, "end")
     same = passage_groups.view(-1, 1) == passage_groups.view(1, -1)
     same.fill_diagonal_(False)
     allowed = mask.bool().unsqueeze(0) & ~same.unsqueeze(-1)            # [B(query), B, L]
+    if negatives is not None:
+        n_start, n_end, n_mask = negatives
+        if n_mask.shape[1] != length:
+            raise ValueError(f"negative passages have {n_mask.shape[1]} token positions, the "
+                             f"batch's passages {length}")
+        h_start, h_end = torch.cat([h_start, n_start]), torch.cat([h_end, n_end])
+        extra = n_mask.bool().unsqueeze(0).expand(batch, -1, -1)
+        allowed = torch.cat([allowed, extra], dim=1)                  # [B, B + N, L]
+    rows = allowed.shape[1]
     offsets = torch.arange(batch, device=mask.device) * length
 
     def one(query: Tensor, tokens: Tensor, positions: Tensor) -> Tensor:
         scores = torch.einsum("qd,pld->qpl", query.float(), tokens.float())
-        scores = scores.masked_fill(~allowed, float("-inf")).reshape(batch, batch * length)
+        scores = scores.masked_fill(~allowed, float("-inf")).reshape(batch, rows * length)
         return F.cross_entropy(scores, offsets + positions.long())
 
     return (one(q_start, h_start, start_positions) + one(q_end, h_end, end_positions)) / 2

@@ -75,6 +75,7 @@ class PhraseTrainConfig:
     max_grad_norm: float | None = 2.0
     weights: dict = field(default_factory=dict)   # loss name -> weight; {} = the stage default
     pre_batch: int = 2                # C: previous batches whose gold phrases are negatives
+    hard_negatives: int = 0           # mined negative passages per question (batch_span loss)
     distill_temperature: float = 1.0
     turn_temperature: float = 0.1
     run_length: int = 4               # consecutive turns of a conversation kept together
@@ -96,7 +97,8 @@ class PhraseTrainConfig:
             raise ConfigError(f"stage must be one of {', '.join(STAGES)}, got {self.stage!r}")
         check_counts(self, ("epochs", "batch_size", "grad_accum", "run_length",
                             "pool_passages", "start_candidates", "candidates"), 1)
-        check_counts(self, ("checkpoint_every", "seed", "pre_batch", "stride"), 0)
+        check_counts(self, ("checkpoint_every", "seed", "pre_batch", "stride",
+                            "hard_negatives"), 0)
         if self.pool_store_passages is not None:
             check_counts(self, ("pool_store_passages",), 1)
         if self.pool_store is not None and self.stage != "query":
@@ -123,14 +125,20 @@ class PhraseTrainConfig:
         if extra:
             raise ConfigError(f"loss '{extra[0]}' is not part of the {self.stage} stage")
         self.weights = {name: float(weights[name]) for name in sorted(allowed)}
+        if self.hard_negatives and not self.weights.get("batch_span"):
+            raise ConfigError("hard negative passages are scored by the batch-wide span loss: "
+                              "give it a weight > 0 (--batch-span-weight)")
 
     def schedule_key(self) -> dict[str, Any]:
         """The settings a checkpoint must share with the run that resumes it (the pool-store
-        settings only when set, so runs from before they existed still resume)."""
+        and hard-negative settings only when set, so runs from before they existed still
+        resume)."""
         key = schedule_key(self)
         for name in ("pool_store", "pool_store_passages"):
             if key.get(name) is None:
                 key.pop(name, None)
+        if not key.get("hard_negatives"):
+            key.pop("hard_negatives", None)
         return key
 
 
@@ -432,7 +440,9 @@ class PhraseTrainer(StepTrainer):
         batch = make_phrase_batch(self.examples, indices, self.model, self.config.stride,
                                   self.teacher,
                                   self.teacher_query if self.teacher is not None else None,
-                                  skip_unfit=True)
+                                  skip_unfit=True,
+                                  negatives=self.config.hard_negatives
+                                  if self.config.stage == "phrase" else 0)
         self.skipped_unfit.update(batch.skipped)
         return batch
 
@@ -453,8 +463,16 @@ class PhraseTrainer(StepTrainer):
                 _, qv = model(queries=queries)
             return self._query_losses(batch, qv)
         passages = {k: v.to(device) for k, v in batch.passages.items()}
+        gold = len(batch)
+        if batch.negatives is not None:  # one forward pass for gold and negative passages
+            passages = {k: torch.cat([v, batch.negatives[k].to(device)])
+                        for k, v in passages.items()}
         with autocast(self.precision, device):
             pv, qv = model(passages=passages, queries=queries)
+        negatives = None
+        if batch.negatives is not None:
+            negatives = (pv.start[gold:], pv.end[gold:], batch.negative_mask.to(device))
+            pv = type(pv)(*(tensor[:gold] for tensor in pv))
         current = batch.current.to(device)
         q_start, q_end = qv.start[current], qv.end[current]
         mask = batch.mask.to(device)
@@ -465,7 +483,7 @@ class PhraseTrainer(StepTrainer):
         losses: dict[str, Tensor | None] = {
             "span": span_loss(start_logits, end_logits, mask, starts, ends),
             "batch_span": batch_span_loss(q_start, q_end, pv.start, pv.end, mask, starts, ends,
-                                          batch.passage_groups.to(device))
+                                          batch.passage_groups.to(device), negatives)
             if w.get("batch_span") else None,
             "filter": filter_loss(pv.start_filter, pv.end_filter, mask, starts, ends)
             if w.get("filter") else None,
@@ -836,8 +854,10 @@ def run_phrase_training(config: PhraseRunConfig, out: str | os.PathLike, acceler
     acc = accelerator if accelerator is not None else make_accelerator()
     if not (config.squad or config.benchmarks or config.examples):
         raise ConfigError("no training data: give --squad, --benchmark or --examples")
+    mined = 0 if config.query_only else config.phrase.hard_negatives
     examples = build_examples(config.squad, config.benchmarks, config.examples,
-                              config.max_examples, config.heldout_fraction, config.phrase.seed)
+                              config.max_examples, config.heldout_fraction, config.phrase.seed,
+                              negatives=mined)
     train = [e for e in examples if e.split == "train"]
     heldout = [e for e in examples if e.split != "train"]
     say(f"data: {len(train)} training and {len(heldout)} held-out examples")

@@ -121,6 +121,49 @@ def test_batch_gold_positions_previous_turns_and_groups(bench):
     assert twice.passage_groups.tolist() == [0, 0]
 
 
+def test_hard_negatives_come_from_other_articles_and_join_the_batch_once(bench):
+    from convqa.benchmark.labelled_turns import article_id_of
+
+    model = tiny_phrase_model()
+    plain = [e for e in benchmark_phrase_examples(bench) if e.split == "train"]
+    assert all(e.negatives == [] for e in plain)
+    examples = [e for e in benchmark_phrase_examples(bench, negatives=2) if e.split == "train"]
+    assert [e.id for e in examples] == [e.id for e in plain]
+    # (BM25 returns only passages sharing a term with the question: some get fewer)
+    assert all(len(e.negatives) <= 2 for e in examples)
+    assert sum(len(e.negatives) == 2 for e in examples) >= 3
+    for example in examples:  # BM25 passages of other articles than the gold passage's
+        gold = article_id_of(example.passage.id)
+        assert all(article_id_of(p.id) != gold for p in example.negatives)
+    without = make_phrase_batch(examples, [0, 1, 2], model)
+    assert without.negatives is None and without.negative_mask is None
+    batch = make_phrase_batch(examples, [0, 1, 2], model, negatives=2)
+    golds = {examples[i].passage.id for i in range(3)}
+    expected = []
+    for i in range(3):
+        for passage in examples[i].negatives[:2]:
+            if passage.id not in golds and passage.id not in {p.id for p in expected}:
+                expected.append(passage)
+    assert expected, "the tiny benchmark should give this batch some negatives"
+    ids, mask = batch.negatives["input_ids"], batch.negative_mask
+    assert ids.shape == (len(expected), batch.passages["input_ids"].shape[1])
+    assert mask.shape == ids.shape and bool(mask.any(dim=1).all())
+    for row, passage in enumerate(expected):  # each negative's text, in order, in its row
+        text = model.tokenizer.decode(ids[row][mask[row]]).replace(" ", "")
+        assert text == passage.text.lower().replace(" ", "")[:len(text)] and text
+    # the gold rows are what they are without negatives (only padded to the same length)
+    length = without.passages["input_ids"].shape[1]
+    assert torch.equal(batch.passages["input_ids"][:, :length], without.passages["input_ids"])
+    assert torch.equal(batch.start_positions, without.start_positions)
+    assert torch.equal(batch.mask[:, :length], without.mask)
+    assert not batch.mask[:, length:].any()
+    # a negative that is the gold passage of another question of the batch is left out
+    twin = PhraseExample("twin", "q", [], examples[1].passage, examples[1].spans,
+                         negatives=[examples[0].passage, examples[2].passage])
+    mixed = make_phrase_batch(examples + [twin], [0, len(examples)], model, negatives=2)
+    assert mixed.negatives["input_ids"].shape[0] == 1  # examples[2]'s passage only
+
+
 def test_a_long_passage_uses_the_window_holding_the_answer_and_misses_are_errors():
     model = tiny_phrase_model(max_passage_tokens=32)
     text = "Filler words come first here. " * 12 + "The answer is Zanzibar."

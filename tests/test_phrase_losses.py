@@ -65,6 +65,32 @@ def test_batch_span_loss_normalizes_over_every_passage_of_the_batch():
         batch_span_loss(q, q, h, h, mask, gold, torch.tensor([0, 1, 2]), torch.tensor([0, 1, 2]))
 
 
+def test_hard_negative_passages_join_the_batch_wide_normalization():
+    h = torch.tensor([[[9.0], [1.0], [2.0]],
+                      [[9.0], [0.0], [3.0]]])
+    mask = torch.tensor([[False, True, True]] * 2)
+    q = torch.ones(2, 1)
+    gold = torch.tensor([2, 1])
+    groups = torch.tensor([0, 1])
+    # one negative passage: text tokens 1 and 2 (e^4, e^5); token 0 is padding (e^9, ignored)
+    negative = torch.tensor([[[9.0], [4.0], [5.0]]])
+    n_mask = torch.tensor([[False, True, True]])
+    loss = batch_span_loss(q, q, h, h, mask, gold, gold, groups, (negative, negative, n_mask))
+    denominator = math.e + math.e ** 2 + 1 + math.e ** 3 + math.e ** 4 + math.e ** 5
+    expected = [-math.log(math.e ** 2 / denominator), -math.log(1 / denominator)]
+    assert close(loss, sum(expected) / 2)
+    # a negative passage adds terms to every denominator, so the loss only grows
+    plain = batch_span_loss(q, q, h, h, mask, gold, gold, groups)
+    assert float(loss) > float(plain)
+    # a negative whose text is all masked out changes nothing
+    nothing = batch_span_loss(q, q, h, h, mask, gold, gold, groups,
+                              (negative, negative, torch.zeros_like(n_mask)))
+    assert close(nothing, float(plain))
+    with pytest.raises(ValueError, match="negative passages have 2 token positions"):
+        batch_span_loss(q, q, h, h, mask, gold, gold, groups,
+                        (negative[:, :2], negative[:, :2], n_mask[:, :2]))
+
+
 def test_distill_loss_is_kl_from_the_teacher():
     mask = torch.tensor([[False, True, True]])
     student = torch.tensor([[9.0, math.log(3.0), 0.0]])     # (3/4, 1/4) over the text

@@ -92,6 +92,33 @@ def test_the_batch_wide_span_loss_is_off_by_default_and_trains_when_weighted(exa
     assert max((changed[k] - reference[k]).abs().max().item() for k in changed) > 1e-3
 
 
+def test_hard_negative_passages_raise_the_batch_wide_loss_and_train(tmp_path):
+    bench = make_benchmark(tmp_path / "bench")
+    mined = [e for e in benchmark_phrase_examples(bench, negatives=2) if e.split == "train"]
+    weights = {"batch_span": 1.0, "distill": 0.0}
+    with pytest.raises(ConfigError, match="batch-wide span loss"):
+        config(hard_negatives=1)
+    # an unset hard_negatives is not in the schedule key: runs from before it still resume
+    assert "hard_negatives" not in config(weights=weights).schedule_key()
+    assert config(weights=weights, hard_negatives=2).schedule_key()["hard_negatives"] == 2
+    runs = {}
+    for name, count in (("without", 0), ("with", 2)):
+        model = tiny_phrase_model(seed=1)
+        train_stage(model, mined, tmp_path / name,
+                    config(epochs=1, weights=weights, hard_negatives=count), None)
+        runs[name] = (log(tmp_path / name), state(model))
+    without, with_negatives = runs["without"][0], runs["with"][0]
+    # the same model, batches and own-passage loss at step 1; more passages in the batch-wide
+    # normalization where the batch has negatives, so that loss is higher
+    assert with_negatives[0]["span"] == pytest.approx(without[0]["span"], rel=1e-5)
+    assert sum(r["batch_span"] > s["batch_span"] + 1e-4
+               for r, s in zip(with_negatives, without)) >= 1
+    assert all(r["batch_span"] >= s["batch_span"] - 1e-5
+               for r, s in zip(with_negatives[:1], without[:1]))
+    trained, plain = runs["with"][1], runs["without"][1]
+    assert max((trained[k] - plain[k]).abs().max().item() for k in trained) > 1e-4
+
+
 def test_auto_precision_probe_leaves_the_run_unchanged(examples, tmp_path, monkeypatch):
     """`auto` times the first batch in fp32 and bf16 at every (re)start (timings injected).
     Resumed with a filled pre-batch queue, the probe's loss passes leave no trace: the steps
@@ -283,6 +310,18 @@ def test_cli_trains_both_stages_and_scores_held_out(tmp_path, capsys):
     assert main(["train", "phrase", "--out", str(tmp_path / "none"), "--benchmark", str(bench),
                  "--init-model", str(base), "--turn-weight", "-1", "--quiet"]) != 0
     assert "turn" in capsys.readouterr().err
+    # hard negatives: mined from the benchmark's corpus, scored by the batch-wide span loss
+    assert main(["train", "phrase", "--out", str(tmp_path / "hn0"), "--benchmark", str(bench),
+                 "--init-model", str(base), "--hard-negatives", "1", "--quiet"]) != 0
+    assert "--batch-span-weight" in capsys.readouterr().err
+    code = main(["train", "phrase", "--out", str(tmp_path / "hn"), "--benchmark", str(bench),
+                 "--init-model", str(base), "--teacher", "none", "--batch-size", "2",
+                 "--max-steps", "1", "--no-query-finetune", "--max-passage-tokens", "64",
+                 "--hard-negatives", "1", "--batch-span-weight", "1", "--eval-examples", "0",
+                 "--quiet"])
+    assert code == 0, capsys.readouterr().err
+    assert json.loads((tmp_path / "hn" / "phrase" / "training.json").read_text())[
+        "config"]["hard_negatives"] == 1
 
 
 def test_a_run_may_start_from_a_saved_phrase_model(tmp_path):

@@ -555,6 +555,10 @@ def _add_phrase(jobs) -> None:
                    help="weight of the span loss normalized over every passage of the batch "
                         "(its other passages' tokens as negatives, so that scores compare "
                         "across passages as in a corpus search); 0 = off")
+    p.add_argument("--hard-negatives", type=count, default=0, metavar="N",
+                   help="BM25 passages without the answer (of other articles, for a "
+                        "--benchmark) added to each question's batch as negatives of the "
+                        "batch-wide span loss (needs --batch-span-weight > 0; default 0)")
     p.add_argument("--distill-weight", type=float, default=1.0)
     p.add_argument("--filter-weight", type=float, default=0.5)
     p.add_argument("--pre-batch", type=count, default=2, metavar="C",
@@ -600,7 +604,7 @@ def run_phrase(args: argparse.Namespace) -> int:
                "pre_batch": args.neg_weight, "turn": args.turn_weight}
     common = {**schedule_settings(args), "precision": args.precision}
     phrase = PhraseTrainConfig(stage="phrase", weights=weights, pre_batch=args.pre_batch,
-                               **common)
+                               hard_negatives=args.hard_negatives, **common)
     query = None if args.no_query_finetune else PhraseTrainConfig(
         stage="query", weights={"query_side": 1.0, "turn": args.turn_weight},
         pool_passages=args.pool_passages, pool_store=args.pool_store,
