@@ -72,15 +72,20 @@ def save_tiny_qa_checkpoint(folder: Path, seed: int = 0):
 
 @contextlib.contextmanager
 def one_thread():
-    """Tiny models on a busy 2-core machine run far faster on one thread (no spin-waiting)."""
+    """Tiny models on a busy 2-core machine run far faster on one thread (no spin-waiting).
+    FAISS has its own OpenMP pool: OPQ training on two of its threads took 2-4x as long as on
+    one on a 2-core AVX2 machine whose other core was busy, so it gets one thread too."""
+    import faiss
     import torch
 
-    before = torch.get_num_threads()
+    before, before_faiss = torch.get_num_threads(), faiss.omp_get_max_threads()
     torch.set_num_threads(1)
+    faiss.omp_set_num_threads(1)
     try:
         yield
     finally:
         torch.set_num_threads(before)
+        faiss.omp_set_num_threads(before_faiss)
 
 
 @pytest.fixture(autouse=True)
