@@ -83,7 +83,7 @@ def from_reader_example(example: ReaderExample) -> PhraseExample:
                             f"{len(example.history)} history turns", field="history")
     return PhraseExample(example.id, example.question, list(example.history), positive.passage,
                          spans, example.golds(), conversation, turn, example.split,
-                         example.source, [p for p in example.negatives])
+                         example.source, list(example.negatives))
 
 
 def load_phrase_examples(path: str | os.PathLike) -> list[PhraseExample]:
@@ -278,17 +278,22 @@ def make_phrase_batch(examples: Sequence[PhraseExample], indices: Sequence[int],
 
 def _batch_negatives(chosen: Sequence[PhraseExample], per_example: int) -> list[Passage]:
     """Up to `per_example` hard negatives of each example, in order: each passage once, none
-    that is the gold passage of an example of the batch."""
+    that is the gold passage of an example of the batch or holds the gold answer text of any
+    (a negative is mined against its own question only, and would be a false one for another
+    question of the batch)."""
     if per_example < 0:
         raise ConvQAError(f"negatives must be >= 0, got {per_example}")
     seen = {e.passage.id for e in chosen}
+    answers = {e.passage.text[start:end].lower() for e in chosen for start, end in e.spans}
+    answers.discard("")
     result: list[Passage] = []
     for example in chosen:
         taken = 0
         for passage in example.negatives:
             if taken == per_example:
                 break
-            if passage.id not in seen:
+            text = passage.text.lower()
+            if passage.id not in seen and not any(answer in text for answer in answers):
                 seen.add(passage.id)
                 result.append(passage)
                 taken += 1

@@ -162,6 +162,15 @@ def test_hard_negatives_come_from_other_articles_and_join_the_batch_once(bench):
                          negatives=[examples[0].passage, examples[2].passage])
     mixed = make_phrase_batch(examples + [twin], [0, len(examples)], model, negatives=2)
     assert mixed.negatives["input_ids"].shape[0] == 1  # examples[2]'s passage only
+    # ... and so is a negative that holds the gold answer of another question of the batch
+    answer = examples[0].passage.text[slice(*examples[0].spans[0])]
+    holder = Passage("other#9", f"Somewhere else: {answer.upper()} again.", "Other")
+    clean = Passage("other#8", "Nothing of use here at all.", "Other")
+    mined = PhraseExample("mined", "q", [], examples[1].passage, examples[1].spans,
+                          negatives=[holder, clean])
+    picked = make_phrase_batch(examples + [mined], [0, len(examples)], model, negatives=2)
+    text = model.tokenizer.decode(picked.negatives["input_ids"][0][picked.negative_mask[0]])
+    assert picked.negatives["input_ids"].shape[0] == 1 and "nothing of use" in text
 
 
 def test_a_long_passage_uses_the_window_holding_the_answer_and_misses_are_errors():
