@@ -440,9 +440,7 @@ class PhraseTrainer(StepTrainer):
         batch = make_phrase_batch(self.examples, indices, self.model, self.config.stride,
                                   self.teacher,
                                   self.teacher_query if self.teacher is not None else None,
-                                  skip_unfit=True,
-                                  negatives=self.config.hard_negatives
-                                  if self.config.stage == "phrase" else 0)
+                                  skip_unfit=True, negatives=self.config.hard_negatives)
         self.skipped_unfit.update(batch.skipped)
         return batch
 
