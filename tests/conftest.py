@@ -10,6 +10,10 @@ from pathlib import Path
 
 import pytest
 
+# The suite never downloads: a hub id that is not on disk fails at once instead of after the
+# hub client's retries (46 s here without network). Subprocesses inherit it.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
