@@ -66,7 +66,8 @@ def test_minilm_retrieves_the_right_vital_article(minilm, tmp_path):
     assert len(passages) == len(ARTICLES)
     store = PassageStore.build(passages, tmp_path / "store", progress=False)
     index = build_dense_index(minilm, store, tmp_path / "index", progress=False)
-    assert index.meta["precision"] in (BF16, FP32) and index.count == len(ARTICLES)
+    # `auto` keeps whichever agreeing precision timed fastest on this CPU: any of the three
+    assert index.meta["precision"] in (BF16, FP32, INT8) and index.count == len(ARTICLES)
     retriever = RETRIEVERS.build({"name": "dense", "index": str(tmp_path / "index")})
     results = retriever.retrieve_batch(list(QUESTIONS), k=3)
     assert [hits[0].passage_id for hits in results] == [f"{a}#0" for a in QUESTIONS.values()]
