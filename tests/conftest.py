@@ -13,9 +13,6 @@ import pytest
 # The suite never downloads: a hub id that is not on disk fails at once instead of after the
 # hub client's retries (46 s here without network). Subprocesses inherit it.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-# Tiny models run faster on one thread than on two that spin-wait for each other (set before
-# torch and FAISS are imported, so both pools and every subprocess start with one thread).
-os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
