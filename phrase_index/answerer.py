@@ -8,7 +8,9 @@ CLI (`convqa answer --phrase-index DIR`), the demo and the evaluation scripts us
 The conversation is formatted by the model's history strategy, encoded into a start and an end
 query vector, and the best phrases of the whole corpus are found by `phrase_index.search`; there
 is no reader. `hits` are the passages of the best phrases (each passage once, ranked by its best
-phrase), so retrieval metrics apply too.
+phrase), so retrieval metrics apply too. When the index folder holds a BM25 index of its
+passages (`sparse/`, `convqa index --phrase --sparse`), its scores join the phrase scores
+(phrase_index/sparse.py); `sparse_weight=0` answers from the phrase vectors alone.
 """
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ class PhrasePipeline:
 
     def __init__(self, model, index: PhraseIndex, store, top_k: int = 5,
                  candidates: int | None = None, max_answer_tokens: int | None = None,
-                 precision: str = "auto"):
+                 precision: str = "auto", sparse=None):
         if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
             raise ConfigError(f"top_k must be a positive int, got {top_k!r}")
         index.check(fingerprint=model.fingerprint(), model_name=model.source)
@@ -45,6 +47,7 @@ class PhrasePipeline:
         self.passages = store  # as Pipeline: the store answers .get(passage_id)
         self.top_k = top_k
         self.searcher = PhraseSearcher(index, store, candidates, max_answer_tokens)
+        self.sparse = sparse  # a SparsePrior, or None: phrase scores alone
         requested = normalize_precision(precision, "phrase query precision")
         self.precision: str | None = None if requested == AUTO else requested
         self.precision_choice = None
@@ -55,12 +58,24 @@ class PhrasePipeline:
                     passages: str | os.PathLike | None = None, *, top_k: int = 5,
                     candidates: int | None = None, nprobe: int | None = None,
                     device: str = "cpu", mmap: bool = False,
-                    precision: str = "auto") -> "PhrasePipeline":
+                    precision: str = "auto", sparse_weight: float | None = None,
+                    sparse_passages: int | None = None) -> "PhrasePipeline":
         """Open a folder made by `convqa index --phrase`: the model and passage store it
-        records (or the ones given), checked against the index (one-line error otherwise)."""
+        records (or the ones given), checked against the index (one-line error otherwise).
+        Its `sparse/` BM25 index, when there, is used with `sparse_weight` (default
+        `sparse.DEFAULT_WEIGHT`; 0: not used)."""
         from convqa.corpus import PassageStore
 
         from .model import PhraseModel
+        from .sparse import DEFAULT_PASSAGES, DEFAULT_WEIGHT, SPARSE_DIR, SparsePrior, check_settings
+
+        weight, passage_count = check_settings(
+            DEFAULT_WEIGHT if sparse_weight is None else sparse_weight,
+            DEFAULT_PASSAGES if sparse_passages is None else sparse_passages)
+        sparse_dir = Path(index_dir) / SPARSE_DIR
+        if sparse_weight and not SparsePrior.exists(sparse_dir):
+            raise ConfigError(f"phrase index {index_dir} has no BM25 index for sparse_weight "
+                              f"{sparse_weight} (add one: convqa index --phrase --sparse ...)")
 
         index = load_phrase_index(index_dir, mmap=mmap)
         model_name = model or index.meta.get("model")
@@ -77,8 +92,12 @@ class PhrasePipeline:
         except RuntimeError:
             raise ConfigError(f"bad device {device!r}") from None
         index.set_nprobe(nprobe)
-        return cls(phrase_model, index, PassageStore.open(Path(store_path)), top_k, candidates,
-                   precision=precision)
+        store = PassageStore.open(Path(store_path))
+        sparse = None
+        if weight > 0 and SparsePrior.exists(sparse_dir):
+            sparse = SparsePrior.load(sparse_dir, store, weight, passage_count)
+        return cls(phrase_model, index, store, top_k, candidates, precision=precision,
+                   sparse=sparse)
 
     def format_query(self, question: str, history: Sequence[Turn]) -> str:
         return self.model.format_query(question, list(history))
@@ -139,9 +158,14 @@ class PhrasePipeline:
         began = time.perf_counter()
         q_start, q_end = self.encode(texts)
         timings["encode"] = _since(began)
+        priors = None
+        if self.sparse is not None:
+            began = time.perf_counter()
+            priors = self.sparse.priors(texts)
+            timings["sparse"] = _since(began)
         began = time.perf_counter()
         # more phrases than passages asked for: several phrases may share a passage
-        spans = self.searcher.spans(q_start, q_end, 4 * k)
+        spans = self.searcher.spans(q_start, q_end, 4 * k, priors)
         timings["search"] = _since(began)
         began = time.perf_counter()
         answers = [self.searcher.answers(s) for s in spans]

@@ -8,7 +8,9 @@ A phrase (i, j) of a passage, tokens i..j with `j - i < max_answer_tokens`, scor
 - end-first: the same from the end side, each paired with the start vectors before it.
 
 The end-first pass finds answers whose start token alone ranks low (a weak start, a strong
-end). Both passes are evaluated per passage at once: the phrases of a passage that either pass
+end). A `PassagePrior` per query (phrase_index/sparse.py: BM25 over the same passages) adds its
+passages as a third source, every phrase of them a candidate, and a per-passage score to every
+phrase, as DenSPI adds a sparse score to the dense one. Both passes are evaluated per passage at once: the phrases of a passage that either pass
 proposes are scored from the dump's stored vectors (exact; FAISS scores, possibly from PQ codes,
 only choose candidates), so a phrase found by both passes gets one identical score and appears
 once: results are deduplicated by (passage, start token, end token).
@@ -16,7 +18,7 @@ once: results are deduplicated by (passage, start token, end token).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
@@ -35,7 +37,8 @@ DEFAULT_MAX_ANSWER_TOKENS = 10
 
 @dataclass(frozen=True)
 class PhraseSpan:
-    """A scored phrase: passage row, token span (inclusive), character span (end exclusive)."""
+    """A scored phrase: passage row, token span (inclusive), character span (end exclusive);
+    `score` is `start_score + end_score + passage_score` (the prior's, 0 without one)."""
 
     row: int
     start_token: int
@@ -45,6 +48,17 @@ class PhraseSpan:
     score: float
     start_score: float
     end_score: float
+    passage_score: float = 0.0
+
+
+@dataclass(frozen=True)
+class PassagePrior:
+    """One query's passage-level evidence: `rows`, passages whose every phrase is a candidate
+    beside the FAISS hits, and `score(rows)`, the weighted score each phrase of a passage
+    gains."""
+
+    rows: np.ndarray
+    scores: Callable[[np.ndarray], np.ndarray]
 
 
 def _matrix(vectors: np.ndarray, dim: int, what: str) -> np.ndarray:
@@ -70,16 +84,20 @@ def _keys(pos: np.ndarray) -> np.ndarray:
 
 
 def _score_query(index: "PhraseIndex | CompactPhraseIndex", proposed: dict[str, np.ndarray], q_start: np.ndarray,
-                 q_end: np.ndarray, max_tokens: int) -> tuple[np.ndarray, ...]:
+                 q_end: np.ndarray, max_tokens: int, prior: PassagePrior | None = None
+                 ) -> tuple[np.ndarray, ...]:
     """Every phrase of the proposed passages that a pass proposes: (rows, starts, ends,
-    char starts, char ends, start scores, end scores).
+    char starts, char ends, start scores, end scores, passage scores).
 
     `proposed[side]` holds the `[n, 4]` positions of that pass's FAISS hits. The passages of
     all hits are scored at once: their kept start and end tokens, sorted by (row, token), are
     paired by binary search (end j of the same row with i <= j < i + max_tokens), and a pair is
-    kept when its start was a start hit or its end an end hit."""
+    kept when its start was a start hit or its end an end hit, or its passage is one of the
+    prior's rows."""
     hit_rows = np.concatenate([p[:, 0] for p in proposed.values()])
-    rows = np.unique(hit_rows)
+    prior_rows = np.asarray(prior.rows, dtype=np.int64) if prior is not None else \
+        np.zeros(0, dtype=np.int64)
+    rows = np.unique(np.concatenate([hit_rows.astype(np.int64), prior_rows]))
     start_pos, start_scores, end_pos, end_scores = index.gather(rows, q_start, q_end)
     start_keys, end_keys = _keys(start_pos), _keys(end_pos)
     lo = np.searchsorted(end_keys, start_keys, side="left")
@@ -93,16 +111,26 @@ def _score_query(index: "PhraseIndex | CompactPhraseIndex", proposed: dict[str, 
     end_hit = np.isin(end_keys, _keys(proposed["end"])) if "end" in proposed else \
         np.zeros(len(end_keys), dtype=bool)
     keep = start_hit[a] | end_hit[b]
+    if len(prior_rows):
+        keep |= np.isin(start_pos[a, 0], prior_rows)
     a, b = a[keep], b[keep]
-    return (start_pos[a, 0], start_pos[a, 1], end_pos[b, 1], start_pos[a, 2], end_pos[b, 3],
-            start_scores[a], end_scores[b])
+    phrase_rows = start_pos[a, 0]
+    if prior is None:
+        passage_scores = np.zeros(len(a), dtype=np.float32)
+    else:  # one lookup per passage, spread over its phrases
+        unique_rows, inverse = np.unique(phrase_rows, return_inverse=True)
+        passage_scores = np.asarray(prior.scores(unique_rows), dtype=np.float32)[inverse]
+    return (phrase_rows, start_pos[a, 1], end_pos[b, 1], start_pos[a, 2], end_pos[b, 3],
+            start_scores[a], end_scores[b], passage_scores)
 
 
 def search_phrases(index: "PhraseIndex | CompactPhraseIndex", q_start: np.ndarray, q_end: np.ndarray, k: int = 10, *,
                    candidates: int | None = None, max_answer_tokens: int | None = None,
-                   passes: Sequence[str] = PASSES) -> list[list[PhraseSpan]]:
+                   passes: Sequence[str] = PASSES,
+                   priors: Sequence[PassagePrior] | None = None) -> list[list[PhraseSpan]]:
     """The `k` best phrases per query (rows of `q_start` / `q_end`), best first; ties go to
-    the earlier passage, then the earlier span."""
+    the earlier passage, then the earlier span. `priors`, one per query, add passages and
+    passage scores (`PassagePrior`)."""
     k = _positive("k", k)
     candidates = _positive("candidates", candidates or max(DEFAULT_CANDIDATES, k))
     max_tokens = _positive("max_answer_tokens", max_answer_tokens or index.max_answer_tokens
@@ -114,22 +142,25 @@ def search_phrases(index: "PhraseIndex | CompactPhraseIndex", q_start: np.ndarra
     q_end = _matrix(q_end, index.dim, "end")
     if len(q_start) != len(q_end):
         raise ConvQAError(f"{len(q_start)} start but {len(q_end)} end query vectors")
+    if priors is not None and len(priors) != len(q_start):
+        raise ConvQAError(f"{len(priors)} passage priors for {len(q_start)} queries")
     hits = {side: index.search_side(side, q_start if side == "start" else q_end, candidates)[1]
             for side in passes}
     results = []
     for q in range(len(q_start)):
         proposed = {side: index.side_positions(side, hits[side][q][hits[side][q] >= 0])
                     for side in passes}
-        results.append(_top(_score_query(index, proposed, q_start[q], q_end[q], max_tokens),
-                            k))
+        prior = priors[q] if priors is not None else None
+        results.append(_top(_score_query(index, proposed, q_start[q], q_end[q], max_tokens,
+                                         prior), k))
     return results
 
 
 def _top(columns: tuple[np.ndarray, ...], k: int) -> list[PhraseSpan]:
-    rows, starts, ends, char_starts, char_ends, start_scores, end_scores = columns
+    rows, starts, ends, char_starts, char_ends, start_scores, end_scores, passage_scores = columns
     if len(rows) == 0:
         return []
-    scores = start_scores.astype(np.float64) + end_scores
+    scores = start_scores.astype(np.float64) + end_scores + passage_scores
     chosen = np.arange(len(scores))
     if len(scores) > k:  # sort only what can make the top k (ties at the k-th score kept)
         kth = np.partition(scores, len(scores) - k)[len(scores) - k]
@@ -137,7 +168,7 @@ def _top(columns: tuple[np.ndarray, ...], k: int) -> list[PhraseSpan]:
     order = chosen[np.lexsort((ends[chosen], starts[chosen], rows[chosen], -scores[chosen]))][:k]
     return [PhraseSpan(int(rows[i]), int(starts[i]), int(ends[i]), int(char_starts[i]),
                        int(char_ends[i]), float(scores[i]), float(start_scores[i]),
-                       float(end_scores[i])) for i in order]
+                       float(end_scores[i]), float(passage_scores[i])) for i in order]
 
 
 class PhraseSearcher:
@@ -154,9 +185,10 @@ class PhraseSearcher:
         self.candidates = candidates
         self.max_answer_tokens = max_answer_tokens
 
-    def spans(self, q_start: np.ndarray, q_end: np.ndarray, k: int = 10) -> list[list[PhraseSpan]]:
+    def spans(self, q_start: np.ndarray, q_end: np.ndarray, k: int = 10,
+              priors: Sequence[PassagePrior] | None = None) -> list[list[PhraseSpan]]:
         return search_phrases(self.index, q_start, q_end, k, candidates=self.candidates,
-                              max_answer_tokens=self.max_answer_tokens)
+                              max_answer_tokens=self.max_answer_tokens, priors=priors)
 
     def search(self, q_start: np.ndarray, q_end: np.ndarray, k: int = 10) -> list[list[Answer]]:
         """The `k` best answers per query: text, score, passage id, character offsets into the

@@ -16,7 +16,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
-def evaluate(index: str, model: str, benchmark: str, top_k: int = 20) -> dict[str, float]:
+def evaluate(index: str, model: str, benchmark: str, top_k: int = 20, nprobe: int | None = None,
+             candidates: int | None = None) -> dict[str, float]:
     from bench_phrase import answer_turns, scores
     from convqa.benchmark import load_labelled_turns
     from phrase_index.answerer import PhrasePipeline
@@ -24,7 +25,8 @@ def evaluate(index: str, model: str, benchmark: str, top_k: int = 20) -> dict[st
     turns = answer_turns(benchmark, 10 ** 9)
     data = load_labelled_turns(benchmark)
     labelled = [t for t in data.turns if t.split == "dev" and t.answer_evaluable]
-    pipe = PhrasePipeline.from_folder(index, model=model, top_k=top_k)
+    pipe = PhrasePipeline.from_folder(index, model=model, top_k=top_k, nprobe=nprobe,
+                                      candidates=candidates)
     results = [pipe.answer(q, h, top_k=top_k) for q, h, _ in turns]
     row = {"turns": len(turns), **scores(results, turns)}
     for k in (1, 5, 20):
@@ -39,6 +41,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--index", required=True, help="phrase index folder")
     parser.add_argument("--model", action="append", required=True, metavar="LABEL=DIR")
     parser.add_argument("--benchmark", required=True, help="TopiOCQA x Wikipedia corpus folder")
+    parser.add_argument("--nprobe", type=int, default=None,
+                        help="IVF lists searched (default: the index's own)")
+    parser.add_argument("--candidates", type=int, default=None,
+                        help="FAISS hits per pass and query (default: the searcher's)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     out = {}
@@ -46,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
         label, sep, folder = item.rpartition("=")
         if not sep:
             parser.error(f"--model {item!r}: expected LABEL=DIR")
-        out[label] = evaluate(args.index, folder, args.benchmark)
+        out[label] = evaluate(args.index, folder, args.benchmark, nprobe=args.nprobe,
+                              candidates=args.candidates)
         print(label, out[label], flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1), encoding="utf-8")

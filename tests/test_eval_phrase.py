@@ -191,6 +191,10 @@ def test_a_rebuilt_index_is_not_served_from_the_cache(bench, phrase_dir, tmp_pat
      "system 'p': phrase_index: candidates must be a positive integer, got '64'"),
     ({"phrase_index": ["/nowhere"]},
      "system 'p': phrase_index must be a folder or a mapping with 'index'"),
+    ({"phrase_index": {"index": "/nowhere", "sparse_weight": -1}},
+     "system 'p': phrase_index: sparse weight must be a number >= 0, got -1"),
+    ({"phrase_index": {"index": "/nowhere", "sparse_passages": 0}},
+     "system 'p': phrase_index: sparse passages must be a positive integer, got 0"),
 ])
 @pytest.mark.parametrize("table", ["retrieval", "answers"])
 def test_malformed_phrase_rows_fail_before_anything_runs(bench, tmp_path, capsys, row,  # noqa: F811

@@ -32,6 +32,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--phrase-index", metavar="DIR",
                    help="answer with a phrase index (`convqa index --phrase`) instead of a "
                         "retriever and a reader")
+    p.add_argument("--sparse-weight", type=float, default=None, metavar="W",
+                   help="with --phrase-index built with --sparse: weight of its BM25 passage "
+                        "scores (default 8; 0: the phrase vectors alone)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--prepare", action="store_true", help="build the embedded index and exit")
     add_verbose_argument(p)
@@ -48,7 +51,9 @@ def build_pipeline(args: argparse.Namespace):
 
         if args.config or args.overrides:
             raise ConvQAError("--phrase-index does not go with --config or --set")
-        return PhrasePipeline.from_folder(args.phrase_index)
+        return PhrasePipeline.from_folder(args.phrase_index, sparse_weight=args.sparse_weight)
+    if args.sparse_weight is not None:
+        raise ConvQAError("--sparse-weight goes with --phrase-index")
     if args.config:
         config = load_yaml(args.config)
     else:

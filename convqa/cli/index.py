@@ -6,10 +6,10 @@
                  [--factory Flat] [--batch-size 64] [--precision auto]
     convqa index --phrase --model PHRASE_MODEL --passages STORE_OR_FILE --out DIR [--int8]
                  [--factory Flat|IVF4096,PQ48] [--keep FRACTION | --threshold LOGIT|none]
-                 [--flat-max N]
+                 [--flat-max N] [--sparse]
     convqa index --phrase --compact --model PHRASE_MODEL --passages STORE --out DIR
                  [--keep FRACTION | --threshold LOGIT|none] [--code-bytes 48]
-                 [--search-bytes 32] [--drop-dump]
+                 [--search-bytes 32] [--drop-dump] [--sparse [--preset P]]
 
 `--passages` is a passage store folder (e.g. a benchmark's passages/) or a JSONL/TSV(.gz)
 collection (see convqa.corpus.readers); a file is first written as a passage store, by default
@@ -89,6 +89,11 @@ def add_parser(subparsers) -> None:
                         help="--compact: leave out tokens that are only punctuation (',' '(' "
                              "'.'; ~13%% of Wikipedia's word-boundary tokens): answer scoring "
                              "removes them, so no phrase needs one at its edge")
+    phrase.add_argument("--sparse", action="store_true",
+                        help="also index the passages with BM25 in OUT/sparse (--preset, --k1, "
+                             "--b apply): phrase search then adds BM25 passage scores and "
+                             "candidates, DenSPI's sparse side (docs/phrase_index.md). Rerun "
+                             "on a finished index to add it")
     phrase.add_argument("--drop-dump", action="store_true",
                         help="--compact: delete OUT/dump once the index is built (it is only "
                              "needed to rebuild with another filter or code size)")
@@ -193,8 +198,10 @@ def run_phrase(args: argparse.Namespace) -> int:
 
     if not args.model:
         raise ConvQAError("--phrase needs --model: a phrase model folder (convqa train phrase)")
-    if args.k1 is not None or args.b is not None or args.preset != "default":
-        raise ConvQAError("--preset, --k1 and --b are BM25 options; they do not go with --phrase")
+    if not args.sparse and (args.k1 is not None or args.b is not None
+                            or args.preset != "default"):
+        raise ConvQAError("--preset, --k1 and --b are BM25 options; with --phrase they go with "
+                          "--sparse")
     if args.batch_size < 1:
         raise ConvQAError("--batch-size must be at least 1")
     if args.flat_max is not None and args.flat_max < 0:
@@ -229,7 +236,8 @@ def run_phrase(args: argparse.Namespace) -> int:
     store = open_or_build_store(args)
     started = time.perf_counter()
     if args.compact:
-        return _run_compact(args, model, store, out, threshold, keep, started)
+        code = _run_compact(args, model, store, out, threshold, keep, started)
+        return _add_sparse(args, store, out) if code == 0 else code
     options = {} if args.flat_max is None else {"flat_max": args.flat_max}
     index = build_phrase_index(model, store, out, dtype="int8" if args.int8 else "float16",
                                factory=args.factory, start_threshold=threshold,
@@ -243,6 +251,28 @@ def run_phrase(args: argparse.Namespace) -> int:
           f"({factories['end']}) vectors, {index.bytes_per_passage():,.0f} bytes per passage"
           f"{peak_memory_note()}")
     print(f"use it with: convqa answer --phrase-index {out}")
+    return _add_sparse(args, store, out)
+
+
+def _add_sparse(args: argparse.Namespace, store, out: Path) -> int:
+    """--sparse: a BM25 index of the same store in OUT/sparse, unless one is there already."""
+    if not args.sparse:
+        return 0
+    from phrase_index.sparse import SPARSE_DIR, SparsePrior
+    from retrievers.bm25 import PRESETS, BM25Config, BM25Retriever
+
+    folder = out / SPARSE_DIR
+    if SparsePrior.exists(folder):
+        SparsePrior.load(folder, store)  # refuses a BM25 index of another corpus
+        print(f"sparse side: kept the BM25 index in {folder}")
+        return 0
+    if args.preset not in PRESETS:
+        raise ConvQAError(f"unknown preset '{args.preset}' (known: {', '.join(PRESETS)})")
+    started = time.perf_counter()
+    config = BM25Config(preset=args.preset, k1=args.k1, b=args.b)
+    BM25Retriever.build_from_store(store, config, show_progress=not args.quiet).save(folder)
+    print(f"sparse side: BM25 index of {len(store)} passages written to {folder} in "
+          f"{time.perf_counter() - started:.1f} s")
     return 0
 
 

@@ -7,8 +7,9 @@ own, so a systems-file row may name one instead of a retriever and a reader:
 Options: `index` (a folder of `convqa index --phrase`; required), `model` (default: the one the
 index records), `passages` (default: the target's passage store, so that hits carry the
 benchmark's ids; the index checks that it is its corpus), `nprobe` (IVF indexes) and
-`candidates` (FAISS hits per search pass, phrase_index/search.py). A string is short for
-`{index: ...}`. The phrase model formats the conversation itself, so such a row has no
+`candidates` (FAISS hits per search pass, phrase_index/search.py), `sparse_weight` and
+`sparse_passages` (the BM25 side of an index built with `--sparse`, phrase_index/sparse.py;
+weight 0 leaves it out). A string is short for `{index: ...}`. The phrase model formats the conversation itself, so such a row has no
 `history` either.
 
 The row goes through the same machinery as a retriever + reader row (runs cached by
@@ -34,7 +35,8 @@ from typing import Any, Sequence
 
 from convqa.errors import ConfigError
 
-OPTIONS = ("index", "model", "passages", "nprobe", "candidates")
+OPTIONS = ("index", "model", "passages", "nprobe", "candidates", "sparse_weight",
+           "sparse_passages")
 TOP_KS = (1,)  # the one prediction of a phrase row: its best phrase
 CACHE_VERSION = 1
 
@@ -59,6 +61,16 @@ def phrase_spec(spec: Any) -> dict[str, Any]:
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                   or value < 1):
             raise ConfigError(f"phrase_index: {name} must be a positive integer, got {value!r}")
+    if spec.get("sparse_weight") is not None or spec.get("sparse_passages") is not None:
+        from phrase_index.sparse import DEFAULT_PASSAGES, DEFAULT_WEIGHT, check_settings
+
+        try:
+            check_settings(DEFAULT_WEIGHT if spec.get("sparse_weight") is None
+                           else spec["sparse_weight"],
+                           DEFAULT_PASSAGES if spec.get("sparse_passages") is None
+                           else spec["sparse_passages"])
+        except ConfigError as exc:
+            raise ConfigError(f"phrase_index: {exc}") from None
     return dict(spec)
 
 
@@ -81,7 +93,9 @@ class PhraseSystem:
         store = spec.get("passages") or (str(passages) if passages is not None else None)
         pipeline = PhrasePipeline.from_folder(spec["index"], spec.get("model"), store,
                                               candidates=spec.get("candidates"),
-                                              nprobe=spec.get("nprobe"))
+                                              nprobe=spec.get("nprobe"),
+                                              sparse_weight=spec.get("sparse_weight"),
+                                              sparse_passages=spec.get("sparse_passages"))
         return cls(pipeline, spec)
 
     def fingerprint(self) -> str:
@@ -92,7 +106,8 @@ class PhraseSystem:
             data = json.dumps({"version": CACHE_VERSION, "index": pipe.index.meta,
                                "model": pipe.model.full_fingerprint(),
                                "candidates": options.get("candidates"),
-                               "nprobe": options.get("nprobe"), "top_k": pipe.top_k},
+                               "nprobe": options.get("nprobe"), "top_k": pipe.top_k,
+                               "sparse": pipe.sparse.fingerprint() if pipe.sparse else None},
                               sort_keys=True, default=str)
             self._fingerprint = "phrase:" + hashlib.sha256(data.encode()).hexdigest()[:24]
         return self._fingerprint

@@ -1,0 +1,109 @@
+"""The sparse side of phrase search: BM25 over the index's own passages, as a passage prior.
+
+A phrase vector sees one passage; across 220,873 passages the phrase index finds the answer
+passage less often than a passage retriever (docs/results/phrase.md). DenSPI pairs each dense
+phrase vector with a sparse vector of its passage; here the sparse side is a BM25 index of the
+same passage store, kept in the phrase index folder (`sparse/`), and for each query it
+
+- proposes its best `passages` passages, every phrase of them a candidate beside the FAISS
+  hits, and
+- adds `weight * bm25(passage) / bm25(best passage)` to every phrase of every candidate
+  passage: the query's best BM25 passage gains `weight`, a passage without a query word 0.
+
+    from phrase_index.sparse import SparsePrior
+    prior = SparsePrior.load("runs/phrase-index/sparse", store)
+    priors = prior.priors(["who directed the shining [SEP] stanley kubrick [SEP] when?"])
+    search_phrases(index, q_start, q_end, 5, priors=priors)
+
+The weight is on the scale of the phrase scores of the shipped model (DEFAULT_WEIGHT, measured
+on TopiOCQA dev turns; docs/results/phrase.md, "BM25 as the sparse side"); 0 turns it off.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from convqa.errors import ConfigError, DataError
+
+from .search import PassagePrior
+
+SPARSE_DIR = "sparse"     # inside a phrase index folder
+DEFAULT_WEIGHT = 8.0
+DEFAULT_PASSAGES = 20
+BM25_META = "convqa_bm25.json"
+
+
+def check_settings(weight, passages) -> tuple[float, int]:
+    """(weight, passages) checked: a weight >= 0 (0: off) and a positive passage count."""
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight >= 0:
+        raise ConfigError(f"sparse weight must be a number >= 0, got {weight!r}")
+    if isinstance(passages, bool) or not isinstance(passages, int) or passages < 1:
+        raise ConfigError(f"sparse passages must be a positive integer, got {passages!r}")
+    return float(weight), passages
+
+
+class SparsePrior:
+    """BM25 over the phrase index's passages, turned into one `PassagePrior` per query."""
+
+    def __init__(self, retriever, weight: float = DEFAULT_WEIGHT,
+                 passages: int = DEFAULT_PASSAGES):
+        self.retriever = retriever
+        self.weight, self.passages = check_settings(weight, passages)
+        strip = retriever.config.strip
+        self._strip = re.compile(strip) if strip else None
+
+    @staticmethod
+    def exists(folder: str | os.PathLike) -> bool:
+        return (Path(folder) / BM25_META).is_file()
+
+    @classmethod
+    def load(cls, folder: str | os.PathLike, store, weight: float = DEFAULT_WEIGHT,
+             passages: int = DEFAULT_PASSAGES) -> "SparsePrior":
+        """The BM25 index in `folder`, checked to be an index of `store` (one-line error)."""
+        from retrievers.bm25 import BM25Retriever
+
+        if not cls.exists(folder):
+            raise DataError(f"no BM25 index here (build one with `convqa index --bm25 "
+                            f"--passages {store.path} --out {folder}`)", folder)
+        retriever = BM25Retriever.load(folder)
+        retriever.check_store(store)
+        return cls(retriever, weight, passages)
+
+    def fingerprint(self) -> dict:
+        return {"bm25": self.retriever.fingerprint(), "weight": self.weight,
+                "passages": self.passages}
+
+    def priors(self, query_texts: Sequence[str]) -> list[PassagePrior]:
+        """One prior per query text (the phrase model's rendering of the conversation)."""
+        from retrievers.bm25 import _tokenize
+
+        texts = [self._strip.sub(" ", t) if self._strip else t for t in query_texts]
+        vocab = self.retriever.model.vocab_dict
+        out = []
+        for words in _tokenize(texts, self.retriever.config.stopwords):
+            known = [w for w in words if w and w in vocab]
+            scores = np.asarray(self.retriever.model.get_scores(known), dtype=np.float32) \
+                if known else None
+            if scores is None or not len(scores) or float(scores.max()) <= 0 or self.weight == 0:
+                out.append(PassagePrior(np.zeros(0, dtype=np.int64), _zeros))
+                continue
+            count = min(self.passages, len(scores))
+            best = np.argpartition(-scores, count - 1)[:count]
+            best = np.sort(best[scores[best] > 0]).astype(np.int64)
+            scale = self.weight / float(scores.max())
+            out.append(PassagePrior(best, _scaled(scores, scale)))
+        return out
+
+
+def _zeros(rows: np.ndarray) -> np.ndarray:
+    return np.zeros(len(rows), dtype=np.float32)
+
+
+def _scaled(scores: np.ndarray, scale: float):
+    def score(rows: np.ndarray) -> np.ndarray:
+        return scores[rows] * np.float32(scale)
+    return score
