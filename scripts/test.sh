@@ -12,4 +12,6 @@ if ! command -v chromedriver >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-
         || { apt-get update -q >/dev/null && apt-get install -y -q chromium chromium-driver >/dev/null; } \
         || echo "scripts/test.sh: could not install chromium; the browser test will skip" >&2
 fi
-python -m pytest -q -m "not slow" "$@"
+# One worker per core (at most 4: each holds its own models), a test file per worker at a time so
+# module fixtures are built once; tests/conftest.py divides the cores' threads between workers.
+python -m pytest -q -n auto --maxprocesses 4 --dist loadfile -m "not slow" "$@"

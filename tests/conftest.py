@@ -14,6 +14,28 @@ import pytest
 # hub client's retries (46 s here without network). Subprocesses inherit it.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+
+def _share_cores_between_workers() -> None:
+    """Under pytest-xdist (scripts/test.sh runs one worker per core), each worker's torch and
+    FAISS get the cores divided by the workers, unless OMP_NUM_THREADS says otherwise: two
+    workers with two threads each on two cores slow each other down."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    if workers < 2 or os.environ.get("OMP_NUM_THREADS"):
+        return
+    import torch
+
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    torch.set_num_threads(threads)
+    try:
+        import faiss
+
+        faiss.omp_set_num_threads(threads)
+    except ImportError:
+        pass
+
+
+_share_cores_between_workers()
+
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
