@@ -8,12 +8,14 @@ A phrase (i, j) of a passage, tokens i..j with `j - i < max_answer_tokens`, scor
 - end-first: the same from the end side, each paired with the start vectors before it.
 
 The end-first pass finds answers whose start token alone ranks low (a weak start, a strong
-end). A `PassagePrior` per query (phrase_index/sparse.py: BM25 over the same passages) adds its
-passages as a third source, every phrase of them a candidate, and a per-passage score to every
-phrase, as DenSPI adds a sparse score to the dense one. Both passes are evaluated per passage at once: the phrases of a passage that either pass
+end). Both passes are evaluated per passage at once: the phrases of a passage that either pass
 proposes are scored from the dump's stored vectors (exact; FAISS scores, possibly from PQ codes,
 only choose candidates), so a phrase found by both passes gets one identical score and appears
 once: results are deduplicated by (passage, start token, end token).
+
+A `PassagePrior` per query (phrase_index/sparse.py: BM25 over the same passages) adds its
+passages as a third source, every phrase of them a candidate, and a per-passage score to every
+phrase, as DenSPI adds a sparse score to the dense one.
 """
 from __future__ import annotations
 

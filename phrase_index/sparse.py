@@ -21,7 +21,6 @@ on TopiOCQA dev turns; docs/results/phrase.md, "BM25 as the sparse side"); 0 tur
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import Sequence
 
@@ -53,8 +52,6 @@ class SparsePrior:
                  passages: int = DEFAULT_PASSAGES):
         self.retriever = retriever
         self.weight, self.passages = check_settings(weight, passages)
-        strip = retriever.config.strip
-        self._strip = re.compile(strip) if strip else None
 
     @staticmethod
     def exists(folder: str | os.PathLike) -> bool:
@@ -79,23 +76,15 @@ class SparsePrior:
 
     def priors(self, query_texts: Sequence[str]) -> list[PassagePrior]:
         """One prior per query text (the phrase model's rendering of the conversation)."""
-        from retrievers.bm25 import _tokenize
-
-        texts = [self._strip.sub(" ", t) if self._strip else t for t in query_texts]
-        vocab = self.retriever.model.vocab_dict
         out = []
-        for words in _tokenize(texts, self.retriever.config.stopwords):
-            known = [w for w in words if w and w in vocab]
-            scores = np.asarray(self.retriever.model.get_scores(known), dtype=np.float32) \
-                if known else None
+        for scores in self.retriever.all_scores(query_texts):
             if scores is None or not len(scores) or float(scores.max()) <= 0 or self.weight == 0:
                 out.append(PassagePrior(np.zeros(0, dtype=np.int64), _zeros))
                 continue
             count = min(self.passages, len(scores))
             best = np.argpartition(-scores, count - 1)[:count]
             best = np.sort(best[scores[best] > 0]).astype(np.int64)
-            scale = self.weight / float(scores.max())
-            out.append(PassagePrior(best, _scaled(scores, scale)))
+            out.append(PassagePrior(best, _scaled(scores, self.weight / float(scores.max()))))
         return out
 
 

@@ -264,19 +264,15 @@ class BM25Retriever(Retriever):
         if k < 1:
             raise ConfigError(f"bm25: k must be at least 1, got {k}")
         k = min(k, len(self.passage_ids))
-        if self.config.strip:
-            pattern = re.compile(self.config.strip)
-            queries = [pattern.sub(" ", query) for query in queries]
-        tokens = _tokenize(queries, self.config.stopwords)
+        words = self._known_words(queries)
         results: list[list[Hit]] = [[] for _ in queries]
-        vocab = self.model.vocab_dict
-        searchable = [i for i, t in enumerate(tokens) if any(w and w in vocab for w in t)]
+        searchable = [i for i, w in enumerate(words) if w]
         if not searchable:
             return results
         if (self.config.backend == "auto" and len(searchable) >= AUTO_NUMBA_BATCH
                 and has_numba()):
             _use_numba(self.model)
-        known = [[w for w in tokens[i] if w and w in vocab] for i in searchable]
+        known = [words[i] for i in searchable]
         docs, scores = self.model.retrieve(known, k=k, show_progress=False)
         for row, i in enumerate(searchable):
             rank = 0
@@ -286,6 +282,24 @@ class BM25Retriever(Retriever):
                 rank += 1
                 results[i].append(Hit(self.passage_ids[int(doc)], float(score), rank))
         return results
+
+
+    def all_scores(self, queries: Sequence[str]) -> list[np.ndarray | None]:
+        """Per query, the BM25 score of every passage (float32, in passage order), or None
+        for a query with no word of the index's vocabulary."""
+        import numpy as np
+
+        return [np.asarray(self.model.get_scores(words), dtype=np.float32) if words else None
+                for words in self._known_words(queries)]
+
+    def _known_words(self, queries: Sequence[str]) -> list[list[str]]:
+        """Each query's words that the index knows, after `strip` and tokenizing."""
+        if self.config.strip:
+            pattern = re.compile(self.config.strip)
+            queries = [pattern.sub(" ", query) for query in queries]
+        vocab = self.model.vocab_dict
+        return [[w for w in words if w and w in vocab]
+                for words in _tokenize(queries, self.config.stopwords)]
 
 
 def _lean_csc(data, rows, cols, shape):

@@ -140,6 +140,16 @@ def test_presets_and_overrides(tmp_path):
     assert plain.retrieve("cherry", 1) == r.retrieve("cherry", 1)
 
 
+def test_all_scores_are_the_retrieved_scores_for_every_passage(hand):
+    """`all_scores` (the phrase index's sparse side) scores every passage as `retrieve` does,
+    0 where a passage lacks every query word, None for a query without a known word."""
+    banana, nothing, separated = hand.all_scores(["banana", "the zebra", "cherry [SEP]"])
+    assert banana.tolist() == pytest.approx([lucene_bm25(1, 2, 2), lucene_bm25(1, 2, 3), 0.0],
+                                            rel=1e-5)
+    assert nothing is None
+    assert separated.tolist() == pytest.approx([0.0, lucene_bm25(2, 1, 3), 0.0], rel=1e-5)
+
+
 def test_separators_are_stripped_from_queries():
     """History strategies join utterances with " [SEP] "; left in, it is the word "sep"."""
     corpus = HAND + [Passage("d", "Sep 2001 events")]
