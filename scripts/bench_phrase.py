@@ -139,7 +139,6 @@ def phrase_index_facts(phrase) -> dict:
             else (factory or {}).get("start"), "passages": phrase.index.count,
             "dtype": meta.get("dtype") or f"PQ{meta.get('code_bytes')}",
             "vectors": meta.get("vectors"), "model": meta.get("model"),
-            "index_bytes_per_passage": phrase.index.bytes_per_passage(),
             "nprobe": phrase.index.nprobe}
 
 
@@ -255,6 +254,10 @@ def main(argv: list[str] | None = None) -> int:
             "stages_ms": stage_means(results["phrase"]["answers"]),
             "batched": {"batch_size": args.batch_size, **rates(batched, len(turns))},
             **phrase_index_facts(phrase), "bytes_on_disk": phrase_bytes["index"],
+            # what answering reads per passage: vectors, FAISS and the sparse side's BM25
+            "index_bytes_per_passage": round(phrase_bytes["index"] / phrase.index.count, 1),
+            "vector_bytes_per_passage": phrase.index.bytes_per_passage(),
+            "sparse": phrase.sparse.fingerprint() if phrase.sparse else None,
             "kept_dump_bytes": phrase_bytes["kept_dump"],
             **scores(results["phrase"]["answers"], turns)},
     })
