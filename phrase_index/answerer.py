@@ -32,6 +32,9 @@ from .index import PhraseIndex, load_phrase_index
 from .search import PhraseSearcher
 
 
+PROBE_QUERIES = 16  # queries the `auto` precision probe times each candidate on
+
+
 class PhrasePipeline:
     """Phrase model (query side) + phrase index + passage store."""
 
@@ -105,20 +108,24 @@ class PhrasePipeline:
     def encode(self, query_texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """float32 start and end query vectors `[n, d]`, in the precision chosen on the first
         call (`auto`: the fastest candidate that agrees with fp32; convqa/precision.py)."""
-        batch = self.model.tokenize_queries(list(query_texts))
+        texts = list(query_texts)
 
-        def run(precision: str) -> torch.Tensor:
+        def run(precision: str, batch) -> torch.Tensor:
             vectors = prepare(self.model, precision).encode_queries(batch["input_ids"],
                                                                     batch["attention_mask"])
             return torch.cat([vectors.start.float(), vectors.end.float()], dim=-1)
 
         if self.precision is None:
+            # the probe runs each candidate 3+ times: on a sample, not on a whole evaluation
+            # batch (a slow candidate, bf16 without native support, took minutes on 405 queries)
+            sample = self.model.tokenize_queries(texts[:PROBE_QUERIES])
             self.precision_choice = choose_precision(
-                run, min_cosine, threshold=VECTOR_AGREEMENT, what="phrase queries",
-                device=self.model.device, remember=self.index.meta.get("fingerprint"))
+                lambda precision: run(precision, sample), min_cosine,
+                threshold=VECTOR_AGREEMENT, what="phrase queries", device=self.model.device,
+                remember=self.index.meta.get("fingerprint"))
             self.precision = self.precision_choice.precision
         with torch.inference_mode(), autocast(self.precision, self.model.device):
-            both = run(self.precision).cpu().numpy()
+            both = run(self.precision, self.model.tokenize_queries(texts)).cpu().numpy()
         half = both.shape[1] // 2
         return np.ascontiguousarray(both[:, :half]), np.ascontiguousarray(both[:, half:])
 

@@ -268,3 +268,28 @@ def test_compact_skip_punctuation_leaves_out_tokens_that_are_only_punctuation(bu
     assert main(["answer", "--phrase-index", str(tmp_path / "lean"), "what is force?",
                  "--json"]) == 0
     check_answer(json.loads(capsys.readouterr().out)["answer"], store)
+
+
+def test_auto_precision_probes_a_sample_not_the_whole_batch(built, conversation, monkeypatch):
+    """`auto` times every candidate several times: on the first PROBE_QUERIES queries of the
+    first batch, then the whole batch is encoded once in the chosen precision."""
+    import phrase_index.answerer as answerer
+    from convqa.precision import PrecisionChoice
+
+    _, index = built
+    probed: list[int] = []
+
+    def choose(run, agreement, **options):
+        probed.append(run("fp32").shape[0])
+        return PrecisionChoice.forced("fp32", options["what"])
+
+    monkeypatch.setattr(answerer, "choose_precision", choose)
+    pipe = PhrasePipeline.from_folder(index)
+    texts = [pipe.format_query(t.question, conversation.history(n + 1))
+             for n, t in enumerate(conversation.turns)] * 8
+    assert len(texts) > answerer.PROBE_QUERIES
+    q_start, q_end = pipe.encode(texts)
+    assert probed == [answerer.PROBE_QUERIES] and pipe.precision == "fp32"
+    assert q_start.shape[0] == q_end.shape[0] == len(texts)
+    one_start, _ = PhrasePipeline.from_folder(index, precision="fp32").encode(texts[-1:])
+    np.testing.assert_allclose(q_start[-1], one_start[0], atol=1e-4)
