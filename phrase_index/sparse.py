@@ -33,11 +33,13 @@ from .search import PassagePrior
 SPARSE_DIR = "sparse"     # inside a phrase index folder
 DEFAULT_WEIGHT = 8.0
 DEFAULT_PASSAGES = 20
-BM25_META = "convqa_bm25.json"
 
 
-def check_settings(weight, passages) -> tuple[float, int]:
-    """(weight, passages) checked: a weight >= 0 (0: off) and a positive passage count."""
+def check_settings(weight=None, passages=None) -> tuple[float, int]:
+    """(weight, passages) checked, None standing for the default: a weight >= 0 (0: off) and a
+    positive passage count."""
+    weight = DEFAULT_WEIGHT if weight is None else weight
+    passages = DEFAULT_PASSAGES if passages is None else passages
     if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight >= 0:
         raise ConfigError(f"sparse weight must be a number >= 0, got {weight!r}")
     if isinstance(passages, bool) or not isinstance(passages, int) or passages < 1:
@@ -55,7 +57,9 @@ class SparsePrior:
 
     @staticmethod
     def exists(folder: str | os.PathLike) -> bool:
-        return (Path(folder) / BM25_META).is_file()
+        from retrievers.bm25 import META_FILE
+
+        return (Path(folder) / META_FILE).is_file()
 
     @classmethod
     def load(cls, folder: str | os.PathLike, store, weight: float = DEFAULT_WEIGHT,
@@ -76,10 +80,13 @@ class SparsePrior:
 
     def priors(self, query_texts: Sequence[str]) -> list[PassagePrior]:
         """One prior per query text (the phrase model's rendering of the conversation)."""
+        nothing = PassagePrior(np.zeros(0, dtype=np.int64), _zeros)
+        if self.weight == 0:
+            return [nothing for _ in query_texts]
         out = []
         for scores in self.retriever.all_scores(query_texts):
-            if scores is None or not len(scores) or float(scores.max()) <= 0 or self.weight == 0:
-                out.append(PassagePrior(np.zeros(0, dtype=np.int64), _zeros))
+            if scores is None or not len(scores) or float(scores.max()) <= 0:
+                out.append(nothing)
                 continue
             count = min(self.passages, len(scores))
             best = np.argpartition(-scores, count - 1)[:count]

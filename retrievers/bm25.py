@@ -42,7 +42,7 @@ from .base import Retriever
 PRESETS = {"default": (0.9, 0.4), "topiocqa": (0.9, 0.4), "qrecc": (0.82, 0.68)}
 BACKENDS = ("auto", "numpy", "numba")
 AUTO_NUMBA_BATCH = 64  # "auto" compiles numba for batches at least this large
-_META = "convqa_bm25.json"
+META_FILE = "convqa_bm25.json"  # written last: its presence marks a finished index
 _SPLITTER = r"(?u)\b\w\w+\b"  # bm25s's default; queries and passages must share it
 _HASHED_FILES = ("data.csc.index.npy", "indices.csc.index.npy", "indptr.csc.index.npy",
                  "vocab.index.json")
@@ -200,9 +200,9 @@ class BM25Retriever(Retriever):
             config = dict(asdict(self.config), k1=k1, b=b, index="")
             meta = {"kind": "bm25", "config": config, "corpus": self.corpus,
                     "fingerprint": fingerprint, "passage_ids": self.passage_ids}
-            (tmp / _META).write_text(json.dumps(meta), encoding="utf-8")
+            (tmp / META_FILE).write_text(json.dumps(meta), encoding="utf-8")
             if folder.exists():
-                if not (folder / _META).exists():
+                if not (folder / META_FILE).exists():
                     raise ConvQAError(f"{folder}: exists and is not a BM25 index; not replacing it")
                 shutil.rmtree(folder)
             tmp.rename(folder)
@@ -218,7 +218,7 @@ class BM25Retriever(Retriever):
         import bm25s
 
         folder = Path(folder)
-        meta_path = folder / _META
+        meta_path = folder / META_FILE
         if not folder.is_dir():
             raise DataError("BM25 index not found (build it with `convqa index --bm25`)", folder)
         if not meta_path.exists():
@@ -282,7 +282,6 @@ class BM25Retriever(Retriever):
                 rank += 1
                 results[i].append(Hit(self.passage_ids[int(doc)], float(score), rank))
         return results
-
 
     def all_scores(self, queries: Sequence[str]) -> list[np.ndarray | None]:
         """Per query, the BM25 score of every passage (float32, in passage order), or None

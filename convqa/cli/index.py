@@ -118,6 +118,15 @@ def open_or_build_store(args: argparse.Namespace):
     return store
 
 
+def bm25_config(args: argparse.Namespace):
+    """The BM25 settings of --preset, --k1 and --b (for --bm25, and --phrase --sparse)."""
+    from retrievers.bm25 import PRESETS, BM25Config
+
+    if args.preset not in PRESETS:
+        raise ConvQAError(f"unknown preset '{args.preset}' (known: {', '.join(PRESETS)})")
+    return BM25Config(preset=args.preset, k1=args.k1, b=args.b)
+
+
 def run(args: argparse.Namespace) -> int:
     if args.dense:
         return run_dense(args)
@@ -126,11 +135,9 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and not args.overwrite:
         raise ConvQAError(f"{out}: already exists; add --overwrite to replace it")
-    from retrievers.bm25 import PRESETS, BM25Config, BM25Retriever
+    from retrievers.bm25 import BM25Retriever
 
-    if args.preset not in PRESETS:
-        raise ConvQAError(f"unknown preset '{args.preset}' (known: {', '.join(PRESETS)})")
-    config = BM25Config(preset=args.preset, k1=args.k1, b=args.b)
+    config = bm25_config(args)
     k1, b = config.params()
     store = open_or_build_store(args)
     started = time.perf_counter()
@@ -259,17 +266,15 @@ def _add_sparse(args: argparse.Namespace, store, out: Path) -> int:
     if not args.sparse:
         return 0
     from phrase_index.sparse import SPARSE_DIR, SparsePrior
-    from retrievers.bm25 import PRESETS, BM25Config, BM25Retriever
+    from retrievers.bm25 import BM25Retriever
 
     folder = out / SPARSE_DIR
     if SparsePrior.exists(folder):
         SparsePrior.load(folder, store)  # refuses a BM25 index of another corpus
         print(f"sparse side: kept the BM25 index in {folder}")
         return 0
-    if args.preset not in PRESETS:
-        raise ConvQAError(f"unknown preset '{args.preset}' (known: {', '.join(PRESETS)})")
+    config = bm25_config(args)
     started = time.perf_counter()
-    config = BM25Config(preset=args.preset, k1=args.k1, b=args.b)
     BM25Retriever.build_from_store(store, config, show_progress=not args.quiet).save(folder)
     print(f"sparse side: BM25 index of {len(store)} passages written to {folder} in "
           f"{time.perf_counter() - started:.1f} s")

@@ -9,8 +9,8 @@ index records), `passages` (default: the target's passage store, so that hits ca
 benchmark's ids; the index checks that it is its corpus), `nprobe` (IVF indexes) and
 `candidates` (FAISS hits per search pass, phrase_index/search.py), `sparse_weight` and
 `sparse_passages` (the BM25 side of an index built with `--sparse`, phrase_index/sparse.py;
-weight 0 leaves it out). A string is short for `{index: ...}`. The phrase model formats the conversation itself, so such a row has no
-`history` either.
+weight 0 leaves it out). A string is short for `{index: ...}`. The phrase model formats the
+conversation itself, so such a row has no `history` either.
 
 The row goes through the same machinery as a retriever + reader row (runs cached by
 configuration, predictions cached next to the run), with one adapter, `PhraseSystem`, in both
@@ -62,13 +62,10 @@ def phrase_spec(spec: Any) -> dict[str, Any]:
                                   or value < 1):
             raise ConfigError(f"phrase_index: {name} must be a positive integer, got {value!r}")
     if spec.get("sparse_weight") is not None or spec.get("sparse_passages") is not None:
-        from phrase_index.sparse import DEFAULT_PASSAGES, DEFAULT_WEIGHT, check_settings
+        from phrase_index.sparse import check_settings
 
         try:
-            check_settings(DEFAULT_WEIGHT if spec.get("sparse_weight") is None
-                           else spec["sparse_weight"],
-                           DEFAULT_PASSAGES if spec.get("sparse_passages") is None
-                           else spec["sparse_passages"])
+            check_settings(spec.get("sparse_weight"), spec.get("sparse_passages"))
         except ConfigError as exc:
             raise ConfigError(f"phrase_index: {exc}") from None
     return dict(spec)
