@@ -10,7 +10,9 @@ query vector, and the best phrases of the whole corpus are found by `phrase_inde
 is no reader. `hits` are the passages of the best phrases (each passage once, ranked by its best
 phrase), so retrieval metrics apply too. When the index folder holds a BM25 index of its
 passages (`sparse/`, `convqa index --phrase --sparse`), its scores join the phrase scores
-(phrase_index/sparse.py); `sparse_weight=0` answers from the phrase vectors alone.
+(phrase_index/sparse.py); `sparse_weight=0` answers from the phrase vectors alone. BM25 reads
+its own rendering of the conversation: `format_query` returns a `PhraseQuery`, the phrase
+model's text carrying BM25's as `sparse_text`.
 """
 from __future__ import annotations
 
@@ -33,6 +35,23 @@ from .search import PhraseSearcher
 
 
 PROBE_QUERIES = 16  # queries the `auto` precision probe times each candidate on
+
+
+class PhraseQuery(str):
+    """The phrase model's query text, with the sparse side's query for the same turn.
+
+    A `str`, so evaluation runs, caches and results treat it as the query text they record;
+    `sparse_text` (None: BM25 reads the phrase text) travels with it into `answer_queries`."""
+
+    sparse_text: str | None
+
+    def __new__(cls, text: str, sparse_text: str | None = None) -> "PhraseQuery":
+        query = super().__new__(cls, text)
+        query.sparse_text = sparse_text
+        return query
+
+    def __reduce__(self):  # pickles (multiprocessing) keep the sparse text
+        return PhraseQuery, (str(self), self.sparse_text)
 
 
 class PhrasePipeline:
@@ -62,11 +81,13 @@ class PhrasePipeline:
                     candidates: int | None = None, nprobe: int | None = None,
                     device: str = "cpu", mmap: bool = False,
                     precision: str = "auto", sparse_weight: float | None = None,
-                    sparse_passages: int | None = None) -> "PhrasePipeline":
+                    sparse_passages: int | None = None, sparse_history=None
+                    ) -> "PhrasePipeline":
         """Open a folder made by `convqa index --phrase`: the model and passage store it
         records (or the ones given), checked against the index (one-line error otherwise).
         Its `sparse/` BM25 index, when there, is used with `sparse_weight` (default
-        `sparse.DEFAULT_WEIGHT`; 0: not used)."""
+        `sparse.DEFAULT_WEIGHT`; 0: not used), BM25 reading the conversation as `sparse_history`
+        formats it (default `sparse.DEFAULT_HISTORY`; "phrase": the phrase model's text)."""
         from convqa.corpus import PassageStore
 
         from .model import PhraseModel
@@ -97,12 +118,15 @@ class PhrasePipeline:
         store = PassageStore.open(Path(store_path))
         sparse = None
         if weight > 0 and has_sparse:
-            sparse = SparsePrior.load(sparse_dir, store, weight, passage_count)
+            sparse = SparsePrior.load(sparse_dir, store, weight, passage_count, sparse_history)
         return cls(phrase_model, index, store, top_k, candidates, precision=precision,
                    sparse=sparse)
 
-    def format_query(self, question: str, history: Sequence[Turn]) -> str:
-        return self.model.format_query(question, list(history))
+    def format_query(self, question: str, history: Sequence[Turn]) -> PhraseQuery:
+        """The phrase model's query text, carrying the sparse side's (`PhraseQuery`)."""
+        history = list(history)
+        sparse_text = self.sparse.query_text(question, history) if self.sparse else None
+        return PhraseQuery(self.model.format_query(question, history), sparse_text)
 
     def encode(self, query_texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """float32 start and end query vectors `[n, d]`, in the precision chosen on the first
@@ -152,7 +176,8 @@ class PhrasePipeline:
     def answer_queries(self, query_texts: Sequence[str], top_k: int | None = None,
                        questions: Sequence[str] | None = None) -> list[PipelineResult]:
         """Answer query texts already made by `format_query` (the evaluation formats a whole
-        benchmark with `model.history_strategy` first); `questions` only labels the results."""
+        benchmark first); `questions` only labels the results. A plain string is also BM25's
+        query; a `PhraseQuery` gives BM25 its `sparse_text`."""
         k = top_k or self.top_k
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise ConfigError(f"top_k must be a positive int, got {k!r}")
@@ -167,7 +192,7 @@ class PhrasePipeline:
         priors = None
         if self.sparse is not None:
             began = time.perf_counter()
-            priors = self.sparse.priors(texts)
+            priors = self.sparse.priors([getattr(t, "sparse_text", None) or t for t in texts])
             timings["sparse"] = _since(began)
         began = time.perf_counter()
         # more phrases than passages asked for: several phrases may share a passage
@@ -177,7 +202,7 @@ class PhrasePipeline:
         answers = [self.searcher.answers(s) for s in spans]
         timings["fetch"] = _since(began)
         share = {stage: ms / len(texts) for stage, ms in timings.items()}
-        return [_result(q, t, a, k, share) for q, t, a in zip(questions, texts, answers)]
+        return [_result(q, str(t), a, k, share) for q, t, a in zip(questions, texts, answers)]
 
 
 def _result(question: str, query_text: str, answers: list[Answer], k: int,

@@ -10,9 +10,14 @@ same passage store, kept in the phrase index folder (`sparse/`), and for each qu
 - adds `weight * bm25(passage) / bm25(best passage)` to every phrase of every candidate
   passage: the query's best BM25 passage gains `weight`, a passage without a query word 0.
 
+BM25's query is the conversation as the BM25 rows of the pipeline read it (`history`, default
+`oldest_first`: q1 a1 ... q_t), not the phrase model's current-first rendering, whose window
+drops the oldest turns, which name the topic (measured in docs/results/phrase.md, "The sparse
+side's query"); `history="phrase"` gives BM25 the phrase model's text instead.
+
     from phrase_index.sparse import SparsePrior
     prior = SparsePrior.load("runs/phrase-index/sparse", store)
-    priors = prior.priors(["who directed the shining [SEP] stanley kubrick [SEP] when?"])
+    priors = prior.priors([prior.query_text("when?", history)])
     search_phrases(index, q_start, q_end, 5, priors=priors)
 
 The weight is on the scale of the phrase scores of the shipped model (DEFAULT_WEIGHT, measured
@@ -33,6 +38,8 @@ from .search import PassagePrior
 SPARSE_DIR = "sparse"     # inside a phrase index folder
 DEFAULT_WEIGHT = 8.0
 DEFAULT_PASSAGES = 20
+DEFAULT_HISTORY = "oldest_first"
+PHRASE_RENDERING = "phrase"  # `history` value: the phrase model's own query text
 
 
 def check_settings(weight=None, passages=None) -> tuple[float, int]:
@@ -51,9 +58,18 @@ class SparsePrior:
     """BM25 over the phrase index's passages, turned into one `PassagePrior` per query."""
 
     def __init__(self, retriever, weight: float = DEFAULT_WEIGHT,
-                 passages: int = DEFAULT_PASSAGES):
+                 passages: int = DEFAULT_PASSAGES, history=DEFAULT_HISTORY):
+        from convqa.history import build_history_strategy
+
         self.retriever = retriever
         self.weight, self.passages = check_settings(weight, passages)
+        history = DEFAULT_HISTORY if history is None else history
+        self.history = None if history == PHRASE_RENDERING else build_history_strategy(history)
+
+    def query_text(self, question: str, history: Sequence) -> str | None:
+        """BM25's query for `question` after the turns `history`; None: the phrase model's
+        rendering is the query (`history="phrase"`)."""
+        return None if self.history is None else self.history.format(question, list(history))
 
     @staticmethod
     def exists(folder: str | os.PathLike) -> bool:
@@ -63,7 +79,7 @@ class SparsePrior:
 
     @classmethod
     def load(cls, folder: str | os.PathLike, store, weight: float = DEFAULT_WEIGHT,
-             passages: int = DEFAULT_PASSAGES) -> "SparsePrior":
+             passages: int = DEFAULT_PASSAGES, history=DEFAULT_HISTORY) -> "SparsePrior":
         """The BM25 index in `folder`, checked to be an index of `store` (one-line error)."""
         from retrievers.bm25 import BM25Retriever
 
@@ -72,14 +88,15 @@ class SparsePrior:
                             f"--passages {store.path} --out {folder}`)", folder)
         retriever = BM25Retriever.load(folder)
         retriever.check_store(store)
-        return cls(retriever, weight, passages)
+        return cls(retriever, weight, passages, history)
 
     def fingerprint(self) -> dict:
         return {"bm25": self.retriever.fingerprint(), "weight": self.weight,
-                "passages": self.passages}
+                "passages": self.passages,
+                "history": PHRASE_RENDERING if self.history is None else self.history.to_dict()}
 
     def priors(self, query_texts: Sequence[str]) -> list[PassagePrior]:
-        """One prior per query text (the phrase model's rendering of the conversation)."""
+        """One prior per BM25 query text (`query_text`)."""
         nothing = PassagePrior(np.zeros(0, dtype=np.int64), _zeros)
         if self.weight == 0:
             return [nothing for _ in query_texts]

@@ -54,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--weights", type=float, nargs="+", default=[0, 2, 4, 6, 8, 12, 16])
     parser.add_argument("--passages", type=int, default=None, help="sparse passages (20)")
     parser.add_argument("--nprobe", type=int, default=None)
+    parser.add_argument("--sparse-history", default=None,
+                        help="BM25's query: a history strategy (oldest_first) or 'phrase'")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
 
@@ -61,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     from phrase_index.answerer import PhrasePipeline
 
     pipe = PhrasePipeline.from_folder(args.index, nprobe=args.nprobe, sparse_weight=1.0,
-                                      sparse_passages=args.passages)
+                                      sparse_passages=args.passages,
+                                      sparse_history=args.sparse_history)
     data = load_labelled_turns(args.benchmark)
     turns = [t for t in data.turns if t.split == "dev" and t.answer_evaluable]
     texts = [pipe.format_query(t.question, data.conversations[t.conversation_id].history(t.turn))
@@ -69,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     encoded = [pipe.encode(texts[i:i + 32]) for i in range(0, len(texts), 32)]
     q_start = np.concatenate([e[0] for e in encoded])
     q_end = np.concatenate([e[1] for e in encoded])
-    priors = pipe.sparse.priors(texts)  # weight 1: scaled per weight below
+    # weight 1: scaled per weight below
+    priors = pipe.sparse.priors([t.sparse_text or t for t in texts])
     results = {w: per_turn(pipe, turns, priors, q_start, q_end, w)
                for w in args.weights}
     grid = {str(w): mean(rows, lambda i: True) for w, rows in results.items()}
@@ -89,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
           f"F1 {two_fold['f1']} Hits@1 {two_fold['hit']}")
     if args.json:
         Path(args.json).write_text(json.dumps({"index": args.index, "benchmark": args.benchmark,
+                                               "sparse": pipe.sparse.fingerprint(),
                                                "query_precision": pipe.precision,
                                                "grid": grid, "folds": folds,
                                                "two_fold": two_fold}, indent=1),

@@ -138,3 +138,41 @@ def test_answer_and_evaluation_use_the_sparse_side(real, capsys):
     assert main(["index", "--phrase", "--model", str(root / "model"), "--passages",
                  str(root / "store"), "--out", str(root / "x"), "--k1", "1.2"]) == 2
     assert "with --phrase they go with --sparse" in capsys.readouterr().err
+
+
+def test_bm25_reads_the_whole_conversation(real):
+    """The topic is named in turn 1 only; the phrase model's window (the last 6 utterances)
+    has dropped it by turn 6, BM25's `oldest_first` query has not."""
+    from convqa.history import build_history_strategy
+    from convqa.types import Turn
+
+    root, store, index = real
+    elsewhere = " ".join(store.at(row).text for row in range(len(store)) if row != 17).lower()
+    words = [w for w in store.at(17).text.split()
+             if len(w) > 6 and w.isalpha() and w.lower() not in elsewhere][:4]
+    assert len(words) == 4
+    history = [Turn(f"tell me about {' '.join(words)}", "sure")] + [
+        Turn(f"and then {n}?", "yes") for n in ("one", "two", "three", "four")]
+    question = "when did that happen?"
+    pipe = PhrasePipeline.from_folder(index, precision="fp32", sparse_weight=100)
+    query = pipe.format_query(question, history)
+    assert words[0] not in query  # the phrase model's text has lost turn 1
+    assert query.sparse_text == build_history_strategy("oldest_first").format(question, history)
+    assert words[0] in query.sparse_text
+    # at weight 100 the tiny model's phrase scores (~15) cannot outvote BM25's best passage
+    assert pipe.answer(question, history).answer.passage_id == store.at(17).id
+    phrase_text = PhrasePipeline.from_folder(index, precision="fp32", sparse_weight=100,
+                                             sparse_history="phrase")
+    assert phrase_text.format_query(question, history).sparse_text is None
+    assert phrase_text.answer(question, history).answer.passage_id != store.at(17).id
+    # the evaluation's retrieval queries carry BM25's text, and its cache key the strategy
+    system = PhraseSystem.load({"index": str(index), "sparse_weight": 100})
+    formatted = system.history.format(question, history)
+    assert formatted == query and formatted.sparse_text == query.sparse_text
+    assert system.history.to_dict()["sparse_history"]["name"] == "oldest_first"
+    assert system.retrieve_batch([formatted], 1)[0][0].passage_id == store.at(17).id
+    other = PhraseSystem.load({"index": str(index), "sparse_weight": 100,
+                               "sparse_history": "phrase"})
+    assert other.fingerprint() != system.fingerprint()
+    with pytest.raises(ConfigError, match="sparse_history"):
+        PhraseSystem.load({"index": str(index), "sparse_history": "newest_only"})

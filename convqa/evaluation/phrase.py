@@ -7,15 +7,17 @@ own, so a systems-file row may name one instead of a retriever and a reader:
 Options: `index` (a folder of `convqa index --phrase`; required), `model` (default: the one the
 index records), `passages` (default: the target's passage store, so that hits carry the
 benchmark's ids; the index checks that it is its corpus), `nprobe` (IVF indexes) and
-`candidates` (FAISS hits per search pass, phrase_index/search.py), `sparse_weight` and
-`sparse_passages` (the BM25 side of an index built with `--sparse`, phrase_index/sparse.py;
-weight 0 leaves it out). A string is short for `{index: ...}`. The phrase model formats the
-conversation itself, so such a row has no `history` either.
+`candidates` (FAISS hits per search pass, phrase_index/search.py), `sparse_weight`,
+`sparse_passages` and `sparse_history` (the BM25 side of an index built with `--sparse`,
+phrase_index/sparse.py; weight 0 leaves it out; the history strategy of BM25's query, "phrase"
+for the phrase model's text). A string is short for `{index: ...}`. The phrase model formats
+the conversation itself, so such a row has no `history` either.
 
 The row goes through the same machinery as a retriever + reader row (runs cached by
 configuration, predictions cached next to the run), with one adapter, `PhraseSystem`, in both
 roles:
-- retriever: the query is the phrase model's own rendering of the conversation; the ranking is
+- retriever: the query is the phrase model's own rendering of the conversation (with BM25's,
+  `PhraseQueries`); the ranking is
   the passages of the best phrases, each passage once (so fewer than k may come back) ->
   Hits@k / MRR;
 - reader: the best phrase of the whole index answers the turn, as `convqa answer
@@ -34,9 +36,10 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from convqa.errors import ConfigError
+from convqa.history import HistoryStrategy
 
 OPTIONS = ("index", "model", "passages", "nprobe", "candidates", "sparse_weight",
-           "sparse_passages")
+           "sparse_passages", "sparse_history")
 TOP_KS = (1,)  # the one prediction of a phrase row: its best phrase
 CACHE_VERSION = 1
 
@@ -68,7 +71,34 @@ def phrase_spec(spec: Any) -> dict[str, Any]:
             check_settings(spec.get("sparse_weight"), spec.get("sparse_passages"))
         except ConfigError as exc:
             raise ConfigError(f"phrase_index: {exc}") from None
+    if spec.get("sparse_history") not in (None, "phrase"):
+        from convqa.history import build_history_strategy
+
+        try:
+            build_history_strategy(spec["sparse_history"])
+        except (ConfigError, ValueError, TypeError) as exc:
+            raise ConfigError(f"phrase_index: sparse_history: {exc}") from None
     return dict(spec)
+
+
+class PhraseQueries(HistoryStrategy):
+    """The retrieval queries of a phrase row: `PhrasePipeline.format_query`, so BM25's query
+    (the sparse side's own history strategy) travels with the phrase model's text."""
+
+    def __init__(self, pipeline: Any):
+        strategy = pipeline.model.history_strategy
+        super().__init__(strategy.config, strategy.tokenizer)
+        self.registered_name = strategy.registered_name
+        self.pipeline = pipeline
+
+    def _format(self, question: str, history: Sequence[Any]) -> str:
+        return self.pipeline.format_query(question, history)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = self.pipeline.model.history_strategy.to_dict()
+        if self.pipeline.sparse is not None:
+            data["sparse_history"] = self.pipeline.sparse.fingerprint()["history"]
+        return data
 
 
 class PhraseSystem:
@@ -77,7 +107,7 @@ class PhraseSystem:
     def __init__(self, pipeline: Any, spec: dict[str, Any]):
         self.pipeline = pipeline
         self.spec = {"phrase_index": spec}  # what the row was built from (cache keys, JSON)
-        self.history = pipeline.model.history_strategy  # formats the retrieval queries
+        self.history = PhraseQueries(pipeline)  # formats the retrieval queries
         self._fingerprint: str | None = None
 
     @classmethod
@@ -92,7 +122,8 @@ class PhraseSystem:
                                               candidates=spec.get("candidates"),
                                               nprobe=spec.get("nprobe"),
                                               sparse_weight=spec.get("sparse_weight"),
-                                              sparse_passages=spec.get("sparse_passages"))
+                                              sparse_passages=spec.get("sparse_passages"),
+                                              sparse_history=spec.get("sparse_history"))
         return cls(pipeline, spec)
 
     def fingerprint(self) -> str:
