@@ -96,6 +96,9 @@ def test_answers_row_is_the_best_phrase_scored_once(bench, phrase_dir, tmp_path)
     # one run serves both tables; the answers are scored once, as @1
     assert result["retrieval_run"] == retrieval["run_file"]
     assert list(result["by_k"]) == ["1"] and result["reader"] is None
+    # what `auto` chose for the query encoder is recorded with the row
+    assert result["query_precision"]["precision"] in ("fp32", "bf16", "int8")
+    assert set(result["query_precision"]["agreement"]) >= {"fp32"}
     turns, conversations = dev_turns(bench, "answer_evaluable")
     pipe = PhrasePipeline.from_folder(phrase_dir, passages=bench / "passages")
     predictions_file = Path(result["by_k"]["1"]["predictions"])
@@ -119,6 +122,7 @@ def test_answers_row_is_the_best_phrase_scored_once(bench, phrase_dir, tmp_path)
     (again,) = json.loads((tmp_path / "again.json").read_text())["tiny"]
     scores = again["by_k"]["1"]
     assert scores["cached"] is True
+    assert again["query_precision"] is None  # nothing was encoded: every answer was cached
     assert scores["groups"]["switch"]["em"] == pytest.approx((100 + em["3_5"]) / 2)
     assert scores["groups"]["all"]["em"] == pytest.approx((em["3_2"] + 100 + em["3_5"]) / 3)
 
@@ -195,6 +199,10 @@ def test_a_rebuilt_index_is_not_served_from_the_cache(bench, phrase_dir, tmp_pat
      "system 'p': phrase_index: sparse weight must be a number >= 0, got -1"),
     ({"phrase_index": {"index": "/nowhere", "sparse_passages": 0}},
      "system 'p': phrase_index: sparse passages must be a positive integer, got 0"),
+    ({"phrase_index": {"index": "/nowhere", "sparse_history": "newest"}},
+     "system 'p': phrase_index: sparse_history: "),
+    ({"phrase_index": {"index": "/nowhere", "precision": "fp8"}},
+     "system 'p': phrase_index: precision: unknown precision 'fp8'"),
 ])
 @pytest.mark.parametrize("table", ["retrieval", "answers"])
 def test_malformed_phrase_rows_fail_before_anything_runs(bench, tmp_path, capsys, row,  # noqa: F811

@@ -123,11 +123,11 @@ def test_answer_and_evaluation_use_the_sparse_side(real, capsys):
     best = int(prior.rows[np.argmax(prior.scores(prior.rows))])
     assert result.answer.passage_id == store.at(best).id
     assert PhrasePipeline.from_folder(index, sparse_weight=0).sparse is None
-    # an evaluation row's fingerprint depends on the sparse settings
+    # an evaluation row's fingerprint depends on the sparse settings and the precision
     prints = {PhraseSystem.load({"index": str(index), **extra}).fingerprint()
               for extra in ({}, {"sparse_weight": 0}, {"sparse_weight": 2.0},
-                            {"sparse_passages": 5})}
-    assert len(prints) == 4
+                            {"sparse_passages": 5}, {"precision": "fp32"})}
+    assert len(prints) == 5
     bare = root / "bare"
     shutil.copytree(index, bare, ignore=shutil.ignore_patterns(SPARSE_DIR))
     assert PhrasePipeline.from_folder(bare).sparse is None

@@ -10,7 +10,8 @@ benchmark's ids; the index checks that it is its corpus), `nprobe` (IVF indexes)
 `candidates` (FAISS hits per search pass, phrase_index/search.py), `sparse_weight`,
 `sparse_passages` and `sparse_history` (the BM25 side of an index built with `--sparse`,
 phrase_index/sparse.py; weight 0 leaves it out; the history strategy of BM25's query, "phrase"
-for the phrase model's text). A string is short for `{index: ...}`. The phrase model formats
+for the phrase model's text) and `precision` of the query encoder (default `auto`; what it chose
+is recorded as `query_precision`). A string is short for `{index: ...}`. The phrase model formats
 the conversation itself, so such a row has no `history` either.
 
 The row goes through the same machinery as a retriever + reader row (runs cached by
@@ -39,7 +40,7 @@ from convqa.errors import ConfigError
 from convqa.history import HistoryStrategy
 
 OPTIONS = ("index", "model", "passages", "nprobe", "candidates", "sparse_weight",
-           "sparse_passages", "sparse_history")
+           "sparse_passages", "sparse_history", "precision")
 TOP_KS = (1,)  # the one prediction of a phrase row: its best phrase
 CACHE_VERSION = 1
 
@@ -71,6 +72,10 @@ def phrase_spec(spec: Any) -> dict[str, Any]:
             check_settings(spec.get("sparse_weight"), spec.get("sparse_passages"))
         except ConfigError as exc:
             raise ConfigError(f"phrase_index: {exc}") from None
+    if spec.get("precision") is not None:
+        from convqa.precision import normalize_precision
+
+        normalize_precision(spec["precision"], "phrase_index: precision")
     if spec.get("sparse_history") not in (None, "phrase"):
         from convqa.history import build_history_strategy
 
@@ -123,7 +128,8 @@ class PhraseSystem:
                                               nprobe=spec.get("nprobe"),
                                               sparse_weight=spec.get("sparse_weight"),
                                               sparse_passages=spec.get("sparse_passages"),
-                                              sparse_history=spec.get("sparse_history"))
+                                              sparse_history=spec.get("sparse_history"),
+                                              precision=spec.get("precision") or "auto")
         return cls(pipeline, spec)
 
     def fingerprint(self) -> str:
@@ -135,6 +141,7 @@ class PhraseSystem:
                                "model": pipe.model.full_fingerprint(),
                                "candidates": options.get("candidates"),
                                "nprobe": options.get("nprobe"), "top_k": pipe.top_k,
+                               "precision": options.get("precision") or "auto",
                                "sparse": pipe.sparse.fingerprint() if pipe.sparse else None},
                               sort_keys=True, default=str)
             self._fingerprint = "phrase:" + hashlib.sha256(data.encode()).hexdigest()[:24]
@@ -155,7 +162,17 @@ class PhraseSystem:
         return {"retriever": None, "reader": None, **self.spec,
                 "phrase_index_meta": {"folder": str(index), "fingerprint": meta.get("fingerprint"),
                                       "corpus_checksum": meta.get("corpus_checksum"),
-                                      "model": str(self.pipeline.model.source)}}
+                                      "model": str(self.pipeline.model.source)},
+                "query_precision": self.query_precision()}
+
+    def query_precision(self) -> dict[str, Any] | None:
+        """The query encoder's precision and, under `auto`, the probe behind it; None when no
+        query was encoded (every prediction came from the cache)."""
+        pipe = self.pipeline
+        if pipe.precision is None:
+            return None
+        choice = pipe.precision_choice
+        return choice.to_dict() if choice is not None else {"precision": pipe.precision}
 
 
 def scores_at(result: dict[str, Any], k: int) -> dict[str, Any] | None:
