@@ -12,7 +12,8 @@ phrase), so retrieval metrics apply too. When the index folder holds a BM25 inde
 passages (`sparse/`, `convqa index --phrase --sparse`), its scores join the phrase scores
 (phrase_index/sparse.py); `sparse_weight=0` answers from the phrase vectors alone. BM25 reads
 its own rendering of the conversation: `format_query` returns a `PhraseQuery`, the phrase
-model's text carrying BM25's as `sparse_text`.
+model's text carrying BM25's as `sparse_text`. The best phrases are re-ranked by how much of
+the current question they repeat (phrase_index/overlap.py; `overlap_weight=0`: not at all).
 """
 from __future__ import annotations
 
@@ -31,6 +32,9 @@ from convqa.pipeline import PipelineResult
 from convqa.types import Answer, Hit, Turn
 
 from .index import PhraseIndex, load_phrase_index
+from .overlap import POOL as OVERLAP_POOL
+from .overlap import check_weight as check_overlap_weight
+from .overlap import rerank
 from .search import PhraseSearcher
 
 
@@ -38,20 +42,25 @@ PROBE_QUERIES = 16  # queries the `auto` precision probe times each candidate on
 
 
 class PhraseQuery(str):
-    """The phrase model's query text, with the sparse side's query for the same turn.
+    """The phrase model's query text, with the sparse side's query and the current question
+    of the same turn.
 
     A `str`, so evaluation runs, caches and results treat it as the query text they record;
-    `sparse_text` (None: BM25 reads the phrase text) travels with it into `answer_queries`."""
+    `sparse_text` (None: BM25 reads the phrase text) and `question` (for the question-overlap
+    penalty, phrase_index/overlap.py; None: no penalty) travel with it into `answer_queries`."""
 
     sparse_text: str | None
+    question: str | None
 
-    def __new__(cls, text: str, sparse_text: str | None = None) -> "PhraseQuery":
+    def __new__(cls, text: str, sparse_text: str | None = None,
+                question: str | None = None) -> "PhraseQuery":
         query = super().__new__(cls, text)
         query.sparse_text = sparse_text
+        query.question = question
         return query
 
-    def __reduce__(self):  # pickles (multiprocessing) keep the sparse text
-        return PhraseQuery, (str(self), self.sparse_text)
+    def __reduce__(self):  # pickles (multiprocessing) keep what travels with the text
+        return PhraseQuery, (str(self), self.sparse_text, self.question)
 
 
 class PhrasePipeline:
@@ -59,7 +68,7 @@ class PhrasePipeline:
 
     def __init__(self, model, index: PhraseIndex, store, top_k: int = 5,
                  candidates: int | None = None, max_answer_tokens: int | None = None,
-                 precision: str = "auto", sparse=None):
+                 precision: str = "auto", sparse=None, overlap_weight: float | None = None):
         if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
             raise ConfigError(f"top_k must be a positive int, got {top_k!r}")
         index.check(fingerprint=model.fingerprint(), model_name=model.source)
@@ -70,6 +79,7 @@ class PhrasePipeline:
         self.top_k = top_k
         self.searcher = PhraseSearcher(index, store, candidates, max_answer_tokens)
         self.sparse = sparse  # a SparsePrior, or None: phrase scores alone
+        self.overlap_weight = check_overlap_weight(overlap_weight)
         requested = normalize_precision(precision, "phrase query precision")
         self.precision: str | None = None if requested == AUTO else requested
         self.precision_choice = None
@@ -81,13 +91,15 @@ class PhrasePipeline:
                     candidates: int | None = None, nprobe: int | None = None,
                     device: str = "cpu", mmap: bool = False,
                     precision: str = "auto", sparse_weight: float | None = None,
-                    sparse_passages: int | None = None, sparse_history=None
-                    ) -> "PhrasePipeline":
+                    sparse_passages: int | None = None, sparse_history=None,
+                    overlap_weight: float | None = None) -> "PhrasePipeline":
         """Open a folder made by `convqa index --phrase`: the model and passage store it
         records (or the ones given), checked against the index (one-line error otherwise).
         Its `sparse/` BM25 index, when there, is used with `sparse_weight` (default
         `sparse.DEFAULT_WEIGHT`; 0: not used), BM25 reading the conversation as `sparse_history`
-        formats it (default `sparse.DEFAULT_HISTORY`; "phrase": the phrase model's text)."""
+        formats it (default `sparse.DEFAULT_HISTORY`; "phrase": the phrase model's text).
+        `overlap_weight`: the question-overlap penalty (default `overlap.DEFAULT_WEIGHT`; 0:
+        none)."""
         from convqa.corpus import PassageStore
 
         from .model import PhraseModel
@@ -120,13 +132,14 @@ class PhrasePipeline:
         if weight > 0 and has_sparse:
             sparse = SparsePrior.load(sparse_dir, store, weight, passage_count, sparse_history)
         return cls(phrase_model, index, store, top_k, candidates, precision=precision,
-                   sparse=sparse)
+                   sparse=sparse, overlap_weight=overlap_weight)
 
     def format_query(self, question: str, history: Sequence[Turn]) -> PhraseQuery:
-        """The phrase model's query text, carrying the sparse side's (`PhraseQuery`)."""
+        """The phrase model's query text, carrying the sparse side's and the question
+        (`PhraseQuery`)."""
         history = list(history)
         sparse_text = self.sparse.query_text(question, history) if self.sparse else None
-        return PhraseQuery(self.model.format_query(question, history), sparse_text)
+        return PhraseQuery(self.model.format_query(question, history), sparse_text, question)
 
     def encode(self, query_texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """float32 start and end query vectors `[n, d]`, in the precision chosen on the first
@@ -177,7 +190,8 @@ class PhrasePipeline:
                        questions: Sequence[str] | None = None) -> list[PipelineResult]:
         """Answer query texts already made by `format_query` (the evaluation formats a whole
         benchmark first); `questions` only labels the results. A plain string is also BM25's
-        query; a `PhraseQuery` gives BM25 its `sparse_text`."""
+        query; a `PhraseQuery` gives BM25 its `sparse_text` and the question-overlap penalty
+        its `question` (a plain string gets no penalty)."""
         k = top_k or self.top_k
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise ConfigError(f"top_k must be a positive int, got {k!r}")
@@ -195,11 +209,14 @@ class PhrasePipeline:
             priors = self.sparse.priors([getattr(t, "sparse_text", None) or t for t in texts])
             timings["sparse"] = _since(began)
         began = time.perf_counter()
-        # more phrases than passages asked for: several phrases may share a passage
-        spans = self.searcher.spans(q_start, q_end, 4 * k, priors)
+        # more phrases than passages asked for: several phrases may share a passage; the
+        # penalty re-ranks a pool of them
+        pool = max(4 * k, OVERLAP_POOL) if self.overlap_weight else 4 * k
+        spans = self.searcher.spans(q_start, q_end, pool, priors)
         timings["search"] = _since(began)
         began = time.perf_counter()
-        answers = [self.searcher.answers(s) for s in spans]
+        answers = [rerank(self.searcher.answers(s), getattr(t, "question", None) or "",
+                          self.overlap_weight) for s, t in zip(spans, texts)]
         timings["fetch"] = _since(began)
         share = {stage: ms / len(texts) for stage, ms in timings.items()}
         return [_result(q, str(t), a, k, share) for q, t, a in zip(questions, texts, answers)]

@@ -28,13 +28,17 @@ def scaled(prior, factor: float):
 
 
 def per_turn(pipe, turns, priors, q_start, q_end, weight: float) -> list[dict]:
-    """EM, F1 and whether the best phrase's passage is an answer passage, per turn."""
+    """EM, F1 and whether the best phrase's passage is an answer passage, per turn (after the
+    pipeline's question-overlap penalty)."""
     from convqa.metrics.answer import score_answer
+    from phrase_index.overlap import POOL, rerank
 
-    spans = pipe.searcher.spans(q_start, q_end, 1, [scaled(p, weight) for p in priors])
+    pool = POOL if pipe.overlap_weight else 1
+    spans = pipe.searcher.spans(q_start, q_end, pool, [scaled(p, weight) for p in priors])
     out = []
-    for turn, best in zip(turns, spans):
-        answer = pipe.searcher.answers(best)[0] if best else None
+    for turn, found in zip(turns, spans):
+        ranked = rerank(pipe.searcher.answers(found), turn.question, pipe.overlap_weight)
+        answer = ranked[0] if ranked else None
         scores = score_answer(answer.text if answer else "", turn.answers, "topiocqa")
         out.append({"em": scores["em"], "f1": scores["f1"],
                     "hit": bool(answer) and answer.passage_id in set(turn.answer_passage_ids)})
@@ -56,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nprobe", type=int, default=None)
     parser.add_argument("--sparse-history", default=None,
                         help="BM25's query: a history strategy (oldest_first) or 'phrase'")
+    parser.add_argument("--overlap-weight", type=float, default=None,
+                        help="the question-overlap penalty (phrase_index/overlap.py; 0: none)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
 
@@ -64,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
 
     pipe = PhrasePipeline.from_folder(args.index, nprobe=args.nprobe, sparse_weight=1.0,
                                       sparse_passages=args.passages,
-                                      sparse_history=args.sparse_history)
+                                      sparse_history=args.sparse_history,
+                                      overlap_weight=args.overlap_weight)
     data = load_labelled_turns(args.benchmark)
     turns = [t for t in data.turns if t.split == "dev" and t.answer_evaluable]
     texts = [pipe.format_query(t.question, data.conversations[t.conversation_id].history(t.turn))
@@ -95,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.json).write_text(json.dumps({"index": args.index, "benchmark": args.benchmark,
                                                "sparse": pipe.sparse.fingerprint(),
                                                "query_precision": pipe.precision,
+                                               "overlap_weight": pipe.overlap_weight,
                                                "grid": grid, "folds": folds,
                                                "two_fold": two_fold}, indent=1),
                                    encoding="utf-8")

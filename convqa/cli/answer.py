@@ -35,6 +35,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--sparse-weight", type=float, default=None, metavar="W",
                    help="with --phrase-index built with --sparse: weight of its BM25 passage "
                         "scores (default 8; 0: the phrase vectors alone)")
+    p.add_argument("--overlap-weight", type=float, default=None, metavar="W",
+                   help="with --phrase-index: how much a phrase loses for repeating the "
+                        "question's words (default 4; 0: none)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--prepare", action="store_true", help="build the embedded index and exit")
     add_verbose_argument(p)
@@ -51,9 +54,12 @@ def build_pipeline(args: argparse.Namespace):
 
         if args.config or args.overrides:
             raise ConvQAError("--phrase-index does not go with --config or --set")
-        return PhrasePipeline.from_folder(args.phrase_index, sparse_weight=args.sparse_weight)
-    if args.sparse_weight is not None:
-        raise ConvQAError("--sparse-weight goes with --phrase-index")
+        return PhrasePipeline.from_folder(args.phrase_index, sparse_weight=args.sparse_weight,
+                                          overlap_weight=args.overlap_weight)
+    for flag, value in (("--sparse-weight", args.sparse_weight),
+                        ("--overlap-weight", args.overlap_weight)):
+        if value is not None:
+            raise ConvQAError(f"{flag} goes with --phrase-index")
     if args.config:
         config = load_yaml(args.config)
     else:

@@ -10,8 +10,9 @@ benchmark's ids; the index checks that it is its corpus), `nprobe` (IVF indexes)
 `candidates` (FAISS hits per search pass, phrase_index/search.py), `sparse_weight`,
 `sparse_passages` and `sparse_history` (the BM25 side of an index built with `--sparse`,
 phrase_index/sparse.py; weight 0 leaves it out; the history strategy of BM25's query, "phrase"
-for the phrase model's text) and `precision` of the query encoder (default `auto`; what it chose
-is recorded as `query_precision`). A string is short for `{index: ...}`. The phrase model formats
+for the phrase model's text), `overlap_weight` (the question-overlap penalty,
+phrase_index/overlap.py; 0: none) and `precision` of the query encoder (default `auto`; what it
+chose is recorded as `query_precision`). A string is short for `{index: ...}`. The phrase model formats
 the conversation itself, so such a row has no `history` either.
 
 The row goes through the same machinery as a retriever + reader row (runs cached by
@@ -40,7 +41,7 @@ from convqa.errors import ConfigError
 from convqa.history import HistoryStrategy
 
 OPTIONS = ("index", "model", "passages", "nprobe", "candidates", "sparse_weight",
-           "sparse_passages", "sparse_history", "precision")
+           "sparse_passages", "sparse_history", "precision", "overlap_weight")
 TOP_KS = (1,)  # the one prediction of a phrase row: its best phrase
 CACHE_VERSION = 1
 
@@ -70,6 +71,13 @@ def phrase_spec(spec: Any) -> dict[str, Any]:
 
         try:
             check_settings(spec.get("sparse_weight"), spec.get("sparse_passages"))
+        except ConfigError as exc:
+            raise ConfigError(f"phrase_index: {exc}") from None
+    if spec.get("overlap_weight") is not None:
+        from phrase_index.overlap import check_weight
+
+        try:
+            check_weight(spec["overlap_weight"])
         except ConfigError as exc:
             raise ConfigError(f"phrase_index: {exc}") from None
     if spec.get("precision") is not None:
@@ -129,7 +137,8 @@ class PhraseSystem:
                                               sparse_weight=spec.get("sparse_weight"),
                                               sparse_passages=spec.get("sparse_passages"),
                                               sparse_history=spec.get("sparse_history"),
-                                              precision=spec.get("precision") or "auto")
+                                              precision=spec.get("precision") or "auto",
+                                              overlap_weight=spec.get("overlap_weight"))
         return cls(pipeline, spec)
 
     def fingerprint(self) -> str:
@@ -142,7 +151,8 @@ class PhraseSystem:
                                "candidates": options.get("candidates"),
                                "nprobe": options.get("nprobe"), "top_k": pipe.top_k,
                                "precision": options.get("precision") or "auto",
-                               "sparse": pipe.sparse.fingerprint() if pipe.sparse else None},
+                               "sparse": pipe.sparse.fingerprint() if pipe.sparse else None,
+                               "overlap_weight": pipe.overlap_weight},
                               sort_keys=True, default=str)
             self._fingerprint = "phrase:" + hashlib.sha256(data.encode()).hexdigest()[:24]
         return self._fingerprint
