@@ -1,0 +1,100 @@
+#!/usr/bin/env python
+"""The question-overlap penalty (phrase_index/overlap.py) measured reading gold passages: for
+each held-out question, the phrase model's best `POOL` phrases of its gold passage are re-ranked
+with each weight, and the top one is scored (F1, the source's convention). No index is needed,
+so it can choose the weight on questions the open-domain evaluation never sees.
+
+    OMP_NUM_THREADS=1 python scripts/phrase_overlap_gold.py --model convqa-phrase \\
+        --squad ../shared/data/squad/dev-v2.0.json --benchmark BENCH/full --json out.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def candidates(model, examples, pool: int) -> list[list[tuple[float, str]]]:
+    """Per example, its gold passage's best `pool` phrases as (score, text), best first."""
+    from phrase_index.losses import token_scores
+
+    span = model.config.max_answer_tokens
+    out = []
+    with torch.no_grad():
+        for first in range(0, len(examples), 16):
+            chunk = examples[first:first + 16]
+            enc = model.tokenize_passages([e.passage.title for e in chunk],
+                                          [e.passage.text for e in chunk])
+            queries = model.tokenize_queries([model.format_query(e.question, e.history_turns())
+                                              for e in chunk])
+            pv = model.encode_passages(enc["input_ids"], enc["attention_mask"])
+            qv = model.encode_queries(queries["input_ids"], queries["attention_mask"])
+            starts, ends = token_scores(qv.start, pv.start), token_scores(qv.end, pv.end)
+            n = starts.shape[1]
+            band = torch.ones(n, n, dtype=torch.bool).triu() & \
+                ~torch.ones(n, n, dtype=torch.bool).triu(span)
+            for row, example in enumerate(chunk):
+                mask = enc["phrase_mask"][row]
+                scores = (starts[row].view(-1, 1) + ends[row].view(1, -1)).masked_fill(
+                    ~(band & mask.view(-1, 1) & mask.view(1, -1)), float("-inf"))
+                count = min(pool, int(torch.isfinite(scores).sum()))
+                values, where = scores.flatten().topk(count)
+                offsets = enc["offset_mapping"][row]
+                found = []
+                for value, flat in zip(values.tolist(), where.tolist()):
+                    a, b = divmod(flat, n)
+                    found.append((value, example.passage.text[int(offsets[a, 0]):
+                                                              int(offsets[b, 1])]))
+                out.append(found)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="convqa-phrase")
+    parser.add_argument("--squad", nargs="*", default=[], help="SQuAD-format files")
+    parser.add_argument("--benchmark", nargs="*", default=[], help="topiocqa-wiki folders")
+    parser.add_argument("--per-source", type=int, default=500)
+    parser.add_argument("--weights", type=float, nargs="+", default=[0, 1, 2, 3, 4, 6, 8, 12])
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args(argv)
+
+    from convqa.metrics.answer import score_answer
+    from phrase_index.data import benchmark_phrase_examples, squad_phrase_examples
+    from phrase_index.overlap import POOL, content_words, question_overlap
+    from promote_phrase import load_model
+    from readers.extractive.data import scoring_convention
+
+    model = load_model(args.model)
+    sources = {Path(p).stem: [e for e in squad_phrase_examples(p, negatives=0)
+                              if e.answers and e.split == "heldout"] for p in args.squad}
+    sources |= {Path(b).name: [e for e in benchmark_phrase_examples(b) if e.split == "heldout"]
+                for b in args.benchmark}
+    result = {}
+    for name, examples in sources.items():
+        examples = examples[:args.per_source]
+        convention = scoring_convention(examples[0].source)
+        totals = dict.fromkeys(args.weights, 0.0)
+        for example, found in zip(examples, candidates(model, examples, POOL)):
+            asked = set(content_words(example.question))
+            scored = [(s, question_overlap(t, asked),
+                       score_answer(t, example.answers, convention)["f1"]) for s, t in found]
+            for weight in args.weights:
+                totals[weight] += max(scored, key=lambda c: c[0] - weight * c[1])[2]
+        result[name] = {"count": len(examples), "convention": convention,
+                        "f1": {str(w): round(100 * t / len(examples), 2)
+                               for w, t in totals.items()}}
+        print(name, result[name], flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"model": args.model, "pool": POOL, **result},
+                                              indent=1), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
