@@ -26,9 +26,11 @@ are better on the held-out questions.
    phrase-v3 checkpoint gained 10 held-out F1 and lost 19 points of Hits@1 on the vital corpus
    (docs/results/phrase.md). Each model's index (int8, every word-boundary token) is kept in
    --work by fingerprint, so the shipped model's is built once; --open-domain-index DIR (a
-   compact index, say) is used instead for every model of its fingerprint. `--by open-domain`
-   lets that open-domain F1 decide (above the shipped model's + --min-gain) instead of the
-   gold-passage mean: what a query-only run is trained for.
+   compact index, say) is used instead for every model of its fingerprint. Each index in
+   --work gets a BM25 sparse side (`sparse/`), and answering applies the pipeline's defaults
+   (sparse weight, question-overlap penalty), so both models answer as `convqa answer` would.
+   `--by open-domain` lets that open-domain F1 decide (above the shipped model's +
+   --min-gain) instead of the gold-passage mean: what a query-only run is trained for.
 
 Exit status 0 either way; the last line says whether the model was promoted.
 """
@@ -179,10 +181,24 @@ def open_domain(folder: Path, benchmark: str, work: Path, index: Path | None = N
     if index is None or load_json(Path(index) / "phrase_index.json").get("fingerprint") \
             != model.fingerprint():
         index = work / f"index-{model.fingerprint()}"
+        store = PassageStore.open(Path(benchmark) / "passages")
         if not (index / "phrase_index.json").exists():
-            build_phrase_index(model, PassageStore.open(Path(benchmark) / "passages"), index,
-                               dtype="int8", start_threshold=None, end_threshold=None)
+            build_phrase_index(model, store, index, dtype="int8", start_threshold=None,
+                               end_threshold=None)
+        add_sparse_side(index, store)
     return _script("phrase_ablation").evaluate(str(index), str(folder), benchmark)
+
+
+def add_sparse_side(index: Path, store) -> None:
+    """A BM25 index of `store` in `index`/sparse (default settings) unless one is there, so
+    that every model answers with the sparse side, as the shipped index does: a comparison of
+    one index with it and one without measured BM25, not the models."""
+    from phrase_index.sparse import SPARSE_DIR, SparsePrior
+    from retrievers.bm25 import BM25Config, BM25Retriever
+
+    folder = Path(index) / SPARSE_DIR
+    if not SparsePrior.exists(folder):
+        BM25Retriever.build_from_store(store, BM25Config(preset="default")).save(folder)
 
 
 def model_card(facts: dict[str, Any], rank: int, counts: dict[str, list[int]],

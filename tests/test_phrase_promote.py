@@ -141,6 +141,9 @@ def test_open_domain_answers_the_dev_turns_from_a_corpus_index(tmp_path):
     assert row["turns"] > 0 and 0.0 <= row["f1"] <= 100.0 and "hits@5" in row
     built = list((tmp_path / "work").iterdir())
     assert len(built) == 1 and (built[0] / "phrase_index.json").exists()
+    from phrase_index.sparse import SparsePrior
+
+    assert SparsePrior.exists(built[0] / "sparse")  # answered with BM25, as the shipped index
     assert promote.open_domain(tmp_path / "model", str(bench), tmp_path / "work") == row
 
 
