@@ -688,6 +688,19 @@ def best_span_in_passage(start_logits: Tensor, end_logits: Tensor, mask: Tensor,
     return first, last, float(scores[first, last])
 
 
+def gold_passage_token_scores(model: PhraseModel, examples: Sequence[PhraseExample]
+                              ) -> tuple[Any, Tensor, Tensor]:
+    """(passage encoding, start scores, end scores `[B, L]`) of each example's question against
+    the tokens of its own gold passage (first window): the phrase model as a reader."""
+    enc = model.tokenize_passages([e.passage.title for e in examples],
+                                  [e.passage.text for e in examples])
+    queries = model.tokenize_queries([model.format_query(e.question, e.history_turns())
+                                      for e in examples])
+    pv = model.encode_passages(enc["input_ids"], enc["attention_mask"])
+    qv = model.encode_queries(queries["input_ids"], queries["attention_mask"])
+    return enc, token_scores(qv.start, pv.start), token_scores(qv.end, pv.end)
+
+
 def evaluate_in_passage(model: PhraseModel, examples: Sequence[PhraseExample],
                         convention: str = "topiocqa", batch_size: int = 16) -> dict[str, Any]:
     """EM/F1 (percent) of the best phrase of each example's gold passage (its first window),
@@ -701,13 +714,7 @@ def evaluate_in_passage(model: PhraseModel, examples: Sequence[PhraseExample],
     with torch.no_grad():
         for first in range(0, len(examples), batch_size):
             chunk = list(examples[first:first + batch_size])
-            enc = model.tokenize_passages([e.passage.title for e in chunk],
-                                          [e.passage.text for e in chunk])
-            queries = model.tokenize_queries([model.format_query(e.question, e.history_turns())
-                                              for e in chunk])
-            pv = model.encode_passages(enc["input_ids"], enc["attention_mask"])
-            qv = model.encode_queries(queries["input_ids"], queries["attention_mask"])
-            starts, ends = token_scores(qv.start, pv.start), token_scores(qv.end, pv.end)
+            enc, starts, ends = gold_passage_token_scores(model, chunk)
             for row, example in enumerate(chunk):
                 a, b, _ = best_span_in_passage(starts[row], ends[row], enc["phrase_mask"][row],
                                                model.config.max_answer_tokens)

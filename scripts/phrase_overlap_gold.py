@@ -21,20 +21,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 def candidates(model, examples, pool: int) -> list[list[tuple[float, str]]]:
     """Per example, its gold passage's best `pool` phrases as (score, text), best first."""
-    from phrase_index.losses import token_scores
+    from phrase_index.train import gold_passage_token_scores
 
     span = model.config.max_answer_tokens
     out = []
     with torch.no_grad():
         for first in range(0, len(examples), 16):
             chunk = examples[first:first + 16]
-            enc = model.tokenize_passages([e.passage.title for e in chunk],
-                                          [e.passage.text for e in chunk])
-            queries = model.tokenize_queries([model.format_query(e.question, e.history_turns())
-                                              for e in chunk])
-            pv = model.encode_passages(enc["input_ids"], enc["attention_mask"])
-            qv = model.encode_queries(queries["input_ids"], queries["attention_mask"])
-            starts, ends = token_scores(qv.start, pv.start), token_scores(qv.end, pv.end)
+            enc, starts, ends = gold_passage_token_scores(model, chunk)
             n = starts.shape[1]
             band = torch.ones(n, n, dtype=torch.bool).triu() & \
                 ~torch.ones(n, n, dtype=torch.bool).triu(span)
