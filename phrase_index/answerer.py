@@ -209,17 +209,25 @@ class PhrasePipeline:
             priors = self.sparse.priors([getattr(t, "sparse_text", None) or t for t in texts])
             timings["sparse"] = _since(began)
         began = time.perf_counter()
-        # more phrases than passages asked for: several phrases may share a passage; the
-        # penalty re-ranks a pool of them
-        pool = max(4 * k, OVERLAP_POOL) if self.overlap_weight else 4 * k
-        spans = self.searcher.spans(q_start, q_end, pool, priors)
+        spans = self.searcher.spans(q_start, q_end, self.phrase_pool(k), priors)
         timings["search"] = _since(began)
         began = time.perf_counter()
-        answers = [rerank(self.searcher.answers(s), getattr(t, "question", None) or "",
-                          self.overlap_weight) for s, t in zip(spans, texts)]
+        answers = self.ranked_answers(spans, [getattr(t, "question", None) for t in texts])
         timings["fetch"] = _since(began)
         share = {stage: ms / len(texts) for stage, ms in timings.items()}
         return [_result(q, str(t), a, k, share) for q, t, a in zip(questions, texts, answers)]
+
+    def phrase_pool(self, k: int) -> int:
+        """Phrases to search for `k` passages: more than k, as several phrases may share a
+        passage, and at least `overlap.POOL` when the question-overlap penalty re-ranks them."""
+        return max(4 * k, OVERLAP_POOL) if self.overlap_weight else 4 * k
+
+    def ranked_answers(self, spans: Sequence[Sequence], questions: Sequence[str | None]
+                       ) -> list[list[Answer]]:
+        """Each query's phrases (`searcher.spans`) as answers, re-ranked by the question-overlap
+        penalty against its question (None: not re-ranked)."""
+        return [rerank(self.searcher.answers(found), question or "", self.overlap_weight)
+                for found, question in zip(spans, questions)]
 
 
 def _result(question: str, query_text: str, answers: list[Answer], k: int,

@@ -112,6 +112,21 @@ class SparsePrior:
         return out
 
 
+def add_sparse_side(index_dir: str | os.PathLike, store, config=None,
+                    show_progress: bool = False) -> bool:
+    """A BM25 index of `store` (`config`: a `retrievers.bm25.BM25Config`, None: the defaults)
+    in `index_dir`/sparse, unless one is there, which must then be an index of `store`
+    (one-line error otherwise). True when it was built."""
+    from retrievers.bm25 import BM25Retriever
+
+    folder = Path(index_dir) / SPARSE_DIR
+    if SparsePrior.exists(folder):
+        SparsePrior.load(folder, store)  # refuses a BM25 index of another corpus
+        return False
+    BM25Retriever.build_from_store(store, config, show_progress=show_progress).save(folder)
+    return True
+
+
 def _zeros(rows: np.ndarray) -> np.ndarray:
     return np.zeros(len(rows), dtype=np.float32)
 

@@ -674,15 +674,23 @@ def export_query_adapter(source: PhraseModel, tuned: PhraseModel, rank: int = 64
     return source, {"query": report.to_dict(), "phrase": "kept from the source adapter"}
 
 
-def best_span_in_passage(start_logits: Tensor, end_logits: Tensor, mask: Tensor,
-                         max_tokens: int) -> tuple[int, int, float]:
-    """(first, last, score) of the best phrase of one window: last - first < max_tokens."""
+def phrase_scores_in_passage(start_logits: Tensor, end_logits: Tensor, mask: Tensor,
+                             max_tokens: int) -> Tensor:
+    """`[L, L]` scores of every phrase (first, last) of one window: start + end score where
+    both tokens are phrase tokens and 0 <= last - first < max_tokens, -inf elsewhere."""
     length = start_logits.shape[0]
     scores = start_logits.view(-1, 1) + end_logits.view(1, -1)
     band = torch.ones(length, length, dtype=torch.bool).triu() & \
         ~torch.ones(length, length, dtype=torch.bool).triu(max_tokens)
     valid = band & mask.view(-1, 1) & mask.view(1, -1)
-    scores = scores.masked_fill(~valid, float("-inf"))
+    return scores.masked_fill(~valid, float("-inf"))
+
+
+def best_span_in_passage(start_logits: Tensor, end_logits: Tensor, mask: Tensor,
+                         max_tokens: int) -> tuple[int, int, float]:
+    """(first, last, score) of the best phrase of one window: last - first < max_tokens."""
+    length = start_logits.shape[0]
+    scores = phrase_scores_in_passage(start_logits, end_logits, mask, max_tokens)
     best = int(scores.flatten().argmax())
     first, last = divmod(best, length)
     return first, last, float(scores[first, last])

@@ -21,21 +21,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 def candidates(model, examples, pool: int) -> list[list[tuple[float, str]]]:
     """Per example, its gold passage's best `pool` phrases as (score, text), best first."""
-    from phrase_index.train import gold_passage_token_scores
+    from phrase_index.train import gold_passage_token_scores, phrase_scores_in_passage
 
-    span = model.config.max_answer_tokens
     out = []
     with torch.no_grad():
         for first in range(0, len(examples), 16):
             chunk = examples[first:first + 16]
             enc, starts, ends = gold_passage_token_scores(model, chunk)
             n = starts.shape[1]
-            band = torch.ones(n, n, dtype=torch.bool).triu() & \
-                ~torch.ones(n, n, dtype=torch.bool).triu(span)
             for row, example in enumerate(chunk):
-                mask = enc["phrase_mask"][row]
-                scores = (starts[row].view(-1, 1) + ends[row].view(1, -1)).masked_fill(
-                    ~(band & mask.view(-1, 1) & mask.view(1, -1)), float("-inf"))
+                scores = phrase_scores_in_passage(starts[row], ends[row], enc["phrase_mask"][row],
+                                                  model.config.max_answer_tokens)
                 count = min(pool, int(torch.isfinite(scores).sum()))
                 values, where = scores.flatten().topk(count)
                 offsets = enc["offset_mapping"][row]

@@ -176,6 +176,7 @@ def open_domain(folder: Path, benchmark: str, work: Path, index: Path | None = N
     from convqa.corpus import PassageStore
     from convqa.io import load_json
     from phrase_index.index import build_phrase_index
+    from phrase_index.sparse import add_sparse_side
 
     model = load_model(folder)
     if index is None or load_json(Path(index) / "phrase_index.json").get("fingerprint") \
@@ -185,20 +186,10 @@ def open_domain(folder: Path, benchmark: str, work: Path, index: Path | None = N
         if not (index / "phrase_index.json").exists():
             build_phrase_index(model, store, index, dtype="int8", start_threshold=None,
                                end_threshold=None)
+        # every model answers with the sparse side, as the shipped index does: an index with
+        # it against one without would compare BM25, not the models
         add_sparse_side(index, store)
     return _script("phrase_ablation").evaluate(str(index), str(folder), benchmark)
-
-
-def add_sparse_side(index: Path, store) -> None:
-    """A BM25 index of `store` in `index`/sparse (default settings) unless one is there, so
-    that every model answers with the sparse side, as the shipped index does: a comparison of
-    one index with it and one without measured BM25, not the models."""
-    from phrase_index.sparse import SPARSE_DIR, SparsePrior
-    from retrievers.bm25 import BM25Config, BM25Retriever
-
-    folder = Path(index) / SPARSE_DIR
-    if not SparsePrior.exists(folder):
-        BM25Retriever.build_from_store(store, BM25Config(preset="default")).save(folder)
 
 
 def model_card(facts: dict[str, Any], rank: int, counts: dict[str, list[int]],

@@ -31,13 +31,11 @@ def per_turn(pipe, turns, priors, q_start, q_end, weight: float) -> list[dict]:
     """EM, F1 and whether the best phrase's passage is an answer passage, per turn (after the
     pipeline's question-overlap penalty)."""
     from convqa.metrics.answer import score_answer
-    from phrase_index.overlap import POOL, rerank
 
-    pool = POOL if pipe.overlap_weight else 1
-    spans = pipe.searcher.spans(q_start, q_end, pool, [scaled(p, weight) for p in priors])
+    spans = pipe.searcher.spans(q_start, q_end, pipe.phrase_pool(1),
+                                [scaled(p, weight) for p in priors])
     out = []
-    for turn, found in zip(turns, spans):
-        ranked = rerank(pipe.searcher.answers(found), turn.question, pipe.overlap_weight)
+    for turn, ranked in zip(turns, pipe.ranked_answers(spans, [t.question for t in turns])):
         answer = ranked[0] if ranked else None
         scores = score_answer(answer.text if answer else "", turn.answers, "topiocqa")
         out.append({"em": scores["em"], "f1": scores["f1"],

@@ -265,17 +265,13 @@ def _add_sparse(args: argparse.Namespace, store, out: Path) -> int:
     """--sparse: a BM25 index of the same store in OUT/sparse, unless one is there already."""
     if not args.sparse:
         return 0
-    from phrase_index.sparse import SPARSE_DIR, SparsePrior
-    from retrievers.bm25 import BM25Retriever
+    from phrase_index.sparse import SPARSE_DIR, add_sparse_side
 
     folder = out / SPARSE_DIR
-    if SparsePrior.exists(folder):
-        SparsePrior.load(folder, store)  # refuses a BM25 index of another corpus
+    started = time.perf_counter()
+    if not add_sparse_side(out, store, bm25_config(args), show_progress=not args.quiet):
         print(f"sparse side: kept the BM25 index in {folder}")
         return 0
-    config = bm25_config(args)
-    started = time.perf_counter()
-    BM25Retriever.build_from_store(store, config, show_progress=not args.quiet).save(folder)
     print(f"sparse side: BM25 index of {len(store)} passages written to {folder} in "
           f"{time.perf_counter() - started:.1f} s")
     return 0
