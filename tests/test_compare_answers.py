@@ -1,0 +1,71 @@
+"""scripts/compare_answers.py: two systems of one answer evaluation compared turn by turn."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from script_helpers import load_script
+
+TURNS = [("c_1", "first", ["Stanley Kubrick"]), ("c_2", "no-switch", ["1968"]),
+         ("c_3", "switch", ["Arthur C. Clarke"]), ("c_4", "no-switch", ["HAL 9000"])]
+
+
+def test_paired_bootstrap_of_equal_shifted_and_mixed_scores():
+    script = load_script("compare_answers")
+    same = script.paired_bootstrap([50, 0, 100], [50, 0, 100])
+    assert same == {"mean": 0.0, "low": 0.0, "high": 0.0, "wins": 0, "losses": 0, "ties": 3}
+    shifted = script.paired_bootstrap([60, 10, 100], [50, 0, 90])
+    assert (shifted["mean"], shifted["low"], shifted["high"], shifted["wins"]) == (10, 10, 10, 3)
+    mixed = script.paired_bootstrap([100, 0, 100, 0], [0, 100, 0, 100])
+    assert mixed["mean"] == 0 and mixed["low"] < 0 < mixed["high"]
+    assert (mixed["wins"], mixed["losses"]) == (2, 2)
+    with pytest.raises(Exception, match="equally long"):
+        script.paired_bootstrap([1, 2], [1])
+
+
+def _eval_folder(tmp_path, phrase_answers):
+    bench = tmp_path / "bench"
+    bench.mkdir()
+    bench.joinpath("turns.jsonl").write_text("".join(
+        json.dumps({"qid": q, "question_type": kind, "answers": gold, "split": "dev"}) + "\n"
+        for q, kind, gold in TURNS))
+    rows = []
+    for label, answers in (("phrase defaults", phrase_answers),
+                           ("DPR-IHN + reader", ["Kubrick", "1968", "Clarke", "HAL"])):
+        path = tmp_path / f"{label.split()[0]}.jsonl"
+        path.write_text("".join(json.dumps({"qid": q, "prediction": a}) + "\n"
+                                for (q, _, _), a in zip(TURNS, answers)))
+        rows.append({"label": label, "benchmark": str(bench),
+                     "by_k": {"1": {"predictions": str(path)}}})
+    out = tmp_path / "eval.json"
+    out.write_text(json.dumps({"vital": rows}))
+    return out
+
+
+def test_compare_scores_each_turn_against_the_benchmark(tmp_path, capsys):
+    script = load_script("compare_answers")
+    out = _eval_folder(tmp_path, ["Stanley Kubrick", "1969", "Arthur C. Clarke", "HAL"])
+    result = script.compare(out, "vital", "phrase", "DPR-IHN@1")
+    assert result["turns"] == 4
+    # per turn, a vs b: 100 vs 66.7, 0 vs 100, 100 vs 50, 66.7 vs 66.7 ("HAL" against "HAL 9000")
+    assert result["a_minus_b"]["wins"] == 2 and result["a_minus_b"]["losses"] == 1
+    assert result["a_minus_b"]["ties"] == 1
+    assert result["by_type"]["no-switch"]["turns"] == 2
+    assert result["by_type"]["first"]["wins"] == 1
+    assert result["f1_a"] - result["f1_b"] == pytest.approx(result["a_minus_b"]["mean"])
+    assert script.main([str(out), "--benchmark", "vital", "--a", "phrase", "--b", "DPR"]) == 0
+    assert "a wins 2 turns, loses 1, ties 1" in capsys.readouterr().out
+
+
+def test_bad_names_are_one_line_errors(tmp_path, capsys):
+    script = load_script("compare_answers")
+    out = _eval_folder(tmp_path, ["Kubrick", "1968", "Clarke", "HAL"])
+    assert script.main([str(out), "--benchmark", "full", "--a", "phrase", "--b", "DPR"]) == 2
+    assert "no benchmark 'full'" in capsys.readouterr().err
+    assert script.main([str(out), "--benchmark", "vital", "--a", "", "--b", "DPR"]) == 2
+    assert "2 systems' labels start with ''" in capsys.readouterr().err
+    assert script.main([str(out), "--benchmark", "vital", "--a", "phrase@5", "--b", "DPR"]) == 2
+    assert "has no top-5 row" in capsys.readouterr().err
+    (tmp_path / "phrase.jsonl").unlink()
+    assert script.main([str(out), "--benchmark", "vital", "--a", "phrase", "--b", "DPR"]) == 2
+    assert "answer file gone" in capsys.readouterr().err
