@@ -1,5 +1,5 @@
 """Choose the sparse weight of a phrase index (phrase_index/sparse.py) on a benchmark's dev
-turns: EM / F1 / Hits@1 for each weight, and a two-fold estimate that does not tune on the
+(or `--split train`) turns: EM / F1 / Hits@1 for each weight, and a two-fold estimate that does not tune on the
 turns it scores (conversations split in two; each half is scored with the weight best on the
 other).
 
@@ -60,6 +60,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="BM25's query: a history strategy (oldest_first) or 'phrase'")
     parser.add_argument("--overlap-weight", type=float, default=None,
                         help="the question-overlap penalty (phrase_index/overlap.py; 0: none)")
+    parser.add_argument("--split", choices=("dev", "train"), default="dev",
+                        help="the benchmark's turns to score (train: many more turns, but ones "
+                             "the shipped models trained on)")
+    parser.add_argument("--precision", choices=("auto", "fp32", "bf16", "int8"), default="auto",
+                        help="query encoder precision (auto picks by speed and thread count)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
 
@@ -69,9 +74,10 @@ def main(argv: list[str] | None = None) -> int:
     pipe = PhrasePipeline.from_folder(args.index, nprobe=args.nprobe, sparse_weight=1.0,
                                       sparse_passages=args.passages,
                                       sparse_history=args.sparse_history,
-                                      overlap_weight=args.overlap_weight)
+                                      overlap_weight=args.overlap_weight,
+                                      precision=args.precision)
     data = load_labelled_turns(args.benchmark)
-    turns = [t for t in data.turns if t.split == "dev" and t.answer_evaluable]
+    turns = [t for t in data.turns if t.split == args.split and t.answer_evaluable]
     texts = [pipe.format_query(t.question, data.conversations[t.conversation_id].history(t.turn))
              for t in turns]
     encoded = [pipe.encode(texts[i:i + 32]) for i in range(0, len(texts), 32)]
@@ -98,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
           f"F1 {two_fold['f1']} Hits@1 {two_fold['hit']}")
     if args.json:
         Path(args.json).write_text(json.dumps({"index": args.index, "benchmark": args.benchmark,
+                                               "split": args.split, "turns": len(turns),
                                                "sparse": pipe.sparse.fingerprint(),
                                                "query_precision": pipe.precision,
                                                "overlap_weight": pipe.overlap_weight,
