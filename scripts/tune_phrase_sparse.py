@@ -53,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--index", required=True, help="phrase index folder with sparse/")
     parser.add_argument("--benchmark", required=True, help="TopiOCQA x Wikipedia corpus folder")
+    parser.add_argument("--model", default=None,
+                        help="the index's phrase model, if it moved since the build")
     parser.add_argument("--weights", type=float, nargs="+", default=[0, 2, 4, 6, 8, 12, 16])
     parser.add_argument("--passages", type=int, default=None, help="sparse passages (20)")
     parser.add_argument("--nprobe", type=int, default=None)
@@ -71,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     from convqa.benchmark import load_labelled_turns
     from phrase_index.answerer import PhrasePipeline
 
-    pipe = PhrasePipeline.from_folder(args.index, nprobe=args.nprobe, sparse_weight=1.0,
+    pipe = PhrasePipeline.from_folder(args.index, args.model, nprobe=args.nprobe,
+                                      sparse_weight=1.0,
                                       sparse_passages=args.passages,
                                       sparse_history=args.sparse_history,
                                       overlap_weight=args.overlap_weight,
