@@ -1,7 +1,7 @@
 """Choose the sparse weight of a phrase index (phrase_index/sparse.py) on a benchmark's dev
-(or `--split train`) turns: EM / F1 / Hits@1 for each weight, and a two-fold estimate that does not tune on the
-turns it scores (conversations split in two; each half is scored with the weight best on the
-other).
+(or `--split train`) turns: EM / F1 / Hits@1 for each weight, and a two-fold estimate that
+does not tune on the turns it scores (conversations split in two; each half is scored with the
+weight best on the other).
 
     python scripts/tune_phrase_sparse.py --index full-phrase-index --benchmark BENCH/full \\
         --weights 0 2 4 6 8 12 16 --json sparse-weights.json
