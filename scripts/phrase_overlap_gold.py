@@ -44,12 +44,23 @@ def candidates(model, examples, pool: int) -> list[list[tuple[float, str]]]:
     return out
 
 
+def dev_turns(benchmark: str) -> set[str]:
+    """The turn ids ("conversation_turn") of a benchmark's answer-evaluable dev turns."""
+    from convqa.benchmark import load_labelled_turns
+
+    return {f"{t.conversation_id}_{t.turn}" for t in load_labelled_turns(benchmark).turns
+            if t.split == "dev" and t.answer_evaluable}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="convqa-phrase")
     parser.add_argument("--squad", nargs="*", default=[], help="SQuAD-format files")
     parser.add_argument("--benchmark", nargs="*", default=[], help="topiocqa-wiki folders")
     parser.add_argument("--per-source", type=int, default=500)
+    parser.add_argument("--exclude-dev-of", nargs="*", default=[],
+                        help="topiocqa-wiki folders whose answer-evaluable dev turns are left "
+                             "out (the open-domain test turns, so the choice never sees them)")
     parser.add_argument("--weights", type=float, nargs="+", default=[0, 1, 2, 3, 4, 6, 8, 12])
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
@@ -63,11 +74,16 @@ def main(argv: list[str] | None = None) -> int:
     model = load_model(args.model)
     sources = {Path(p).stem: [e for e in squad_phrase_examples(p, negatives=0)
                               if e.answers and e.split == "heldout"] for p in args.squad}
-    sources |= {Path(b).name: [e for e in benchmark_phrase_examples(b) if e.split == "heldout"]
+    excluded = set().union(*[dev_turns(b) for b in args.exclude_dev_of])
+    sources |= {Path(b).name: [e for e in benchmark_phrase_examples(b) if e.split == "heldout"
+                               and e.id.partition("/")[2] not in excluded]
                 for b in args.benchmark}
     result = {}
     for name, examples in sources.items():
         examples = examples[:args.per_source]
+        if not examples:
+            print(f"{name}: no held-out questions (left out or none)", flush=True)
+            continue
         convention = scoring_convention(examples[0].source)
         totals = dict.fromkeys(args.weights, 0.0)
         for example, found in zip(examples, candidates(model, examples, POOL)):
@@ -81,7 +97,9 @@ def main(argv: list[str] | None = None) -> int:
                                for w, t in totals.items()}}
         print(name, result[name], flush=True)
     if args.json:
-        Path(args.json).write_text(json.dumps({"model": args.model, "pool": POOL, **result},
+        Path(args.json).write_text(json.dumps({"model": args.model, "pool": POOL,
+                                               "excluded_dev_of": args.exclude_dev_of,
+                                               **result},
                                               indent=1), encoding="utf-8")
     return 0
 

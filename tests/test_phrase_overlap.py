@@ -96,3 +96,32 @@ def test_the_shipped_model_answers_instead_of_naming_the_subject(tmp_path):
     prints = {PhraseSystem.load({"index": str(tmp_path / "index"), **extra}).fingerprint()
               for extra in ({}, {"overlap_weight": 0}, {"overlap_weight": 2.5})}
     assert len(prints) == 3
+
+
+def test_gold_reading_leaves_out_the_open_domain_test_turns(tmp_path, capsys):
+    """scripts/phrase_overlap_gold.py --exclude-dev-of: the held-out turns that are another
+    benchmark's answer-evaluable dev turns (the open-domain test) are not read."""
+    import json
+
+    from phrase_model_helpers import tiny_phrase_model
+    from script_helpers import load_script
+    from training_helpers import TURNS, make_benchmark
+
+    script = load_script("phrase_overlap_gold")
+    bench = make_benchmark(tmp_path / "bench")
+    # the other corpus holds c4's first turn only (its second has no answer passage there)
+    other = make_benchmark(tmp_path / "other",
+                           [t[:5] + ((t[5] if t[:2] == ("c4", 1) else []),) + t[6:]
+                            for t in TURNS])
+    assert script.dev_turns(str(other)) == {"c4_1"}
+    tiny_phrase_model().save(tmp_path / "model")
+    out = tmp_path / "gold.json"
+    common = ["--model", str(tmp_path / "model"), "--benchmark", str(bench), "--weights", "0", "4"]
+    assert script.main(common + ["--json", str(out)]) == 0
+    assert json.loads(out.read_text())["bench"]["count"] == 2
+    assert script.main(common + ["--exclude-dev-of", str(other), "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["bench"]["count"] == 1 and report["excluded_dev_of"] == [str(other)]
+    assert set(report["bench"]["f1"]) == {"0.0", "4.0"}
+    assert script.main(common + ["--exclude-dev-of", str(bench)]) == 0
+    assert "bench: no held-out questions" in capsys.readouterr().out
