@@ -8,7 +8,7 @@ small benchmark is read as what it is.
 
 A system is named by the start of its label and `@k` (the top-k row; default 1). The answer
 files the eval JSON records (its `predictions` per k) are scored against the benchmark's turns
-(`turns.jsonl`, TopiOCQA scoring), so the eval's cache must still hold them.
+(`turns.jsonl`, with the row's scoring convention), so the eval's cache must still hold them.
 """
 from __future__ import annotations
 
@@ -50,10 +50,12 @@ def find_row(rows: list[dict], name: str, where: str) -> tuple[dict, str]:
     if k not in found[0].get("by_k", {}):
         raise DataError(f"system {found[0]['label']!r} has no top-{k} row "
                         f"(has {', '.join(found[0].get('by_k', {}))})", where)
+    if not found[0]["by_k"][k].get("predictions"):
+        raise DataError(f"system {found[0]['label']!r} records no answer file at top {k}", where)
     return found[0], k
 
 
-def turn_f1(predictions: Path, turns: dict[str, dict]) -> dict[str, float]:
+def turn_f1(predictions: Path, turns: dict[str, dict], convention: str) -> dict[str, float]:
     """qid -> F1 of each prediction of an answer file, for the turns given."""
     from convqa.io import iter_jsonl
     from convqa.metrics.answer import score_answer
@@ -61,7 +63,7 @@ def turn_f1(predictions: Path, turns: dict[str, dict]) -> dict[str, float]:
     if not predictions.is_file():
         raise DataError("answer file gone (rerun the eval with its --cache-dir)", predictions)
     return {row["qid"]: 100 * score_answer(row.get("prediction") or "",
-                                           turns[row["qid"]]["answers"], "topiocqa")["f1"]
+                                           turns[row["qid"]]["answers"], convention)["f1"]
             for _, row in iter_jsonl(predictions) if row["qid"] in turns}
 
 
@@ -76,7 +78,8 @@ def compare(eval_json: Path, benchmark: str, first: str, second: str,
     from convqa.io import iter_jsonl
 
     turns = {t["qid"]: t for _, t in iter_jsonl(folder / "turns.jsonl")}
-    scores = [turn_f1(Path(row["by_k"][k]["predictions"]), turns) for row, k in systems]
+    scores = [turn_f1(Path(row["by_k"][k]["predictions"]), turns,
+                      row.get("convention") or "topiocqa") for row, k in systems]
     qids = sorted(set(scores[0]) & set(scores[1]))
     if len(qids) != len(scores[0]) or len(qids) != len(scores[1]):
         raise DataError(f"the systems answered different turns ({len(scores[0])} and "

@@ -66,6 +66,12 @@ def test_bad_names_are_one_line_errors(tmp_path, capsys):
     assert "2 systems' labels start with ''" in capsys.readouterr().err
     assert script.main([str(out), "--benchmark", "vital", "--a", "phrase@5", "--b", "DPR"]) == 2
     assert "has no top-5 row" in capsys.readouterr().err
+    report = json.loads(out.read_text())
+    del report["vital"][0]["by_k"]["1"]["predictions"]
+    (tmp_path / "bare.json").write_text(json.dumps(report))
+    assert script.main([str(tmp_path / "bare.json"), "--benchmark", "vital", "--a", "phrase",
+                        "--b", "DPR"]) == 2
+    assert "records no answer file at top 1" in capsys.readouterr().err
     (tmp_path / "phrase.jsonl").unlink()
     assert script.main([str(out), "--benchmark", "vital", "--a", "phrase", "--b", "DPR"]) == 2
     assert "answer file gone" in capsys.readouterr().err
