@@ -84,18 +84,15 @@ def compare(eval_json: Path, benchmark: str, first: str, second: str,
     if len(qids) != len(scores[0]) or len(qids) != len(scores[1]):
         raise DataError(f"the systems answered different turns ({len(scores[0])} and "
                         f"{len(scores[1])}, {len(qids)} shared)", eval_json)
-    result = {"a": f"{systems[0][0]['label']}@{systems[0][1]}",
-              "b": f"{systems[1][0]['label']}@{systems[1][1]}", "turns": len(qids),
-              "f1_a": float(np.mean([scores[0][q] for q in qids])),
-              "f1_b": float(np.mean([scores[1][q] for q in qids])),
-              "a_minus_b": paired_bootstrap([scores[0][q] for q in qids],
-                                            [scores[1][q] for q in qids]),
-              "by_type": {}}
-    for kind in sorted({turns[q].get("question_type") or "all" for q in qids}):
-        chosen = [q for q in qids if (turns[q].get("question_type") or "all") == kind]
-        result["by_type"][kind] = {"turns": len(chosen), **paired_bootstrap(
-            [scores[0][q] for q in chosen], [scores[1][q] for q in chosen])}
-    return result
+    a, b = (np.array([per_turn[q] for q in qids]) for per_turn in scores)
+    kinds = np.array([turns[q].get("question_type") or "all" for q in qids])
+    return {"a": f"{systems[0][0]['label']}@{systems[0][1]}",
+            "b": f"{systems[1][0]['label']}@{systems[1][1]}", "turns": len(qids),
+            "f1_a": float(a.mean()), "f1_b": float(b.mean()),
+            "a_minus_b": paired_bootstrap(a, b),
+            "by_type": {str(kind): {"turns": int((kinds == kind).sum()),
+                               **paired_bootstrap(a[kinds == kind], b[kinds == kind])}
+                        for kind in sorted(set(kinds))}}
 
 
 def main(argv: list[str] | None = None) -> int:

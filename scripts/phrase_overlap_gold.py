@@ -45,10 +45,10 @@ def candidates(model, examples, pool: int) -> list[list[tuple[float, str]]]:
 
 
 def dev_turns(benchmark: str) -> set[str]:
-    """The turn ids ("conversation_turn") of a benchmark's answer-evaluable dev turns."""
+    """The query ids (`QueryId` strings) of a benchmark's answer-evaluable dev turns."""
     from convqa.benchmark import load_labelled_turns
 
-    return {f"{t.conversation_id}_{t.turn}" for t in load_labelled_turns(benchmark).turns
+    return {t.qid for t in load_labelled_turns(benchmark).turns
             if t.split == "dev" and t.answer_evaluable}
 
 
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
                               if e.answers and e.split == "heldout"] for p in args.squad}
     excluded = set().union(*[dev_turns(b) for b in args.exclude_dev_of])
     sources |= {Path(b).name: [e for e in benchmark_phrase_examples(b) if e.split == "heldout"
-                               and e.id.partition("/")[2] not in excluded]
+                               and e.id.rpartition("/")[2] not in excluded]
                 for b in args.benchmark}
     result = {}
     for name, examples in sources.items():

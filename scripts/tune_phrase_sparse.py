@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from convqa.precision import AUTO, CHOICES as PRECISIONS
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
@@ -65,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--split", choices=("dev", "train"), default="dev",
                         help="the benchmark's turns to score (train: many more turns, but ones "
                              "the shipped models trained on)")
-    parser.add_argument("--precision", choices=("auto", "fp32", "bf16", "int8"), default="auto",
+    parser.add_argument("--precision", choices=PRECISIONS, default=AUTO,
                         help="query encoder precision (auto picks by speed and thread count)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
