@@ -366,7 +366,8 @@ class PhraseTrainer(StepTrainer):
         if self.teacher is not None:
             from convqa.history import build_history_strategy
 
-            self.teacher.eval()
+            # on the training device: a teacher left on the CPU would read every batch there
+            self.teacher.to(self.accelerator.device).eval()
             self.teacher_strategy = build_history_strategy(
                 self.teacher.config.history or "current_first")
         self.queue = PreBatchQueue(config.pre_batch if self.weights.get("pre_batch") else 0)
