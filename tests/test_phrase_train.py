@@ -154,6 +154,21 @@ def test_auto_precision_probe_leaves_the_run_unchanged(examples, tmp_path, monke
         config(precision="int8")
 
 
+def test_the_teacher_reads_on_the_training_device(examples, tmp_path, monkeypatch):
+    """The distillation teacher goes where the student trains (on a GPU it once stayed on the
+    CPU, reading every batch there)."""
+    teacher = tiny_reader(seed=5)
+    moved = []
+    to = teacher.to
+    monkeypatch.setattr(teacher, "to", lambda *a, **k: moved.append(a[0]) or to(*a, **k))
+    trainer = PhraseTrainer(tiny_phrase_model(seed=1), examples, tmp_path, config(), teacher)
+    assert [torch.device(d) for d in moved] == [trainer.accelerator.device]
+    assert trainer.teacher is teacher and not teacher.training
+    no_teacher = PhraseTrainer(tiny_phrase_model(seed=1), examples, tmp_path / "none",
+                               config(weights={"distill": 0.0}), teacher)
+    assert no_teacher.teacher is None and len(moved) == 1
+
+
 def test_ablation_switches_and_refusals(examples, tmp_path):
     no_turn = config(max_steps=2, weights={"turn": 0.0, "distill": 0.0, "filter": 0.0})
     model = tiny_phrase_model()
