@@ -39,10 +39,12 @@ def paired_bootstrap(a: Sequence[float], b: Sequence[float], samples: int = 1000
 
 
 def find_row(rows: list[dict], name: str, where: str) -> tuple[dict, str]:
-    """The eval row whose label starts with `name` (before `@k`) and its k."""
+    """The eval row whose label is `name` (before `@k`), else the one label that starts with
+    it, and its k."""
     label, _, k = name.partition("@")
     k = k or "1"
-    found = [row for row in rows if row.get("label", "").startswith(label)]
+    found = [row for row in rows if row.get("label", "") == label] or \
+        [row for row in rows if row.get("label", "").startswith(label)]
     if len(found) != 1:
         labels = "; ".join(row.get("label", "") for row in rows)
         raise DataError(f"{len(found)} systems' labels start with {label!r} (labels: {labels})",

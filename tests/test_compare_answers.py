@@ -75,3 +75,20 @@ def test_bad_names_are_one_line_errors(tmp_path, capsys):
     (tmp_path / "phrase.jsonl").unlink()
     assert script.main([str(out), "--benchmark", "vital", "--a", "phrase", "--b", "DPR"]) == 2
     assert "answer file gone" in capsys.readouterr().err
+
+
+def test_a_full_label_picks_its_row_beside_longer_labels_it_begins(tmp_path):
+    """'DPR-IHN + reader' names that row exactly, even beside 'DPR-IHN + reader, fusion';
+    a bare prefix of both stays an error."""
+    script = load_script("compare_answers")
+    out = _eval_folder(tmp_path, ["Stanley Kubrick", "1969", "Arthur C. Clarke", "HAL"])
+    report = json.loads(out.read_text())
+    fusion = dict(report["vital"][0], label="DPR-IHN + reader, fusion")
+    report["vital"].append(fusion)   # the phrase answers under a longer DPR-IHN label
+    out.write_text(json.dumps(report))
+    exact = script.compare(out, "vital", "phrase", "DPR-IHN + reader")
+    assert exact["a_minus_b"]["wins"] == 2 and exact["a_minus_b"]["losses"] == 1
+    same = script.compare(out, "vital", "phrase", "DPR-IHN + reader, fusion")
+    assert same["a_minus_b"]["ties"] == 4
+    with pytest.raises(Exception, match="2 systems' labels start with 'DPR'"):
+        script.compare(out, "vital", "phrase", "DPR")
