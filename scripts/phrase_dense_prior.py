@@ -29,22 +29,23 @@ def dense_tables(retriever, store, queries: list[str], passages: int):
     for hits in retriever.retrieve_batch(queries, k=passages):
         rows = np.array([store.index(h.passage_id) for h in hits], dtype=np.int64)
         scores = np.array([h.score for h in hits], dtype=np.float32)
-        spread = max(float(scores.max() - scores.min()), 1e-6) if len(scores) else 1.0
-        scaled = (scores - (scores.min() if len(scores) else 0.0)) / spread
-        out.append((rows, dict(zip(rows.tolist(), scaled.tolist()))))
+        if len(scores):
+            scores = (scores - scores.min()) / max(float(scores.max() - scores.min()), 1e-6)
+        out.append((rows, dict(zip(rows.tolist(), scores.tolist()))))
     return out
 
 
 def combined(sparse, dense, sparse_weight: float, dense_weight: float):
     """The BM25 prior (scaled) plus the dense one, as one PassagePrior."""
     from phrase_index.search import PassagePrior
+    from tune_phrase_sparse import scaled
 
     rows, table = dense
+    bm25 = scaled(sparse, sparse_weight)
 
     def score(candidates: np.ndarray) -> np.ndarray:
         extra = np.array([table.get(int(r), 0.0) for r in candidates], dtype=np.float32)
-        return sparse.scores(candidates) * np.float32(sparse_weight) + \
-            np.float32(dense_weight) * extra
+        return bm25.scores(candidates) + np.float32(dense_weight) * extra
     return PassagePrior(np.union1d(sparse.rows, rows) if dense_weight else sparse.rows, score)
 
 
@@ -66,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     from convqa.history import build_history_strategy
     from phrase_index.answerer import PhrasePipeline
     from retrievers.dense.retriever import DenseRetriever, DenseRetrieverConfig
-    from tune_phrase_sparse import mean, per_turn
+    from tune_phrase_sparse import encoded_turns, mean, per_turn
 
     pipe = PhrasePipeline.from_folder(args.index, None, nprobe=args.nprobe, sparse_weight=1.0,
                                       precision="fp32")
@@ -76,12 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     data = load_labelled_turns(args.benchmark)
     result = {}
     for split in args.splits:
-        turns = [t for t in data.turns if t.split == split and t.answer_evaluable]
-        earlier = [data.conversations[t.conversation_id].history(t.turn) for t in turns]
-        texts = [pipe.format_query(t.question, h) for t, h in zip(turns, earlier)]
-        encoded = [pipe.encode(texts[i:i + 32]) for i in range(0, len(texts), 32)]
-        q_start = np.concatenate([e[0] for e in encoded])
-        q_end = np.concatenate([e[1] for e in encoded])
+        turns, earlier, texts, q_start, q_end = encoded_turns(pipe, data, split)
         sparse = pipe.sparse.priors([t.sparse_text or t for t in texts])
         tables = dense_tables(dense, pipe.store, [history.format(t.question, list(h))
                                                   for t, h in zip(turns, earlier)], args.passages)

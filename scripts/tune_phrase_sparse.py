@@ -29,6 +29,17 @@ def scaled(prior, factor: float):
     return PassagePrior(prior.rows, lambda rows: prior.scores(rows) * np.float32(factor))
 
 
+def encoded_turns(pipe, data, split: str):
+    """The answer-evaluable turns of `split`, their earlier turns, the phrase model's query
+    texts and the start / end query vectors."""
+    turns = [t for t in data.turns if t.split == split and t.answer_evaluable]
+    earlier = [data.conversations[t.conversation_id].history(t.turn) for t in turns]
+    texts = [pipe.format_query(t.question, h) for t, h in zip(turns, earlier)]
+    encoded = [pipe.encode(texts[i:i + 32]) for i in range(0, len(texts), 32)]
+    return (turns, earlier, texts, np.concatenate([e[0] for e in encoded]),
+            np.concatenate([e[1] for e in encoded]))
+
+
 def per_turn(pipe, turns, priors, q_start, q_end, weight: float) -> list[dict]:
     """EM, F1 and whether the best phrase's passage is an answer passage, per turn (after the
     pipeline's question-overlap penalty)."""
@@ -81,13 +92,8 @@ def main(argv: list[str] | None = None) -> int:
                                       sparse_history=args.sparse_history,
                                       overlap_weight=args.overlap_weight,
                                       precision=args.precision)
-    data = load_labelled_turns(args.benchmark)
-    turns = [t for t in data.turns if t.split == args.split and t.answer_evaluable]
-    texts = [pipe.format_query(t.question, data.conversations[t.conversation_id].history(t.turn))
-             for t in turns]
-    encoded = [pipe.encode(texts[i:i + 32]) for i in range(0, len(texts), 32)]
-    q_start = np.concatenate([e[0] for e in encoded])
-    q_end = np.concatenate([e[1] for e in encoded])
+    turns, _, texts, q_start, q_end = encoded_turns(pipe, load_labelled_turns(args.benchmark),
+                                                    args.split)
     # weight 1: scaled per weight below
     priors = pipe.sparse.priors([t.sparse_text or t for t in texts])
     results = {w: per_turn(pipe, turns, priors, q_start, q_end, w)
