@@ -10,9 +10,12 @@ query vector, and the best phrases of the whole corpus are found by `phrase_inde
 is no reader. `hits` are the passages of the best phrases (each passage once, ranked by its best
 phrase), so retrieval metrics apply too. When the index folder holds a BM25 index of its
 passages (`sparse/`, `convqa index --phrase --sparse`), its scores join the phrase scores
-(phrase_index/sparse.py); `sparse_weight=0` answers from the phrase vectors alone. BM25 reads
-its own rendering of the conversation: `format_query` returns a `PhraseQuery`, the phrase
-model's text carrying BM25's as `sparse_text`. The best phrases are re-ranked by how much of
+(phrase_index/sparse.py); `sparse_weight=0` answers from the phrase vectors alone. A dense
+index of its passages (`dense/`, `convqa index --phrase --dense-prior`) adds a passage
+retriever's best passages the same way (phrase_index/dense_prior.py; `dense_weight=0`: not
+used). BM25 and the retriever read their own rendering of the conversation: `format_query`
+returns a `PhraseQuery`, the phrase model's text carrying theirs as `sparse_text` and
+`dense_text`. The best phrases are re-ranked by how much of
 the current question they repeat (phrase_index/overlap.py; `overlap_weight=0`: not at all).
 """
 from __future__ import annotations
@@ -42,25 +45,28 @@ PROBE_QUERIES = 16  # queries the `auto` precision probe times each candidate on
 
 
 class PhraseQuery(str):
-    """The phrase model's query text, with the sparse side's query and the current question
-    of the same turn.
+    """The phrase model's query text, with the sparse and dense sides' queries and the current
+    question of the same turn.
 
     A `str`, so evaluation runs, caches and results treat it as the query text they record;
-    `sparse_text` (None: BM25 reads the phrase text) and `question` (for the question-overlap
-    penalty, phrase_index/overlap.py; None: no penalty) travel with it into `answer_queries`."""
+    `sparse_text` and `dense_text` (None: BM25 / the dense retriever read the phrase text) and
+    `question` (for the question-overlap penalty, phrase_index/overlap.py; None: no penalty)
+    travel with it into `answer_queries`."""
 
     sparse_text: str | None
     question: str | None
+    dense_text: str | None
 
-    def __new__(cls, text: str, sparse_text: str | None = None,
-                question: str | None = None) -> "PhraseQuery":
+    def __new__(cls, text: str, sparse_text: str | None = None, question: str | None = None,
+                dense_text: str | None = None) -> "PhraseQuery":
         query = super().__new__(cls, text)
         query.sparse_text = sparse_text
         query.question = question
+        query.dense_text = dense_text
         return query
 
     def __reduce__(self):  # pickles (multiprocessing) keep what travels with the text
-        return PhraseQuery, (str(self), self.sparse_text, self.question)
+        return PhraseQuery, (str(self), self.sparse_text, self.question, self.dense_text)
 
 
 class PhrasePipeline:
@@ -68,7 +74,8 @@ class PhrasePipeline:
 
     def __init__(self, model, index: PhraseIndex, store, top_k: int = 5,
                  candidates: int | None = None, max_answer_tokens: int | None = None,
-                 precision: str = "auto", sparse=None, overlap_weight: float | None = None):
+                 precision: str = "auto", sparse=None, overlap_weight: float | None = None,
+                 dense=None):
         if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
             raise ConfigError(f"top_k must be a positive int, got {top_k!r}")
         index.check(fingerprint=model.fingerprint(), model_name=model.source)
@@ -79,6 +86,7 @@ class PhrasePipeline:
         self.top_k = top_k
         self.searcher = PhraseSearcher(index, store, candidates, max_answer_tokens)
         self.sparse = sparse  # a SparsePrior, or None: phrase scores alone
+        self.dense = dense    # a DensePrior, or None: no dense passage retriever
         self.overlap_weight = check_overlap_weight(overlap_weight)
         requested = normalize_precision(precision, "phrase query precision")
         self.precision: str | None = None if requested == AUTO else requested
@@ -92,17 +100,24 @@ class PhrasePipeline:
                     device: str = "cpu", mmap: bool = False,
                     precision: str = "auto", sparse_weight: float | None = None,
                     sparse_passages: int | None = None, sparse_history=None,
-                    overlap_weight: float | None = None) -> "PhrasePipeline":
+                    overlap_weight: float | None = None,
+                    dense_index: str | os.PathLike | None = None,
+                    dense_weight: float | None = None, dense_passages: int | None = None,
+                    dense_history=None) -> "PhrasePipeline":
         """Open a folder made by `convqa index --phrase`: the model and passage store it
         records (or the ones given), checked against the index (one-line error otherwise).
         Its `sparse/` BM25 index, when there, is used with `sparse_weight` (default
         `sparse.DEFAULT_WEIGHT`; 0: not used), BM25 reading the conversation as `sparse_history`
         formats it (default `sparse.DEFAULT_HISTORY`; "phrase": the phrase model's text).
+        Its `dense/` index (or the dense index `dense_index`), when there, is used with
+        `dense_weight` (default `dense_prior.DEFAULT_WEIGHT`; 0: not used), `dense_passages`
+        and `dense_history` likewise; its query encoder runs in `precision` too.
         `overlap_weight`: the question-overlap penalty (default `overlap.DEFAULT_WEIGHT`; 0:
         none)."""
         from convqa.corpus import PassageStore
 
         from .model import PhraseModel
+        from .dense_prior import DensePrior, check_dense_settings, dense_folder
         from .sparse import SPARSE_DIR, SparsePrior, check_settings
 
         weight, passage_count = check_settings(sparse_weight, sparse_passages)
@@ -111,6 +126,13 @@ class PhrasePipeline:
         if sparse_weight and not has_sparse:
             raise ConfigError(f"phrase index {index_dir} has no BM25 index for sparse_weight "
                               f"{sparse_weight} (add one: convqa index --phrase --sparse ...)")
+        dense_settings = check_dense_settings(dense_weight, dense_passages)
+        dense_dir = dense_folder(index_dir, dense_index)
+        has_dense = DensePrior.exists(dense_dir)
+        if dense_weight and not has_dense:
+            raise ConfigError(f"phrase index {index_dir} has no dense index for dense_weight "
+                              f"{dense_weight} (add one: convqa index --phrase --dense-prior "
+                              "...)")
 
         index = load_phrase_index(index_dir, mmap=mmap)
         model_name = model or index.meta.get("model")
@@ -131,15 +153,21 @@ class PhrasePipeline:
         sparse = None
         if weight > 0 and has_sparse:
             sparse = SparsePrior.load(sparse_dir, store, weight, passage_count, sparse_history)
+        dense = None
+        if dense_settings[0] > 0 and has_dense:
+            dense = DensePrior.load(dense_dir, store, *dense_settings, dense_history,
+                                    precision=precision)
         return cls(phrase_model, index, store, top_k, candidates, precision=precision,
-                   sparse=sparse, overlap_weight=overlap_weight)
+                   sparse=sparse, overlap_weight=overlap_weight, dense=dense)
 
     def format_query(self, question: str, history: Sequence[Turn]) -> PhraseQuery:
-        """The phrase model's query text, carrying the sparse side's and the question
-        (`PhraseQuery`)."""
+        """The phrase model's query text, carrying the sparse and dense sides' and the
+        question (`PhraseQuery`)."""
         history = list(history)
         sparse_text = self.sparse.query_text(question, history) if self.sparse else None
-        return PhraseQuery(self.model.format_query(question, history), sparse_text, question)
+        dense_text = self.dense.query_text(question, history) if self.dense else None
+        return PhraseQuery(self.model.format_query(question, history), sparse_text, question,
+                           dense_text)
 
     def encode(self, query_texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """float32 start and end query vectors `[n, d]`, in the precision chosen on the first
@@ -190,8 +218,9 @@ class PhrasePipeline:
                        questions: Sequence[str] | None = None) -> list[PipelineResult]:
         """Answer query texts already made by `format_query` (the evaluation formats a whole
         benchmark first); `questions` only labels the results. A plain string is also BM25's
-        query; a `PhraseQuery` gives BM25 its `sparse_text` and the question-overlap penalty
-        its `question` (a plain string gets no penalty)."""
+        and the dense retriever's query; a `PhraseQuery` gives them its `sparse_text` and
+        `dense_text` and the question-overlap penalty its `question` (a plain string gets no
+        penalty)."""
         k = top_k or self.top_k
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise ConfigError(f"top_k must be a positive int, got {k!r}")
@@ -208,6 +237,11 @@ class PhrasePipeline:
             began = time.perf_counter()
             priors = self.sparse.priors([getattr(t, "sparse_text", None) or t for t in texts])
             timings["sparse"] = _since(began)
+        if self.dense is not None:
+            began = time.perf_counter()
+            dense = self.dense.priors([getattr(t, "dense_text", None) or t for t in texts])
+            priors = dense if priors is None else [s.plus(d) for s, d in zip(priors, dense)]
+            timings["dense"] = _since(began)
         began = time.perf_counter()
         spans = self.searcher.spans(q_start, q_end, self.phrase_pool(k), priors)
         timings["search"] = _since(began)

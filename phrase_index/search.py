@@ -13,7 +13,8 @@ proposes are scored from the dump's stored vectors (exact; FAISS scores, possibl
 only choose candidates), so a phrase found by both passes gets one identical score and appears
 once: results are deduplicated by (passage, start token, end token).
 
-A `PassagePrior` per query (phrase_index/sparse.py: BM25 over the same passages) adds its
+A `PassagePrior` per query (phrase_index/sparse.py: BM25 over the same passages;
+phrase_index/dense_prior.py: a dense passage retriever's best passages; `plus` sums them) adds its
 passages as a third source, every phrase of them a candidate, and a per-passage score to every
 phrase, as DenSPI adds a sparse score to the dense one.
 """
@@ -61,6 +62,14 @@ class PassagePrior:
 
     rows: np.ndarray
     scores: Callable[[np.ndarray], np.ndarray]
+
+    def plus(self, other: "PassagePrior") -> "PassagePrior":
+        """Both priors at once: the passages of either are candidates, and a phrase gains
+        both priors' scores (the sparse and the dense side, phrase_index/dense_prior.py)."""
+        first, second = self.scores, other.scores
+        rows = np.union1d(np.asarray(self.rows, dtype=np.int64),
+                          np.asarray(other.rows, dtype=np.int64))
+        return PassagePrior(rows, lambda asked: first(asked) + second(asked))
 
 
 def _matrix(vectors: np.ndarray, dim: int, what: str) -> np.ndarray:

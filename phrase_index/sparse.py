@@ -42,15 +42,15 @@ DEFAULT_HISTORY = "oldest_first"
 PHRASE_RENDERING = "phrase"  # `history` value: the phrase model's own query text
 
 
-def check_settings(weight=None, passages=None) -> tuple[float, int]:
-    """(weight, passages) checked, None standing for the default: a weight >= 0 (0: off) and a
-    positive passage count."""
+def check_settings(weight=None, passages=None, what: str = "sparse") -> tuple[float, int]:
+    """(weight, passages) of a passage prior checked, None standing for the default: a weight
+    >= 0 (0: off) and a positive passage count. `what` names the prior in the error."""
     weight = DEFAULT_WEIGHT if weight is None else weight
     passages = DEFAULT_PASSAGES if passages is None else passages
     if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight >= 0:
-        raise ConfigError(f"sparse weight must be a number >= 0, got {weight!r}")
+        raise ConfigError(f"{what} weight must be a number >= 0, got {weight!r}")
     if isinstance(passages, bool) or not isinstance(passages, int) or passages < 1:
-        raise ConfigError(f"sparse passages must be a positive integer, got {passages!r}")
+        raise ConfigError(f"{what} passages must be a positive integer, got {passages!r}")
     return float(weight), passages
 
 

@@ -35,6 +35,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--sparse-weight", type=float, default=None, metavar="W",
                    help="with --phrase-index built with --sparse: weight of its BM25 passage "
                         "scores (default 8; 0: the phrase vectors alone)")
+    p.add_argument("--dense-weight", type=float, default=None, metavar="W",
+                   help="with --phrase-index built with --dense-prior: weight of its dense "
+                        "retriever's passage scores (default 8; 0: not used)")
     p.add_argument("--overlap-weight", type=float, default=None, metavar="W",
                    help="with --phrase-index: how much a phrase loses for repeating the "
                         "question's words (default 4; 0: none)")
@@ -55,8 +58,10 @@ def build_pipeline(args: argparse.Namespace):
         if args.config or args.overrides:
             raise ConvQAError("--phrase-index does not go with --config or --set")
         return PhrasePipeline.from_folder(args.phrase_index, sparse_weight=args.sparse_weight,
-                                          overlap_weight=args.overlap_weight)
+                                          overlap_weight=args.overlap_weight,
+                                          dense_weight=args.dense_weight)
     for flag, value in (("--sparse-weight", args.sparse_weight),
+                        ("--dense-weight", args.dense_weight),
                         ("--overlap-weight", args.overlap_weight)):
         if value is not None:
             raise ConvQAError(f"{flag} goes with --phrase-index")

@@ -6,10 +6,11 @@
                  [--factory Flat] [--batch-size 64] [--precision auto]
     convqa index --phrase --model PHRASE_MODEL --passages STORE_OR_FILE --out DIR [--int8]
                  [--factory Flat|IVF4096,PQ48] [--keep FRACTION | --threshold LOGIT|none]
-                 [--flat-max N] [--sparse]
+                 [--flat-max N] [--sparse] [--dense-prior [MODEL]]
     convqa index --phrase --compact --model PHRASE_MODEL --passages STORE --out DIR
                  [--keep FRACTION | --threshold LOGIT|none] [--code-bytes 48]
                  [--search-bytes 32] [--drop-dump] [--sparse [--preset P]]
+                 [--dense-prior [MODEL]]
 
 `--passages` is a passage store folder (e.g. a benchmark's passages/) or a JSONL/TSV(.gz)
 collection (see convqa.corpus.readers); a file is first written as a passage store, by default
@@ -94,9 +95,17 @@ def add_parser(subparsers) -> None:
                              "--b apply): phrase search then adds BM25 passage scores and "
                              "candidates, DenSPI's sparse side (docs/phrase_index.md). Rerun "
                              "on a finished index to add it")
+    phrase.add_argument("--dense-prior", nargs="?", const="convqa-dpr-ihn", default=None,
+                        metavar="MODEL",
+                        help="also index the passages with a dual encoder (default "
+                             "convqa-dpr-ihn) in OUT/dense, an SQ8 FAISS index (384 bytes per "
+                             "passage): phrase search then adds its best passages and their "
+                             "scores (docs/phrase_index.md). Resumable; rerun on a finished "
+                             "index to add it")
     phrase.add_argument("--drop-dump", action="store_true",
                         help="--compact: delete OUT/dump once the index is built (it is only "
-                             "needed to rebuild with another filter or code size)")
+                             "needed to rebuild with another filter or code size), and "
+                             "OUT/dense/vectors once the dense side is built")
     p.set_defaults(func=run)
 
 
@@ -244,7 +253,7 @@ def run_phrase(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     if args.compact:
         code = _run_compact(args, model, store, out, threshold, keep, started)
-        return _add_sparse(args, store, out) if code == 0 else code
+        return _add_sides(args, store, out) if code == 0 else code
     options = {} if args.flat_max is None else {"flat_max": args.flat_max}
     index = build_phrase_index(model, store, out, dtype="int8" if args.int8 else "float16",
                                factory=args.factory, start_threshold=threshold,
@@ -258,7 +267,30 @@ def run_phrase(args: argparse.Namespace) -> int:
           f"({factories['end']}) vectors, {index.bytes_per_passage():,.0f} bytes per passage"
           f"{peak_memory_note()}")
     print(f"use it with: convqa answer --phrase-index {out}")
-    return _add_sparse(args, store, out)
+    return _add_sides(args, store, out)
+
+
+def _add_sides(args: argparse.Namespace, store, out: Path) -> int:
+    """The passage priors asked for: --sparse (BM25), then --dense-prior."""
+    code = _add_sparse(args, store, out)
+    return _add_dense(args, store, out) if code == 0 else code
+
+
+def _add_dense(args: argparse.Namespace, store, out: Path) -> int:
+    """--dense-prior: a dense index of the same store in OUT/dense, unless one is there."""
+    if not args.dense_prior:
+        return 0
+    from phrase_index.dense_prior import DENSE_DIR, add_dense_side
+
+    folder = out / DENSE_DIR
+    started = time.perf_counter()
+    if not add_dense_side(out, store, args.dense_prior, precision=args.precision,
+                          drop_vectors=args.drop_dump, show_progress=not args.quiet):
+        print(f"dense side: kept the dense index in {folder}")
+        return 0
+    print(f"dense side: {args.dense_prior} index of {len(store)} passages written to {folder} "
+          f"in {time.perf_counter() - started:.1f} s")
+    return 0
 
 
 def _add_sparse(args: argparse.Namespace, store, out: Path) -> int:

@@ -10,7 +10,10 @@ benchmark's ids; the index checks that it is its corpus), `nprobe` (IVF indexes)
 `candidates` (FAISS hits per search pass, phrase_index/search.py), `sparse_weight`,
 `sparse_passages` and `sparse_history` (the BM25 side of an index built with `--sparse`,
 phrase_index/sparse.py; weight 0 leaves it out; the history strategy of BM25's query, "phrase"
-for the phrase model's text), `overlap_weight` (the question-overlap penalty,
+for the phrase model's text), `dense_index`, `dense_weight`, `dense_passages` and
+`dense_history` (the dense passage retriever of an index built with `--dense-prior`, or the
+dense index `dense_index`, phrase_index/dense_prior.py; weight 0 leaves it out),
+`overlap_weight` (the question-overlap penalty,
 phrase_index/overlap.py; 0: none) and `precision` of the query encoder (default `auto`; what it
 chose is recorded as `query_precision`). A string is short for `{index: ...}`. The phrase model formats
 the conversation itself, so such a row has no `history` either.
@@ -41,7 +44,8 @@ from convqa.errors import ConfigError
 from convqa.history import HistoryStrategy
 
 OPTIONS = ("index", "model", "passages", "nprobe", "candidates", "sparse_weight",
-           "sparse_passages", "sparse_history", "precision", "overlap_weight")
+           "sparse_passages", "sparse_history", "precision", "overlap_weight", "dense_index",
+           "dense_weight", "dense_passages", "dense_history")
 TOP_KS = (1,)  # the one prediction of a phrase row: its best phrase
 CACHE_VERSION = 1
 
@@ -58,7 +62,7 @@ def phrase_spec(spec: Any) -> dict[str, Any]:
                           f"{', '.join(OPTIONS)})")
     if not isinstance(spec.get("index"), str) or not spec["index"].strip():
         raise ConfigError("phrase_index needs 'index': the folder of `convqa index --phrase`")
-    for name in ("model", "passages"):
+    for name in ("model", "passages", "dense_index"):
         if spec.get(name) is not None and (not isinstance(spec[name], str) or not spec[name]):
             raise ConfigError(f"phrase_index: {name} must be a path, got {spec[name]!r}")
     for name in ("nprobe", "candidates"):
@@ -73,6 +77,13 @@ def phrase_spec(spec: Any) -> dict[str, Any]:
             check_settings(spec.get("sparse_weight"), spec.get("sparse_passages"))
         except ConfigError as exc:
             raise ConfigError(f"phrase_index: {exc}") from None
+    if spec.get("dense_weight") is not None or spec.get("dense_passages") is not None:
+        from phrase_index.dense_prior import check_dense_settings
+
+        try:
+            check_dense_settings(spec.get("dense_weight"), spec.get("dense_passages"))
+        except ConfigError as exc:
+            raise ConfigError(f"phrase_index: {exc}") from None
     if spec.get("overlap_weight") is not None:
         from phrase_index.overlap import check_weight
 
@@ -84,13 +95,15 @@ def phrase_spec(spec: Any) -> dict[str, Any]:
         from convqa.precision import normalize_precision
 
         normalize_precision(spec["precision"], "phrase_index: precision")
-    if spec.get("sparse_history") not in (None, "phrase"):
+    for name, plain in (("sparse_history", (None, "phrase")), ("dense_history", (None,))):
+        if spec.get(name) in plain:
+            continue
         from convqa.history import build_history_strategy
 
         try:
-            build_history_strategy(spec["sparse_history"])
+            build_history_strategy(spec[name])
         except (ConfigError, ValueError, TypeError) as exc:
-            raise ConfigError(f"phrase_index: sparse_history: {exc}") from None
+            raise ConfigError(f"phrase_index: {name}: {exc}") from None
     return dict(spec)
 
 
@@ -111,6 +124,8 @@ class PhraseQueries(HistoryStrategy):
         data = self.pipeline.model.history_strategy.to_dict()
         if self.pipeline.sparse is not None:
             data["sparse_history"] = self.pipeline.sparse.fingerprint()["history"]
+        if self.pipeline.dense is not None:
+            data["dense_history"] = self.pipeline.dense.fingerprint()["history"]
         return data
 
 
@@ -138,7 +153,11 @@ class PhraseSystem:
                                               sparse_passages=spec.get("sparse_passages"),
                                               sparse_history=spec.get("sparse_history"),
                                               precision=spec.get("precision") or "auto",
-                                              overlap_weight=spec.get("overlap_weight"))
+                                              overlap_weight=spec.get("overlap_weight"),
+                                              dense_index=spec.get("dense_index"),
+                                              dense_weight=spec.get("dense_weight"),
+                                              dense_passages=spec.get("dense_passages"),
+                                              dense_history=spec.get("dense_history"))
         return cls(pipeline, spec)
 
     def fingerprint(self) -> str:
@@ -146,14 +165,16 @@ class PhraseSystem:
         if self._fingerprint is None:
             pipe = self.pipeline
             options = self.spec["phrase_index"]
-            data = json.dumps({"version": CACHE_VERSION, "index": pipe.index.meta,
-                               "model": pipe.model.full_fingerprint(),
-                               "candidates": options.get("candidates"),
-                               "nprobe": options.get("nprobe"), "top_k": pipe.top_k,
-                               "precision": options.get("precision") or "auto",
-                               "sparse": pipe.sparse.fingerprint() if pipe.sparse else None,
-                               "overlap_weight": pipe.overlap_weight},
-                              sort_keys=True, default=str)
+            fields = {"version": CACHE_VERSION, "index": pipe.index.meta,
+                      "model": pipe.model.full_fingerprint(),
+                      "candidates": options.get("candidates"),
+                      "nprobe": options.get("nprobe"), "top_k": pipe.top_k,
+                      "precision": options.get("precision") or "auto",
+                      "sparse": pipe.sparse.fingerprint() if pipe.sparse else None,
+                      "overlap_weight": pipe.overlap_weight}
+            if pipe.dense is not None:  # absent, not null: older rows keep their caches
+                fields["dense"] = pipe.dense.fingerprint()
+            data = json.dumps(fields, sort_keys=True, default=str)
             self._fingerprint = "phrase:" + hashlib.sha256(data.encode()).hexdigest()[:24]
         return self._fingerprint
 
