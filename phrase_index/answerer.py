@@ -156,7 +156,7 @@ class PhrasePipeline:
         dense = None
         if dense_settings[0] > 0 and has_dense:
             dense = DensePrior.load(dense_dir, store, *dense_settings, dense_history,
-                                    precision=precision)
+                                    precision=precision, device=device)
         return cls(phrase_model, index, store, top_k, candidates, precision=precision,
                    sparse=sparse, overlap_weight=overlap_weight, dense=dense)
 

@@ -92,16 +92,16 @@ class DensePrior:
     @classmethod
     def load(cls, folder: str | os.PathLike, store, weight: float = DEFAULT_WEIGHT,
              passages: int = DEFAULT_PASSAGES, history=DEFAULT_HISTORY,
-             precision: str = "auto") -> "DensePrior":
+             precision: str = "auto", device: str = "cpu") -> "DensePrior":
         """The dense index in `folder` with the encoder it records, checked to be an index of
-        `store` (one-line error otherwise); `precision` of the query encoder."""
+        `store` (one-line error otherwise); `precision` and `device` of the query encoder."""
         from retrievers.dense.retriever import DenseRetriever, DenseRetrieverConfig
 
         if not cls.exists(folder):
             raise DataError(f"no dense index here (add one with `convqa index --phrase "
                             f"--dense-prior ... --out` its phrase index)", folder)
         config = DenseRetrieverConfig(index=str(folder), passages=str(store.path),
-                                      precision=precision)
+                                      precision=precision, device=device)
         return cls(DenseRetriever.from_config(config), weight, passages, history)
 
     def fingerprint(self) -> dict:

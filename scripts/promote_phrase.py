@@ -236,9 +236,11 @@ def model_card(facts: dict[str, Any], rank: int, counts: dict[str, list[int]],
         ("Open domain (an index of a whole corpus, no reader): docs/results/phrase.md. "
          "The default weight of an index's BM25 sparse side (`--sparse`, "
          "phrase_index/sparse.py) is on the scale of the shipped model's phrase scores; after "
-         "promoting another model, check it with scripts/tune_phrase_sparse.py. So is the "
-         "default weight of the question-overlap penalty (4, phrase_index/overlap.py; check it "
-         "with scripts/phrase_overlap_gold.py)."), "",
+         "promoting another model, check it with scripts/tune_phrase_sparse.py. So are the "
+         "default weight of the dense side (`--dense-prior`, 8, phrase_index/dense_prior.py; "
+         "check it with scripts/phrase_dense_prior.py) and that of the question-overlap "
+         "penalty (4, phrase_index/overlap.py; check it with scripts/phrase_overlap_gold.py)."),
+        "",
         "## Licenses", "",
         "TopiOCQA: CC BY-NC-SA 4.0 (non-commercial: treat this adapter as such). SQuAD v2.0: "
         "CC BY-SA 4.0. SQuADShifts: CC BY 4.0. COVID-QA: Apache-2.0 repository, papers of "
