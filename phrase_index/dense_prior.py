@@ -40,7 +40,15 @@ DEFAULT_WEIGHT = 8.0
 DEFAULT_PASSAGES = 20
 DEFAULT_HISTORY = "oldest_first"
 DEFAULT_MODEL = "convqa-dpr-ihn"
-DEFAULT_FACTORY = "SQ8"  # 1 byte per dimension: 81 MiB for 220,873 passages of 384 dims
+# 1 byte per dimension (81 MiB for 220,873 passages of 384 dims); an exhaustive scan up to
+# IVF_FROM passages, above that an IVF of 1,024 lists (220,873 passages, one thread: 15 ms ->
+# 0.9 ms per query at its default nprobe 32; docs/results/phrase.md, "A dense passage prior")
+SMALL_FACTORY, LARGE_FACTORY, IVF_FROM = "SQ8", "IVF1024,SQ8", 100_000
+
+
+def default_factory(passages: int) -> str:
+    """The dense side's FAISS factory for a store of `passages` passages."""
+    return LARGE_FACTORY if passages >= IVF_FROM else SMALL_FACTORY
 
 
 def check_dense_settings(weight=None, passages=None) -> tuple[float, int]:
@@ -123,12 +131,13 @@ class DensePrior:
 
 
 def add_dense_side(index_dir: str | os.PathLike, store, model: str = DEFAULT_MODEL,
-                   factory: str = DEFAULT_FACTORY, precision: str = "auto",
+                   factory: str | None = None, precision: str = "auto",
                    drop_vectors: bool = False, show_progress: bool = False) -> bool:
     """A dense index of `store` by the dual encoder `model` in `index_dir`/dense (resumable:
-    the encoding is sharded), unless a finished one is there, which must then be an index of
-    `store` (one-line error otherwise). `drop_vectors`: delete the encoded shards once the
-    FAISS index is written (they only serve another factory). True when it was built."""
+    the encoding is sharded; `factory` None: `default_factory`), unless a finished one is
+    there, which must then be an index of `store` (one-line error otherwise). `drop_vectors`:
+    delete the encoded shards once the FAISS index is written (they only serve another
+    factory). True when it was built."""
     from retrievers.dense.build import VECTORS_DIR, build_dense_index
 
     folder = Path(index_dir) / DENSE_DIR
@@ -136,8 +145,8 @@ def add_dense_side(index_dir: str | os.PathLike, store, model: str = DEFAULT_MOD
         DensePrior.load(folder, store, precision="fp32")  # refuses another corpus's index
         built = False
     else:
-        build_dense_index(model, store, folder, factory=factory, precision=precision,
-                          progress=show_progress)
+        build_dense_index(model, store, folder, factory=factory or default_factory(len(store)),
+                          precision=precision, progress=show_progress)
         built = True
     if drop_vectors and (folder / VECTORS_DIR).is_dir():
         shutil.rmtree(folder / VECTORS_DIR)

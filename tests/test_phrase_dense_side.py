@@ -21,7 +21,7 @@ from convqa.history import build_history_strategy
 from convqa.types import Turn
 from phrase_index.answerer import PhrasePipeline, PhraseQuery
 from phrase_index.dense_prior import (DEFAULT_WEIGHT, DENSE_DIR, DensePrior, add_dense_side,
-                                      scaled_prior)
+                                      default_factory, scaled_prior)
 from phrase_index.search import PassagePrior
 from phrase_index.sparse import SPARSE_DIR
 from phrase_model_helpers import one_thread, tiny_phrase_model
@@ -70,7 +70,8 @@ def real(tmp_path_factory, minilm_tokenizer):
 def test_the_dense_side_is_an_index_of_the_same_passages(real):
     root, store, index, encoder = real
     meta = json.loads((index / DENSE_DIR / "dense_index.json").read_text())
-    assert meta["factory"] == "SQ8" and meta["count"] == 30
+    assert meta["factory"] == "SQ8" == default_factory(30) and meta["count"] == 30
+    assert default_factory(220_873) == "IVF1024,SQ8"  # an exhaustive scan costs 15 ms there
     assert meta["corpus_checksum"] == store.checksum
     prior = DensePrior.load(index / DENSE_DIR, store, weight=4.0, passages=5, precision="fp32")
     texts = [store.at(row).text for row in (3, 17)]
