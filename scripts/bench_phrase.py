@@ -109,7 +109,8 @@ def open_system(name: str, options: dict, progress: bool = False):
 
     if name == "phrase":
         return PhrasePipeline.from_folder(options["phrase_index"], model=options["phrase_model"],
-                                          nprobe=options.get("nprobe"))
+                                          nprobe=options.get("nprobe"),
+                                          dense_weight=options.get("dense_weight"))
     if options["dense_index"]:
         return Pipeline.from_config(dense_config(options["dense_index"], options["top_k"]))
     pipeline = Pipeline.default(progress=progress)
@@ -187,6 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dense-index", help="prebuilt index of the shipped DPR-IHN encoder")
     parser.add_argument("--top-k", type=int, default=5,
                         help="passages the retriever + reader reads (its best k)")
+    parser.add_argument("--phrase-dense-weight", type=float, default=None,
+                        help="weight of the phrase index's dense side (default 8 when it has "
+                             "one; 0: answer without it)")
     parser.add_argument("--nprobe", type=int, default=None,
                         help="IVF lists the phrase index visits per query (default: the "
                              "index's, 32; the evaluation rows use 64)")
@@ -211,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     turns = answer_turns(args.benchmark, args.turns + 5)
     warm, turns = turns[:5], turns[5:]
     options = {"phrase_index": args.phrase_index, "phrase_model": args.phrase_model,
-               "dense_index": args.dense_index, "top_k": args.top_k, "nprobe": args.nprobe}
+               "dense_index": args.dense_index, "top_k": args.top_k, "nprobe": args.nprobe,
+               "dense_weight": args.phrase_dense_weight}
     dense = open_system("retriever+reader", options, progress=True)
     if args.build:
         from phrase_index.index import build_phrase_index
@@ -258,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
             "index_bytes_per_passage": round(phrase_bytes["index"] / phrase.index.count, 1),
             "vector_bytes_per_passage": phrase.index.bytes_per_passage(),
             "sparse": phrase.sparse.fingerprint() if phrase.sparse else None,
+            "dense": phrase.dense.fingerprint() if phrase.dense else None,
             "kept_dump_bytes": phrase_bytes["kept_dump"],
             **scores(results["phrase"]["answers"], turns)},
     })
