@@ -100,9 +100,8 @@ def add_parser(subparsers) -> None:
                         help="also index the passages with a dual encoder (default "
                              "convqa-dpr-ihn) in OUT/dense, an SQ8 FAISS index (384 bytes per "
                              "passage; IVF1024,SQ8 from 100,000 passages): phrase search then "
-                             "adds its best passages and their "
-                             "scores (docs/phrase_index.md). Resumable; rerun on a finished "
-                             "index to add it")
+                             "adds its best passages and their scores (docs/phrase_index.md). "
+                             "Resumable; rerun on a finished index to add it")
     phrase.add_argument("--drop-dump", action="store_true",
                         help="--compact: delete OUT/dump once the index is built (it is only "
                              "needed to rebuild with another filter or code size), and "
