@@ -32,6 +32,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--index", required=True, help="phrase index folder with sparse/")
     parser.add_argument("--benchmark", required=True, help="TopiOCQA x Wikipedia corpus folder")
+    parser.add_argument("--model", default=None,
+                        help="the phrase model that answers (default: the index's; a query-only "
+                             "retraining shares its index)")
     parser.add_argument("--dense-index", default=None,
                         help="dense (DPR-IHN) index folder (default: the index's dense/)")
     parser.add_argument("--history", default="oldest_first", help="the dense query's history")
@@ -47,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     from phrase_index.answerer import PhrasePipeline
     from tune_phrase_sparse import encoded_turns, mean, per_turn
 
-    pipe = PhrasePipeline.from_folder(args.index, None, nprobe=args.nprobe, sparse_weight=1.0,
+    pipe = PhrasePipeline.from_folder(args.index, args.model, nprobe=args.nprobe,
+                                      sparse_weight=1.0,
                                       precision="fp32", dense_index=args.dense_index,
                                       dense_weight=1.0, dense_passages=args.passages,
                                       dense_history=args.history)
@@ -65,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{split} dense weight {weight}: EM {row['em']} F1 {row['f1']} "
                   f"Hits@1 {row['hit']} ({row['turns']} turns)", flush=True)
     if args.json:
-        Path(args.json).write_text(json.dumps({"index": args.index, "benchmark": args.benchmark,
+        Path(args.json).write_text(json.dumps({"index": args.index, "model": args.model,
+                                               "benchmark": args.benchmark,
                                                "dense": pipe.dense.fingerprint(),
                                                "sparse_weight": args.sparse_weight,
                                                "passages": args.passages,
