@@ -87,6 +87,10 @@ class PhrasePipeline:
         self.searcher = PhraseSearcher(index, store, candidates, max_answer_tokens)
         self.sparse = sparse  # a SparsePrior, or None: phrase scores alone
         self.dense = dense    # a DensePrior, or None: no dense passage retriever
+        # both sides read the conversation the same way (the default, oldest first): format once
+        self._dense_reads_sparse_text = (
+            sparse is not None and dense is not None and sparse.history is not None
+            and sparse.history.to_dict() == dense.history.to_dict())
         self.overlap_weight = check_overlap_weight(overlap_weight)
         requested = normalize_precision(precision, "phrase query precision")
         self.precision: str | None = None if requested == AUTO else requested
@@ -165,7 +169,11 @@ class PhrasePipeline:
         question (`PhraseQuery`)."""
         history = list(history)
         sparse_text = self.sparse.query_text(question, history) if self.sparse else None
-        dense_text = self.dense.query_text(question, history) if self.dense else None
+        dense_text = None
+        if self._dense_reads_sparse_text:
+            dense_text = sparse_text
+        elif self.dense:
+            dense_text = self.dense.query_text(question, history)
         return PhraseQuery(self.model.format_query(question, history), sparse_text, question,
                            dense_text)
 

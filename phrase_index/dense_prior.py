@@ -139,10 +139,11 @@ def add_dense_side(index_dir: str | os.PathLike, store, model: str = DEFAULT_MOD
     delete the encoded shards once the FAISS index is written (they only serve another
     factory). True when it was built."""
     from retrievers.dense.build import VECTORS_DIR, build_dense_index
+    from retrievers.dense.index import DenseIndex
 
     folder = Path(index_dir) / DENSE_DIR
-    if DensePrior.exists(folder):
-        DensePrior.load(folder, store, precision="fp32")  # refuses another corpus's index
+    if DensePrior.exists(folder):  # refuses another corpus's index (no encoder needed for it)
+        DenseIndex.load(folder).check(corpus_checksum=store.checksum)
         built = False
     else:
         build_dense_index(model, store, folder, factory=factory or default_factory(len(store)),

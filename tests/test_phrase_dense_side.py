@@ -50,13 +50,16 @@ def test_two_priors_sum_and_propose_the_passages_of_both():
                                rtol=1e-6)
 
 
+def passages_of(count: int):
+    return list(itertools.islice(iter_article_passages(shared_file(ARTICLES)), count))
+
+
 @pytest.fixture(scope="module")
 def real(tmp_path_factory, minilm_tokenizer):
     """(root, store, index folder, encoder): 30 real passages and a tiny random phrase model's
     index with `--sparse --dense-prior` (a tiny random dual encoder's SQ8 index in dense/)."""
     root = tmp_path_factory.mktemp("dense-side")
-    passages = list(itertools.islice(iter_article_passages(shared_file(ARTICLES)), 30))
-    store = PassageStore.build(passages, root / "store", progress=False)
+    store = PassageStore.build(passages_of(30), root / "store", progress=False)
     tiny_phrase_model(seed=0).save(root / "model")
     encoder = make_tiny_bert(root / "encoder", minilm_tokenizer)
     with one_thread():
@@ -92,10 +95,6 @@ def test_the_dense_side_is_an_index_of_the_same_passages(real):
         DensePrior.load(index / DENSE_DIR, store, weight=-1)
 
 
-def passages_of(count: int):
-    return list(itertools.islice(iter_article_passages(shared_file(ARTICLES)), count))
-
-
 def test_answer_and_evaluation_use_the_dense_side(real, capsys):
     root, store, index, encoder = real
     capsys.readouterr()
@@ -124,6 +123,9 @@ def test_answer_and_evaluation_use_the_dense_side(real, capsys):
     query = pipe.format_query(question, turns)
     assert isinstance(query, PhraseQuery) and pickle.loads(pickle.dumps(query)).dense_text == \
         build_history_strategy("oldest_first").format(question, turns) == query.dense_text
+    both = PhrasePipeline.from_folder(index, precision="fp32").format_query(question, turns)
+    assert both.dense_text is both.sparse_text  # one rendering, formatted once
+    assert both.dense_text == query.dense_text
     result = pipe.answer(question, turns)
     prior = pipe.dense.priors([query.dense_text])[0]
     best = int(prior.rows[np.argmax(prior.scores(prior.rows))])
@@ -163,3 +165,6 @@ def test_drop_dump_removes_the_dense_vectors(real, tmp_path):
     assert add_dense_side(copy, store, str(encoder), drop_vectors=True) is False
     assert not (copy / DENSE_DIR / "vectors").exists()
     assert PhrasePipeline.from_folder(copy, precision="fp32").dense is not None
+    other = PassageStore.build(passages_of(29), tmp_path / "other", progress=False)
+    with pytest.raises(ConvQAError, match="corpus mismatch"):
+        add_dense_side(copy, other, str(encoder))
