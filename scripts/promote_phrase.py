@@ -24,7 +24,7 @@ are better on the held-out questions.
    answer BENCH's dev turns from an index of the whole corpus at least as well (F1) as the
    shipped model. Reading a gold passage does not measure retrieval across passages: a
    phrase-v3 checkpoint gained 10 held-out F1 and lost 19 points of Hits@1 on the vital corpus
-   (docs/results/phrase.md). Each model's index (int8, every word-boundary token) is kept in
+   (docs/history.md). Each model's index (int8, every word-boundary token) is kept in
    --work by fingerprint, so the shipped model's is built once; --open-domain-index DIR (a
    compact index, say) is used instead for every model of its fingerprint. Each index in
    --work gets a BM25 sparse side (`sparse/`), and answering applies the pipeline's defaults
