@@ -2,12 +2,15 @@
 
 Readers decode strictly as UTF-8 and report the file and line of any bad record; writers are
 atomic (temporary file in the same folder, then rename) so a killed job never leaves half a file.
+A `.gz` or `.xz` file is read decompressed; `write_jsonl` compresses a `.xz` name (xz makes a
+passage-heavy JSONL several times smaller than gzip's level does at a similar read speed).
 """
 from __future__ import annotations
 
 import contextlib
 import gzip
 import json
+import lzma
 import os
 import tempfile
 from pathlib import Path
@@ -23,11 +26,16 @@ def _open_binary(path: Path):
         raise DataError("is a folder, expected a file", path)
     if path.suffix == ".gz":
         return gzip.open(path, "rb")
+    if path.suffix == ".xz":
+        return lzma.open(path, "rb")
     return open(path, "rb")
 
 
+_READ_ERRORS = (OSError, EOFError, gzip.BadGzipFile, lzma.LZMAError)
+
+
 def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
-    """Yield (1-based line number, text without newline); gz is read transparently."""
+    """Yield (1-based line number, text without newline); gz and xz are read transparently."""
     path = Path(path)
     with _open_binary(path) as handle:
         try:
@@ -37,12 +45,12 @@ def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
                 except UnicodeDecodeError as exc:
                     raise DataError(f"not valid UTF-8 (byte {exc.start})", path, number) from None
                 yield number, text.rstrip("\r\n")
-        except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        except _READ_ERRORS as exc:
             raise DataError(f"cannot read: {exc}", path) from None
 
 
 def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, Any]]:
-    """Yield (line number, parsed object) for every non-blank line of a JSONL(.gz) file."""
+    """Yield (line number, parsed object) for every non-blank line of a JSONL(.gz/.xz) file."""
     for number, text in iter_lines(path):
         if not text.strip():
             continue
@@ -58,7 +66,7 @@ def read_text(path: str | os.PathLike) -> str:
     with _open_binary(path) as handle:
         try:
             data = handle.read()
-        except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        except _READ_ERRORS as exc:
             raise DataError(f"cannot read: {exc}", path) from None
     try:
         return data.decode("utf-8-sig")
@@ -128,8 +136,15 @@ def _umask() -> int:
 
 
 def write_jsonl(path: str | os.PathLike, rows: Iterable[Any]) -> int:
-    """Atomically write one JSON object per line; returns the number of rows."""
+    """Atomically write one JSON object per line (xz-compressed for a `.xz` name); returns the
+    number of rows."""
     count = 0
+    if Path(path).suffix == ".xz":
+        with atomic_write(path, "wb") as raw, lzma.open(raw, "wt", encoding="utf-8") as handle:
+            for row in rows:
+                handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+                count += 1
+        return count
     with atomic_write(path) as handle:
         for row in rows:
             handle.write(json.dumps(row, ensure_ascii=False) + "\n")

@@ -1,4 +1,5 @@
 import gzip
+import lzma
 
 import pytest
 
@@ -13,6 +14,19 @@ def test_jsonl_round_trip_and_gzip(tmp_path):
     with gzip.open(tmp_path / "x.jsonl.gz", "wt", encoding="utf-8") as f:
         f.write('{"a": 1}\n\n{"b": 2}\n')
     assert list(iter_jsonl(tmp_path / "x.jsonl.gz")) == [(1, {"a": 1}), (3, {"b": 2})]
+
+
+def test_xz_jsonl_is_written_compressed_and_read_back(tmp_path):
+    rows = [{"text": "the same passage " * 50, "n": n} for n in range(20)]
+    path = tmp_path / "x.jsonl.xz"
+    assert write_jsonl(path, rows) == 20
+    raw = path.read_bytes()
+    assert raw.startswith(b"\xfd7zXZ")  # the xz magic: really compressed
+    assert len(raw) < len(lzma.decompress(raw)) / 10
+    assert [obj for _, obj in iter_jsonl(path)] == rows
+    (tmp_path / "bad.jsonl.xz").write_bytes(raw[:40])  # cut short
+    with pytest.raises(DataError, match=r"bad.jsonl.xz: cannot read"):
+        list(iter_jsonl(tmp_path / "bad.jsonl.xz"))
 
 
 def test_malformed_json_line_names_file_and_line(tmp_path):
