@@ -43,7 +43,7 @@ def apply_overrides(config: dict[str, Any], overrides: list[str]) -> dict[str, A
             child = node.get(part)
             if child is None:
                 child = node[part] = {}
-            elif isinstance(child, str) and part in ("retriever", "reader", "history"):
+            elif isinstance(child, str) and part in ("retriever", "reranker", "reader", "history"):
                 child = node[part] = {"name": child}
             elif not isinstance(child, dict):
                 raise ConfigError(f"override {item!r}: '{part}' is not a section")

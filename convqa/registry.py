@@ -168,4 +168,5 @@ RETRIEVERS: Registry = Registry(
     "retriever", ("retrievers.bm25", "retrievers.dense.retriever", "retrievers.fusion",
                   "retrievers.convdr.retriever"))
 READERS: Registry = Registry("reader", ("readers.extractive.reader", "readers.fid.reader"))
+RERANKERS: Registry = Registry("reranker", ("retrievers.rerank.reranker",))
 HISTORY_STRATEGIES: Registry = Registry("history strategy", ("convqa.history",))

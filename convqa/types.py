@@ -104,6 +104,20 @@ class Hit:
         return cls(str(data["passage_id"]), float(data["score"]), int(data["rank"]))
 
 
+@dataclass(frozen=True)
+class RerankedHit(Hit):
+    """A hit after a reranker: `score` and `rank` are the reranker's, the retriever's are kept
+    (its score is on another scale, so the two are never compared)."""
+
+    retriever_score: float
+    retriever_rank: int
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "RerankedHit":
+        return cls(str(data["passage_id"]), float(data["score"]), int(data["rank"]),
+                   float(data["retriever_score"]), int(data["retriever_rank"]))
+
+
 @dataclass
 class Answer:
     """An answer with its evidence: `start`/`end` are character offsets into the passage text

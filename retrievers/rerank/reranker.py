@@ -1,0 +1,235 @@
+"""The cross-encoder as a pipeline component: `RERANKERS.build({"name": "cross_encoder", ...})`.
+
+    reranker = RERANKERS.build({"name": "cross_encoder", "model": "runs/reranker/model"})
+    hits = reranker.rerank(query, retriever_hits, passages)          # list[RerankedHit]
+    hits = reranker.rerank_turn(question, history, retriever_hits, passages)
+
+Only the retriever's first `top_n` hits are rescored, and only they are returned, best first by
+the reranker's logit (ties keep the retriever's order); each keeps the retriever's score and
+rank. The query of `rerank_turn` is the conversation formatted by a history strategy: by
+default the one the model was trained with (recorded in its folder), else the reader's
+(current question first). Scoring runs under `torch.inference_mode` in batches of `batch_size`
+pairs of similar length, in the precision `precision` names: `auto` (the default) times fp32,
+bf16 autocast and int8 on the first pairs scored and keeps the fastest whose ranking of them
+agrees with fp32's (convqa/precision.py).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from convqa.errors import ConfigError, DataError
+from convqa.precision import AUTO, autocast, choose_precision, normalize_precision, prepare
+from convqa.registry import RERANKERS
+from convqa.types import Hit, Passage, RerankedHit, Turn
+
+from .model import CrossEncoder
+
+# fp32's pairwise order of the probe pairs that another precision must keep
+ORDER_AGREEMENT = 0.95
+PROBE_PAIRS = 8
+
+
+@dataclass
+class CrossEncoderRerankerOptions:
+    model: str = ""                     # a folder made by `convqa train reranker`
+    top_n: int = 20                     # retriever hits rescored (and returned)
+    history: str | dict | None = None   # None: the model's training strategy, else the reader's
+    batch_size: int = 32                # pairs per forward pass
+    max_length: int | None = None       # tokens per pair; None: the model's setting
+    precision: str = "auto"             # auto (measured on the first pairs) | fp32 | bf16 | int8
+    device: str = "auto"                # auto (GPU if there is one) | cpu | cuda | cuda:N
+
+    def __post_init__(self) -> None:
+        for name in ("top_n", "batch_size", "max_length"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or value < 1):
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        self.precision = normalize_precision(self.precision, "reranker precision")
+
+
+def _device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        return torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"reranker 'cross_encoder': unknown device {name!r}") from None
+
+
+def order_agreement(reference: torch.Tensor, other: torch.Tensor) -> float:
+    """Share of pairs of candidates that `other` orders as `reference` does (1: same ranking)."""
+    ref = reference.float().flatten()
+    out = other.float().flatten()
+    if ref.numel() < 2:
+        return 1.0
+    upper = torch.triu(torch.ones(len(ref), len(ref), dtype=torch.bool), diagonal=1)
+    same = torch.sign(ref[:, None] - ref[None, :]) == torch.sign(out[:, None] - out[None, :])
+    return float(same[upper].float().mean())
+
+
+@RERANKERS.register("cross_encoder", config=CrossEncoderRerankerOptions)
+class CrossEncoderReranker:
+    """Rescores (query, passage) pairs with a `CrossEncoder` and reorders the hits."""
+
+    def __init__(self, model: CrossEncoder, options: CrossEncoderRerankerOptions | None = None):
+        from convqa.history import build_history_strategy
+        from readers.extractive.train import DEFAULT_HISTORY
+
+        self.options = options or CrossEncoderRerankerOptions()
+        self.model = model
+        try:
+            self.config = dataclasses.replace(
+                model.config, **({"max_length": self.options.max_length}
+                                 if self.options.max_length else {}))
+        except ValueError as exc:
+            raise ConfigError(f"reranker 'cross_encoder': {exc}") from None
+        self.history = build_history_strategy(self.options.history or model.config.history
+                                              or DEFAULT_HISTORY)
+        self.precision: str | None = (None if self.options.precision == AUTO
+                                      else self.options.precision)
+        self.precision_choice = None
+
+    @classmethod
+    def from_config(cls, options: CrossEncoderRerankerOptions) -> "CrossEncoderReranker":
+        if not options.model:
+            raise ConfigError("reranker 'cross_encoder': option 'model' (a folder made by "
+                              "`convqa train reranker`) is required")
+        model = CrossEncoder.from_pretrained(options.model)
+        if model.has_adapters:
+            model.merge_adapters()
+        model.to(_device(options.device)).eval()
+        return cls(model, options)
+
+    @classmethod
+    def from_model(cls, model: CrossEncoder, **options: Any) -> "CrossEncoderReranker":
+        """Wrap a model in memory (e.g. during training) with `options`."""
+        return cls(model, CrossEncoderRerankerOptions(**options))
+
+    def fingerprint(self) -> str:
+        """The weights and every setting that changes the ranking (for result caches)."""
+        import hashlib
+        import json
+
+        settings = {"model": self.model.fingerprint(), "config": dataclasses.asdict(self.config),
+                    "history": self.history.to_dict(), "top_n": self.options.top_n,
+                    "precision": self.options.precision}
+        text = json.dumps(settings, sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+    # -- the API ----------------------------------------------------------------------------
+    def query_text(self, question: str, history: Sequence[Turn] = ()) -> str:
+        return self.history.format(question, list(history))
+
+    def rerank_turn(self, question: str, history: Sequence[Turn], hits: Sequence[Hit],
+                    passages: Any) -> list[RerankedHit]:
+        """`rerank` with the query formatted from the conversation."""
+        return self.rerank(self.query_text(question, history), hits, passages)
+
+    def rerank(self, query: str, hits: Sequence[Hit], passages: Any) -> list[RerankedHit]:
+        """The first `top_n` of `hits` rescored on (query, passage), best first. `passages`:
+        the hits' passages in the same order, a mapping from passage id, or a passage store
+        (anything with `get(passage_id)`)."""
+        if not isinstance(query, str):
+            raise DataError(f"expected the query text, got {type(query).__name__}",
+                            field="query")
+        top = list(hits)[:self.options.top_n]
+        texts = _passages_of(top, passages, len(hits))
+        if not top:
+            return []
+        scores = self.score(query, texts)
+        order = sorted(range(len(top)), key=lambda i: (-scores[i], i))
+        return [RerankedHit(top[i].passage_id, scores[i], rank, float(top[i].score),
+                            int(top[i].rank)) for rank, i in enumerate(order, start=1)]
+
+    def score(self, query: str, passages: Sequence[Passage]) -> list[float]:
+        """The relevance logit of (query, passage) for each passage, in their order; a
+        passage's score does not depend on the others scored with it (in fp32)."""
+        return self.score_pairs([query] * len(passages), passages)
+
+    def score_pairs(self, queries: Sequence[str], passages: Sequence[Passage]) -> list[float]:
+        """Logits of the pairs (queries[i], passages[i]), scored `batch_size` at a time in
+        order of length, so a batch is padded to little more than its own pairs."""
+        if len(queries) != len(passages):
+            raise DataError(f"{len(queries)} queries for {len(passages)} passages",
+                            field="passages")
+        if not passages:
+            return []
+        order = sorted(range(len(passages)), key=lambda i: -(len(queries[i]) +
+                                                              len(passages[i].title) +
+                                                              len(passages[i].text)))
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            if self.precision is None:
+                probe = order[:PROBE_PAIRS]
+                self._choose_precision([queries[i] for i in probe], [passages[i] for i in probe])
+            scores = [0.0] * len(passages)
+            size = self.options.batch_size
+            for begin in range(0, len(order), size):
+                part = order[begin:begin + size]
+                logits = self._logits([queries[i] for i in part], [passages[i] for i in part],
+                                      self.precision)
+                for i, value in zip(part, logits.tolist()):
+                    scores[i] = float(value)
+        finally:
+            self.model.train(was_training)
+        return scores
+
+    # -- computation ------------------------------------------------------------------------
+    def _logits(self, queries: Sequence[str], passages: Sequence[Passage],
+                precision: str) -> torch.Tensor:
+        tensors = _encode(self.model, self.config, queries, passages)
+        model = prepare(self.model, precision)
+        with torch.inference_mode(), autocast(precision, self.model.device):
+            return model(**self.model.model_inputs(tensors)).float().cpu()
+
+    def _choose_precision(self, queries: Sequence[str], passages: Sequence[Passage]) -> None:
+        self.precision_choice = choose_precision(
+            lambda precision: self._logits(queries, passages, precision), order_agreement,
+            threshold=ORDER_AGREEMENT, what="cross-encoder reranker", device=self.model.device,
+            remember=self.model.fingerprint())
+        self.precision = self.precision_choice.precision
+
+
+def _encode(model: CrossEncoder, config, queries, passages) -> dict[str, torch.Tensor]:
+    """The model's pair tensors under `config` (a reranker may shorten `max_length`)."""
+    if config is model.config:
+        return model.encode_pairs(queries, passages)
+    saved, model.config = model.config, config
+    try:
+        return model.encode_pairs(queries, passages)
+    finally:
+        model.config = saved
+
+
+def _passages_of(hits: Sequence[Hit], passages: Any, total: int) -> list[Passage]:
+    """The passage of each hit, from a list in hit order, a mapping or a store."""
+    if isinstance(passages, Mapping) or (hasattr(passages, "get")
+                                         and not isinstance(passages, (list, tuple))):
+        found = []
+        for hit in hits:
+            try:
+                passage = passages.get(hit.passage_id)
+            except (KeyError, DataError):
+                passage = None
+            if passage is None:
+                raise DataError(f"no passage for hit {hit.passage_id!r}", field="passages")
+            found.append(passage)
+        return found
+    passages = list(passages)
+    if len(passages) != total:
+        raise DataError(f"{len(passages)} passages for {total} hits (give them in hit order, "
+                        "or a mapping from passage id)", field="passages")
+    for hit, passage in zip(hits, passages):
+        if not isinstance(passage, Passage):
+            raise DataError(f"expected a Passage for hit {hit.passage_id!r}, got "
+                            f"{type(passage).__name__}", field="passages")
+        if passage.id != hit.passage_id:
+            raise DataError(f"passage {passage.id!r} given for hit {hit.passage_id!r} (give "
+                            "them in hit order)", field="passages")
+    return passages[:len(hits)]
