@@ -12,6 +12,9 @@
     convqa train convdr --mode kd|rank|multitask --out DIR --data SOURCE=PATH ...
                         [--teacher all-MiniLM-L6-v2] [--index TEACHER_INDEX] [--lora R] ...
     convqa train convdr-fidelity --model DIR (--examples JSONL | --data SOURCE=PATH ...)
+    convqa train reranker --out DIR [--benchmark DIR]... [--squad FILE]... [--examples FILE]...
+                          [--mined-run DIR=RUN] [--negatives 7] [--lora 16] ...
+    convqa train reranker-examples --out FILE.jsonl.xz [--benchmark DIR]... [--squad FILE]...
 
 `dpr` runs DPR-IHN (retrievers/training/ihn.py): warm-up with in-batch negatives, then for each
 further iteration encode -> mine -> retrain from the initial checkpoint; rerunning the same
@@ -22,6 +25,8 @@ convqa.cli.main train dpr ...` (the same flags). docs/training.md has the detail
 `convdr` distils a conversational query encoder from an ad hoc teacher (retrievers/convdr/run.py:
 examples -> teacher targets -> mining -> training -> held-out fidelity); rerunning resumes.
 `convdr-fidelity` measures student(conversation) vs teacher(rewrite) on any examples.
+`reranker` trains the cross-encoder reranker (retrievers/rerank/run.py: examples -> training ->
+held-out MRR / Hits@1), `reranker-examples` writes its examples into one file.
 """
 from __future__ import annotations
 
@@ -50,8 +55,10 @@ def add_parser(subparsers) -> None:
     _add_convdr_fidelity(jobs)
     _add_phrase(jobs)
     from readers.fid.cli import add_fid_parser
+    from retrievers.rerank.cli import add_reranker_parsers
 
     add_fid_parser(jobs)
+    add_reranker_parsers(jobs)
 
 
 def _add_dpr(jobs) -> None:

@@ -33,8 +33,11 @@ def model_card(meta: Mapping[str, Any], facts: Mapping[str, Any]) -> str:
     if data:
         lines += ["", "## Training data", ""]
         for source, counts in sorted(data.items()):
-            parts = ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in sorted(counts.items()))
-            lines.append(f"- {source}: {parts}")
+            parts = [f"{label} {counts.get(f'{split}_examples', 0):,} questions "
+                     f"({counts.get(f'{split}_article_negatives', 0):,} same-article and "
+                     f"{counts.get(f'{split}_mined_negatives', 0):,} mined negatives)"
+                     for split, label in (("train", "trained on"), ("heldout", "held out"))]
+            lines.append(f"- {source}: {'; '.join(parts)}")
     training = facts.get("training") or {}
     if training:
         lines += ["", "## Training", "",
@@ -60,3 +63,16 @@ def _spec(history: Any) -> str:
                           if k in ("max_tokens", "window"))
         return f"{history.get('name')}" + (f" ({extra})" if extra else "")
     return str(history)
+
+
+def rewrite_card(folder: Any, facts: Mapping[str, Any]) -> None:
+    """Replace the card of a saved folder (atomically), e.g. once held-out scores exist."""
+    from pathlib import Path
+
+    from convqa.io import atomic_write, load_json
+
+    from .model import CARD_FILE, META_FILE
+
+    folder = Path(folder)
+    with atomic_write(folder / CARD_FILE) as handle:
+        handle.write(model_card(load_json(folder / META_FILE), facts))

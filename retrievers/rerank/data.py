@@ -1,0 +1,432 @@
+"""Reranker training examples: a question with its conversation, its positive passages, and two
+kinds of negatives.
+
+- article negatives: passages of the positive's own article that do not hold the answer. On a
+  collection that splits an article into many passages these are the choice the reranker is
+  for (the retriever finds the article; the passage inside it is what it misses);
+- mined negatives: passages of other articles that a retriever ranks high for the question (a
+  run file of that retriever, else BM25), minus any that holds an answer.
+
+JSONL format (`save_examples` / `load_examples`; `.xz` and `.gz` names are compressed), one
+example a line:
+
+    {"id": "full/123_4", "question": "who directed it?",
+     "history": [["earlier question", "its answer or null"], ...],        # oldest first
+     "positives": [{"id": "A#3", "title": "...", "text": "..."}],
+     "article_negatives": [{"id": "A#0", ...}, ...], "mined_negatives": [...],
+     "split": "train",                                   # train | heldout
+     "source": "topiocqa-wiki:full"}
+
+Builders:
+- `benchmark_examples`: the answer-evaluable turns of a TopiOCQA x Wikipedia benchmark folder
+  (`convqa data topiocqa-wiki`; train turns -> "train", dev turns -> "heldout"); positives are
+  the turn's answer passages (the benchmark's own rule); article negatives the other passages
+  of its gold article, those the mining ranks highest first, then in a seeded order; mined
+  negatives the top passages of other articles in a run file (`convqa retrieve`, one line per
+  turn keyed "{conversation}_{turn}") or, without one, of BM25 for the conversation.
+- `squad_examples`: the answerable questions of a SQuAD-format file; the positive is the gold
+  paragraph, article negatives the other paragraphs of its article (a title) without any of
+  its answers, mined negatives BM25's top paragraphs of other articles without them. Whole
+  articles are held out (`heldout_fraction`); a file with one title for everything (SQuADShifts
+  reddit, COVID-QA) has no articles: each paragraph is its own, and only mined negatives exist.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+from convqa.errors import DataError
+from convqa.io import iter_jsonl, write_jsonl
+from convqa.types import Passage, Turn
+
+SPLITS = ("train", "heldout")
+NEGATIVE_KINDS = ("article_negatives", "mined_negatives")
+SEARCH_DEPTH = 100  # hits per question searched for mined (and ranked article) negatives
+
+
+@dataclass
+class RerankExample:
+    id: str
+    question: str
+    history: list[tuple[str, str | None]]
+    positives: list[Passage]
+    article_negatives: list[Passage] = field(default_factory=list)
+    mined_negatives: list[Passage] = field(default_factory=list)
+    split: str = "train"
+    source: str = ""
+
+    def history_turns(self) -> list[Turn]:
+        return [Turn(question, answer) for question, answer in self.history]
+
+    @property
+    def negatives(self) -> list[Passage]:
+        return self.article_negatives + self.mined_negatives
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {"id": self.id, "question": self.question,
+                "history": [[q, a] for q, a in self.history],
+                "positives": [p.to_dict() for p in self.positives],
+                "article_negatives": [p.to_dict() for p in self.article_negatives],
+                "mined_negatives": [p.to_dict() for p in self.mined_negatives],
+                "split": self.split}
+        if self.source:
+            data["source"] = self.source
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Any, path: str | os.PathLike | None = None,
+                  line: int | None = None) -> "RerankExample":
+        """Parse and check one record; a problem is a DataError naming the line and field."""
+        def fail(name: str | None, message: str) -> DataError:
+            return DataError(message, path, line, name)
+
+        def get(record: Any, name: str, types: type | tuple[type, ...], where: str = "",
+                required: bool = True, default: Any = None) -> Any:
+            if not isinstance(record, dict):
+                raise fail(where.rstrip(".") or None, "expected a JSON object")
+            if name not in record:
+                if required:
+                    raise fail(f"{where}{name}", "missing")
+                return default
+            value = record[name]
+            wanted = types if isinstance(types, tuple) else (types,)
+            if not isinstance(value, wanted) or isinstance(value, bool) and bool not in wanted:
+                raise fail(f"{where}{name}", f"expected {'/'.join(t.__name__ for t in wanted)}, "
+                                             f"got {type(value).__name__}")
+            return value
+
+        def passages(name: str, required: bool) -> list[Passage]:
+            items = get(data, name, list, required=required, default=[])
+            return [Passage(str(get(item, "id", (str, int), f"{name}[{i}].")),
+                            get(item, "text", str, f"{name}[{i}]."),
+                            get(item, "title", str, f"{name}[{i}].", False, ""))
+                    for i, item in enumerate(items)]
+
+        question = get(data, "question", str)
+        if not question.strip():
+            raise fail("question", "empty")
+        history = []
+        for i, pair in enumerate(get(data, "history", list, required=False, default=[])):
+            if (not isinstance(pair, list) or len(pair) != 2 or not isinstance(pair[0], str)
+                    or not isinstance(pair[1], (str, type(None)))):
+                raise fail(f"history[{i}]", "expected [question, answer or null]")
+            history.append((pair[0], pair[1]))
+        positives = passages("positives", True)
+        if not positives:
+            raise fail("positives", "needs at least one positive passage")
+        kept = {p.id for p in positives}
+        negatives = {}
+        for name in NEGATIVE_KINDS:
+            negatives[name] = passages(name, False)
+            for i, passage in enumerate(negatives[name]):
+                if passage.id in kept:
+                    raise fail(f"{name}[{i}].id", f"passage {passage.id!r} is also a positive")
+        split = get(data, "split", str, required=False, default="train")
+        if split not in SPLITS:
+            raise fail("split", f"expected one of {', '.join(SPLITS)}, got {split!r}")
+        return cls(str(get(data, "id", (str, int))), question, history, positives,
+                   negatives["article_negatives"], negatives["mined_negatives"], split,
+                   get(data, "source", str, required=False, default=""))
+
+
+def load_examples(path: str | os.PathLike) -> list[RerankExample]:
+    examples: list[RerankExample] = []
+    seen: dict[str, int] = {}
+    for line, data in iter_jsonl(path):
+        example = RerankExample.from_dict(data, path, line)
+        if example.id in seen:
+            raise DataError(f"duplicate example id {example.id!r} (first on line "
+                            f"{seen[example.id]})", path, line, "id")
+        seen[example.id] = line
+        examples.append(example)
+    if not examples:
+        raise DataError("no examples", path)
+    return examples
+
+
+def save_examples(path: str | os.PathLike, examples: Iterable[RerankExample]) -> int:
+    """Atomically; xz-compressed for a `.xz` name (a GPU machine then needs one small file)."""
+    return write_jsonl(path, (e.to_dict() for e in examples))
+
+
+# ---------------------------------------------------------------------------------------------
+# Choosing negatives
+
+
+def seeded(seed: int, key: str) -> np.random.Generator:
+    """A generator from a seed and a string, independent of Python's hash salt."""
+    digest = hashlib.sha256(f"{seed}:{key}".encode()).digest()
+    return np.random.default_rng(int.from_bytes(digest[:8], "little"))
+
+
+def pick_negatives(ranking: Sequence[str], article: Sequence[str], is_clean: Callable[[str], bool],
+                   in_article: Callable[[str], bool], counts: tuple[int, int],
+                   rng: np.random.Generator) -> tuple[list[str], list[str]]:
+    """(article negatives, mined negatives), as passage ids. `ranking`: a retriever's ids for
+    the question, best first; `article`: the candidates of the positive's own article (the
+    positives already removed). Article negatives are the candidates in ranking order, then the
+    rest in a seeded order; mined ones the ranked ids outside the article. Either kind keeps
+    only ids `is_clean` accepts (holding no answer), at most `counts` of each."""
+    want_article, want_mined = counts
+    candidates = set(article)
+    ranked = [pid for pid in dict.fromkeys(ranking) if pid in candidates]
+    rest = sorted(candidates - set(ranked))
+    ranked += [rest[int(i)] for i in rng.permutation(len(rest))]
+    chosen_article = _take(ranked, is_clean, want_article)
+    mined = [pid for pid in dict.fromkeys(ranking) if pid not in candidates and not
+             in_article(pid)]
+    return chosen_article, _take(mined, is_clean, want_mined)
+
+
+def sample(items: list, limit: int | None, seed: int, key: str) -> list:
+    """At most `limit` of `items`, a seeded sample kept in input order."""
+    if limit is None or len(items) <= limit:
+        return items
+    keep = sorted(seeded(seed, key).choice(len(items), size=limit, replace=False))
+    return [items[int(i)] for i in keep]
+
+
+def _take(ids: Iterable[str], keep: Callable[[str], bool], count: int) -> list[str]:
+    taken: list[str] = []
+    for pid in ids:
+        if len(taken) == count:
+            break
+        if keep(pid):
+            taken.append(pid)
+    return taken
+
+
+# ---------------------------------------------------------------------------------------------
+# The TopiOCQA x Wikipedia benchmark
+
+
+def benchmark_examples(folder: str | os.PathLike, article_negatives: int = 16,
+                       mined_negatives: int = 16, run: str | os.PathLike | None = None,
+                       history: Any = None, max_examples: int | None = None,
+                       max_heldout: int | None = None, seed: int = 0,
+                       report: Any = None) -> list[RerankExample]:
+    """Examples of a benchmark folder (module docstring); `run` mines from a run file, else
+    BM25 (FOLDER/indexes/bm25, or built in memory) over the `history`-formatted turn."""
+    from convqa.benchmark.labelled_turns import (article_id_of, evaluable_answers,
+                                                 load_labelled_turns, occurs)
+    from convqa.corpus import PassageStore
+    from convqa.metrics.answer import normalize_answer
+    from readers.extractive.data import BuildReport
+
+    folder = Path(folder)
+    report = report if report is not None else BuildReport()
+    data = load_labelled_turns(folder)
+    corpus = str(data.meta.get("corpus") or folder.name)
+    source = f"topiocqa-wiki:{corpus}"
+    store = PassageStore.open(folder / "passages")
+    splits: dict[str, list[Any]] = {"train": [], "heldout": []}
+    for turn in data.turns:
+        if turn.answer_evaluable:
+            splits["train" if turn.split == "train" else "heldout"].append(turn)
+    turns = (sample(splits["train"], max_examples, seed, f"{corpus}:train")
+             + sample(splits["heldout"], max_heldout, seed, f"{corpus}:heldout"))
+    rankings = _benchmark_rankings(turns, data, folder, store, run, history)
+    examples = []
+    for turn, ranking in zip(turns, rankings):
+        split = "train" if turn.split == "train" else "heldout"
+        positives = set(turn.answer_passage_ids)
+        answers = evaluable_answers(turn.answers)
+        article = [pid for pid in turn.gold_passage_ids() if pid not in positives]
+
+        def clean(pid: str, answers=answers, positives=positives) -> bool:
+            if pid in positives:
+                return False
+            text = normalize_answer(_get(store, pid, run).text)
+            return not any(occurs(answer, text) for answer in answers)
+
+        gold = turn.gold_article_id
+        chosen_article, mined = pick_negatives(
+            ranking, article, clean, lambda pid, gold=gold: article_id_of(pid) == gold,
+            (article_negatives, mined_negatives), seeded(seed, turn.qid))
+        conversation = data.conversations[turn.conversation_id]
+        examples.append(RerankExample(
+            f"{corpus}/{turn.qid}", turn.question,
+            [(t.question, t.answer) for t in conversation.history(turn.turn)],
+            [store.get(pid) for pid in turn.answer_passage_ids],
+            [store.get(pid) for pid in chosen_article], [_get(store, pid, run) for pid in mined],
+            split, source))
+        report.add(source, f"{split}_examples")
+        report.add(source, f"{split}_article_negatives", len(chosen_article))
+        report.add(source, f"{split}_mined_negatives", len(mined))
+    return examples
+
+
+def _get(store: Any, pid: str, run: Any) -> Passage:
+    try:
+        return store.get(pid)
+    except KeyError:
+        raise DataError(f"passage {pid!r} is not in the benchmark's passages (a run of "
+                        "another collection?)", run) from None
+
+
+def _benchmark_rankings(turns: Sequence[Any], data: Any, folder: Path, store: Any,
+                        run: str | os.PathLike | None, history: Any) -> list[list[str]]:
+    """Each turn's ranked passage ids: its line of the run file, or BM25's top ones."""
+    if not turns:
+        return []
+    if run is not None:
+        from convqa.evaluation.runs import read_run
+
+        hits = read_run(run).hits
+        return [[h.passage_id for h in hits.get(turn.qid, ())][:SEARCH_DEPTH] for turn in turns]
+    from convqa.history import build_history_strategy
+    from readers.extractive.train import DEFAULT_HISTORY
+    from retrievers.bm25 import BM25Retriever
+
+    index = folder / "indexes" / "bm25"
+    if index.is_dir():
+        retriever = BM25Retriever.load(index)
+        retriever.check_store(store)
+    else:
+        retriever = BM25Retriever.build_from_store(store)
+    strategy = build_history_strategy(history or DEFAULT_HISTORY)
+    queries = [strategy.format(t.question, data.conversations[t.conversation_id].history(t.turn))
+               for t in turns]
+    return [[h.passage_id for h in row] for row in retriever.retrieve_batch(queries,
+                                                                            k=SEARCH_DEPTH)]
+
+
+# ---------------------------------------------------------------------------------------------
+# SQuAD-format files
+
+
+def squad_examples(path: str | os.PathLike, article_negatives: int = 16,
+                   mined_negatives: int = 16, heldout_fraction: float = 0.1, seed: int = 0,
+                   max_examples: int | None = None, max_heldout: int | None = None,
+                   report: Any = None, strict: bool = False) -> list[RerankExample]:
+    """Examples of one SQuAD-format file (module docstring); unanswerable questions (SQuAD
+    v2.0) are skipped and counted."""
+    from convqa.loaders.squad import read_squad
+    from readers.extractive.data import BuildReport, find_spans, heldout_keys, source_name
+    from retrievers.bm25 import BM25Retriever
+
+    name = source_name(path)
+    source = f"squad:{name}"
+    report = report if report is not None else BuildReport()
+    data = read_squad(path, strict=strict)
+    by_title = len({e.title for e in data.examples}) > 1
+    paragraphs: dict[tuple[str, str], Passage] = {}
+    article_of: dict[str, str] = {}
+    for e in data.examples:
+        if (e.title, e.context) not in paragraphs:
+            passage = Passage(f"{name}#{len(paragraphs)}", e.context, e.title)
+            paragraphs[(e.title, e.context)] = passage
+            article_of[passage.id] = e.title if by_title else passage.id
+    heldout = heldout_keys(set(article_of.values()), heldout_fraction, seed)
+    splits: dict[str, list[Any]] = {"train": [], "heldout": []}
+    for e in data.examples:
+        if e.is_impossible or not e.answers:
+            report.add(source, "skipped_unanswerable")
+            continue
+        passage = paragraphs[(e.title, e.context)]
+        splits["heldout" if article_of[passage.id] in heldout else "train"].append((e, passage))
+    splits["train"] = sample(splits["train"], max_examples, seed, f"{name}:train")
+    splits["heldout"] = sample(splits["heldout"], max_heldout, seed, f"{name}:heldout")
+    members: dict[str, list[str]] = {}
+    for pid, article in article_of.items():
+        members.setdefault(article, []).append(pid)
+    by_id = {p.id: p for p in paragraphs.values()}
+    examples = []
+    for split, items in splits.items():
+        if not items:
+            continue
+        pool = [p for p in paragraphs.values() if (article_of[p.id] in heldout) == (split ==
+                                                                                    "heldout")]
+        retriever = BM25Retriever.build(pool)
+        rows = retriever.retrieve_batch([e.question for e, _ in items], k=SEARCH_DEPTH)
+        for (e, passage), row in zip(items, rows):
+            article = article_of[passage.id]
+            texts = list(dict.fromkeys(a.text for a in e.answers))
+
+            def clean(pid: str, texts=texts) -> bool:
+                return not any(find_spans(by_id[pid].text, t) for t in texts)
+
+            chosen_article, mined = pick_negatives(
+                [h.passage_id for h in row], [p for p in members[article] if p != passage.id],
+                clean, lambda pid, article=article: article_of[pid] == article,
+                (article_negatives, mined_negatives), seeded(seed, f"{name}/{e.id}"))
+            examples.append(RerankExample(
+                f"{name}/{e.id}", e.question, [], [passage],
+                [by_id[pid] for pid in chosen_article], [by_id[pid] for pid in mined],
+                split, source))
+            report.add(source, f"{split}_examples")
+            report.add(source, f"{split}_article_negatives", len(chosen_article))
+            report.add(source, f"{split}_mined_negatives", len(mined))
+    return examples
+
+
+# ---------------------------------------------------------------------------------------------
+# All sources at once
+
+
+@dataclass
+class ExampleSources:
+    """Where examples come from and how many negatives each keeps."""
+
+    squad: list[str] = field(default_factory=list)        # SQuAD-format files
+    benchmarks: list[str] = field(default_factory=list)   # benchmark folders
+    runs: dict[str, str] = field(default_factory=dict)    # benchmark folder -> run file
+    article_negatives: int = 16
+    mined_negatives: int = 16
+    heldout_fraction: float = 0.1                         # SQuAD articles held out
+    max_examples: int | None = None                       # per source, a seeded sample
+    max_heldout: int | None = 1000                        # per source
+    history: Any = None                                   # BM25 mining's query formatting
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        from convqa.errors import ConfigError
+
+        unknown = sorted(set(self.runs) - set(self.benchmarks))
+        if unknown:
+            raise ConfigError(f"a run file is given for {unknown[0]}, which is not among the "
+                              "benchmarks")
+        for name in ("article_negatives", "mined_negatives"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(f"{name} must be an integer >= 0, got {value!r}")
+
+
+def build_examples(sources: ExampleSources, say: Callable[[str], None] = lambda _: None
+                   ) -> tuple[list[RerankExample], dict[str, Any]]:
+    """(examples of every source, counts per source)."""
+    from readers.extractive.data import BuildReport
+
+    report = BuildReport()
+    examples: list[RerankExample] = []
+    for path in sources.squad:
+        say(f"examples: {path}")
+        examples += squad_examples(path, sources.article_negatives, sources.mined_negatives,
+                                   sources.heldout_fraction, sources.seed, sources.max_examples,
+                                   sources.max_heldout, report)
+    for folder in sources.benchmarks:
+        say(f"examples: {folder}")
+        examples += benchmark_examples(folder, sources.article_negatives,
+                                       sources.mined_negatives, sources.runs.get(folder),
+                                       sources.history, sources.max_examples,
+                                       sources.max_heldout, sources.seed, report)
+    return examples, report.to_dict()
+
+
+def export_examples(sources: ExampleSources, path: str | os.PathLike,
+                    say: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+    """Build the examples of `sources` into one file (xz for a `.xz` name), for a machine that
+    sees neither the benchmark folders nor the SQuAD files; returns the counts per source."""
+    examples, report = build_examples(sources, say)
+    if not examples:
+        from convqa.errors import ConfigError
+
+        raise ConfigError("no examples: give --squad or --benchmark sources with answerable "
+                          "questions")
+    save_examples(path, examples)
+    return report
