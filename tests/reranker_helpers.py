@@ -1,0 +1,57 @@
+"""Shared by tests/test_reranker_*.py: tiny random BERT cross-encoders with MiniLM's tokenizer,
+and a toy set whose positive is identifiable (it alone names the thing asked about)."""
+from __future__ import annotations
+
+from reader_helpers import bert_config, one_thread, save_tiny_encoder  # noqa: F401
+
+THINGS = ["violin", "glacier", "harbour", "lantern", "meadow", "orchard", "pyramid", "saddle",
+          "tunnel", "volcano", "whistle", "anchor", "bakery", "canyon", "dolphin", "engine"]
+FILLER = ["the weather was mild that year", "a committee met twice in spring",
+          "prices rose slowly over the decade", "the road was repaved in autumn",
+          "several books were published on history", "the council approved a budget"]
+
+
+def model_config(**overrides):
+    from retrievers.rerank.model import CrossEncoderConfig
+
+    base = dict(model="tiny-random-bert", max_length=96, max_query_length=24,
+                max_title_length=6)
+    return CrossEncoderConfig(**{**base, **overrides})
+
+
+def tiny_cross_encoder(seed: int = 0, dropout: float = 0.0, **overrides):
+    """A random 2-layer, 32-d BERT cross-encoder (no pooler) with MiniLM's tokenizer."""
+    import torch
+    from transformers import BertModel
+
+    from convqa.models import load_tokenizer
+    from retrievers.rerank.model import CrossEncoder
+
+    torch.manual_seed(seed)
+    encoder = BertModel(bert_config(dropout), add_pooling_layer=False)
+    head = torch.nn.Linear(32, 1)
+    torch.nn.init.normal_(head.weight, std=0.02)
+    torch.nn.init.zeros_(head.bias)
+    return CrossEncoder(model_config(**overrides), encoder, load_tokenizer(), head)
+
+
+def toy_examples(count: int = 16, negatives: int = 5, split: str = "train", offset: int = 0):
+    """Question i asks about thing i; its positive is the one passage that names it, its
+    negatives (same article, and mined from others) name other things or none."""
+    from convqa.types import Passage
+    from retrievers.rerank.data import RerankExample
+
+    examples = []
+    for i in range(count):
+        thing = THINGS[(i + offset) % len(THINGS)]
+        positive = Passage(f"{split}{i}#0", f"the {thing} is described here. "
+                           f"{FILLER[i % len(FILLER)]}.", f"Article {i}")
+        article = [Passage(f"{split}{i}#{n}", f"{FILLER[(i + n) % len(FILLER)]}.",
+                           f"Article {i}") for n in range(1, 1 + negatives // 2)]
+        mined = [Passage(f"{split}{i}-m{n}", f"the {THINGS[(i + offset + n + 1) % len(THINGS)]}"
+                         f" was elsewhere. {FILLER[n % len(FILLER)]}.", f"Other {n}")
+                 for n in range(negatives - len(article))]
+        examples.append(RerankExample(f"{split}/{i}", f"where is the {thing}?",
+                                      [("what is this about?", "places")], [positive], article,
+                                      mined, split, "toy"))
+    return examples

@@ -1,0 +1,135 @@
+"""The `cross_encoder` reranker component: built from a dict or YAML like every component,
+`rerank` reorders the retriever's top N by the model's scores and keeps the retriever's, and bad
+input is a one-line error."""
+from __future__ import annotations
+
+import pytest
+
+from convqa.config import apply_overrides, load_yaml
+from convqa.corpus import PassageStore
+from convqa.errors import ConfigError, DataError
+from convqa.registry import RERANKERS
+from convqa.types import Hit, Passage, RerankedHit, Turn
+from reader_helpers import single_thread  # noqa: F401 (autouse fixture)
+from reranker_helpers import tiny_cross_encoder
+from retrievers.rerank.reranker import CrossEncoderReranker, order_agreement
+
+PASSAGES = [Passage(f"p{i}", f"passage number {i} " + "about a harbour " * i, f"Title {i}")
+            for i in range(6)]
+HITS = [Hit(p.id, 20.0 - 2 * i, i + 1) for i, p in enumerate(PASSAGES)]
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    path = tmp_path_factory.mktemp("reranker") / "model"
+    tiny_cross_encoder(seed=4).save_pretrained(path)
+    return path
+
+
+def test_built_from_a_dict_and_from_yaml_with_overrides(folder, tmp_path):
+    reranker = RERANKERS.build({"name": "cross_encoder", "model": str(folder), "top_n": "3",
+                                "precision": "fp32", "device": "cpu"})
+    assert isinstance(reranker, CrossEncoderReranker)
+    assert reranker.options.top_n == 3 and reranker.precision == "fp32"
+    config = tmp_path / "pipeline.yaml"
+    config.write_text(f"reranker: {{name: cross_encoder, model: {folder}}}\n", encoding="utf-8")
+    spec = apply_overrides(load_yaml(config), ["reranker.top_n=50", "reranker.batch_size=4"])
+    built = RERANKERS.build(spec["reranker"])
+    assert (built.options.top_n, built.options.batch_size) == (50, 4)
+    assert built.history.registered_name == "current_first"  # the reader's format by default
+    assert built.fingerprint() != reranker.fingerprint()  # top_n changes what comes out
+
+
+@pytest.mark.parametrize("spec, message", [
+    ({"name": "cross_encoder"}, "option 'model' .* is required"),
+    ({"name": "cross_encoder", "model": "m", "top_k": 5}, "unknown option 'top_k'"),
+    ({"name": "cross_encoder", "model": "m", "top_n": 0}, "top_n must be a positive integer"),
+    ({"name": "cross_encoder", "model": "m", "precision": "fp8"}, "unknown precision 'fp8'"),
+    ({"name": "cross", "model": "m"}, r"unknown reranker 'cross' \(known: cross_encoder\)"),
+])
+def test_bad_specs_are_config_errors(spec, message):
+    with pytest.raises(ConfigError, match=message):
+        RERANKERS.build(spec)
+
+
+def test_rerank_orders_the_top_n_by_score_and_keeps_the_retrievers():
+    model = tiny_cross_encoder(seed=4).eval()
+    reranker = CrossEncoderReranker.from_model(model, top_n=4, precision="fp32")
+    query = "where is the harbour?"
+    reranked = reranker.rerank(query, HITS, PASSAGES)
+    assert len(reranked) == 4 and all(isinstance(h, RerankedHit) for h in reranked)
+    expected = reranker.score(query, PASSAGES[:4])
+    assert [h.passage_id for h in reranked] == \
+        [f"p{i}" for i in sorted(range(4), key=lambda i: -expected[i])]
+    assert [h.rank for h in reranked] == [1, 2, 3, 4]
+    assert [h.score for h in reranked] == sorted(expected, reverse=True)
+    by_id = {h.passage_id: h for h in HITS}
+    assert all((h.retriever_score, h.retriever_rank) ==
+               (by_id[h.passage_id].score, by_id[h.passage_id].rank) for h in reranked)
+    assert RerankedHit.from_dict(reranked[0].to_dict()) == reranked[0]
+    # passages by id, or from a store, give the same ranking
+    assert reranker.rerank(query, HITS, {p.id: p for p in PASSAGES}) == reranked
+    assert reranker.rerank(query, [], []) == []
+
+
+def test_passages_from_a_store_and_the_conversation_formatted(tmp_path):
+    store = PassageStore.build(PASSAGES, tmp_path / "store", progress=False)
+    reranker = CrossEncoderReranker.from_model(tiny_cross_encoder(seed=4).eval(), top_n=6,
+                                               precision="fp32")
+    history = [Turn("tell me about ports", "there are many")]
+    query = reranker.query_text("which one is largest?", history)
+    assert query.startswith("which one is largest?")  # current question first
+    assert reranker.rerank_turn("which one is largest?", history, HITS, store) == \
+        reranker.rerank(query, HITS, PASSAGES)
+
+
+def test_ties_keep_the_retrievers_order():
+    model = tiny_cross_encoder(seed=4).eval()
+    import torch
+
+    with torch.no_grad():  # a head that ignores its input: every pair scores the same
+        model.head.weight.zero_()
+    reranker = CrossEncoderReranker.from_model(model, precision="fp32")
+    assert [h.passage_id for h in reranker.rerank("q", HITS, PASSAGES)] == \
+        [h.passage_id for h in HITS]
+
+
+def test_scores_do_not_depend_on_batch_size_or_order():
+    model = tiny_cross_encoder(seed=4).eval()
+    one = CrossEncoderReranker.from_model(model, batch_size=1, precision="fp32")
+    many = CrossEncoderReranker.from_model(model, batch_size=4, precision="fp32")
+    reversed_scores = many.score("where?", PASSAGES[::-1])
+    assert one.score("where?", PASSAGES) == pytest.approx(reversed_scores[::-1], abs=1e-5)
+
+
+def test_auto_precision_is_measured_once_and_recorded():
+    reranker = CrossEncoderReranker.from_model(tiny_cross_encoder(seed=4).eval())
+    assert reranker.precision is None
+    reranker.score("where?", PASSAGES)
+    choice = reranker.precision_choice
+    assert reranker.precision == choice.precision and choice.precision in ("fp32", "bf16", "int8")
+    assert choice.agreement["fp32"] == 1.0 and choice.threshold == 0.95
+
+
+def test_order_agreement():
+    import torch
+
+    reference = torch.tensor([3.0, 1.0, 2.0, 0.0])
+    assert order_agreement(reference, reference * 2 + 1) == 1.0
+    assert order_agreement(reference, -reference) == 0.0
+    assert order_agreement(reference, torch.tensor([3.0, 2.0, 1.0, 0.0])) == pytest.approx(5 / 6)
+    assert order_agreement(torch.tensor([1.0]), torch.tensor([-4.0])) == 1.0
+
+
+def test_bad_input_is_a_one_line_error():
+    reranker = CrossEncoderReranker.from_model(tiny_cross_encoder(), precision="fp32")
+    with pytest.raises(DataError, match="5 passages for 6 hits"):
+        reranker.rerank("q", HITS, PASSAGES[:5])
+    with pytest.raises(DataError, match="passage 'p1' given for hit 'p0'"):
+        reranker.rerank("q", HITS, PASSAGES[1:] + PASSAGES[:1])
+    with pytest.raises(DataError, match="no passage for hit 'p5'"):
+        reranker.rerank("q", HITS, {p.id: p for p in PASSAGES[:5]})
+    with pytest.raises(DataError, match="expected the query text, got list"):
+        reranker.rerank(["q"], HITS, PASSAGES)
+    with pytest.raises(DataError, match="expected a Passage for hit 'p0', got str"):
+        reranker.rerank("q", HITS[:1], ["p0 text"])
