@@ -161,9 +161,10 @@ class CrossEncoder(torch.nn.Module):
         return is_peft(self.encoder)
 
     # -- inputs and computation -------------------------------------------------------------
-    def encode_pairs(self, queries: Sequence[str], passages: Sequence[Passage]
-                     ) -> dict[str, Tensor]:
-        """Padded token tensors of the pairs (queries[i], passages[i]), on the CPU."""
+    def encode_pairs(self, queries: Sequence[str], passages: Sequence[Passage],
+                     max_length: int | None = None) -> dict[str, Tensor]:
+        """Padded token tensors of the pairs (queries[i], passages[i]), on the CPU, at most
+        `max_length` tokens each (default: the config's)."""
         if len(queries) != len(passages):
             raise ValueError(f"{len(queries)} queries for {len(passages)} passages")
         tokenizer, config = self.tokenizer, self.config
@@ -177,7 +178,7 @@ class CrossEncoder(torch.nn.Module):
         seconds = [f"{t} {sep} {p.text}" if t.strip() else p.text
                    for t, p in zip(titles, passages)]
         encoding = tokenizer([cut[q] for q in queries], seconds, truncation="only_second",
-                             max_length=config.max_length, padding="longest",
+                             max_length=max_length or config.max_length, padding="longest",
                              return_tensors="pt")
         return {k: encoding[k] for k in _MODEL_INPUTS if k in encoding}
 

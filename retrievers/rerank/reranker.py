@@ -183,7 +183,7 @@ class CrossEncoderReranker:
     # -- computation ------------------------------------------------------------------------
     def _logits(self, queries: Sequence[str], passages: Sequence[Passage],
                 precision: str) -> torch.Tensor:
-        tensors = _encode(self.model, self.config, queries, passages)
+        tensors = self.model.encode_pairs(queries, passages, self.config.max_length)
         model = prepare(self.model, precision)
         with torch.inference_mode(), autocast(precision, self.model.device):
             return model(**self.model.model_inputs(tensors)).float().cpu()
@@ -194,17 +194,6 @@ class CrossEncoderReranker:
             threshold=ORDER_AGREEMENT, what="cross-encoder reranker", device=self.model.device,
             remember=self.model.fingerprint())
         self.precision = self.precision_choice.precision
-
-
-def _encode(model: CrossEncoder, config, queries, passages) -> dict[str, torch.Tensor]:
-    """The model's pair tensors under `config` (a reranker may shorten `max_length`)."""
-    if config is model.config:
-        return model.encode_pairs(queries, passages)
-    saved, model.config = model.config, config
-    try:
-        return model.encode_pairs(queries, passages)
-    finally:
-        model.config = saved
 
 
 def _passages_of(hits: Sequence[Hit], passages: Any, total: int) -> list[Passage]:

@@ -50,10 +50,10 @@ class RerankRunConfig:
     train: RerankTrainConfig = field(default_factory=RerankTrainConfig)
 
 
-def _identity(path: str) -> dict[str, Any]:
-    """What an input is, for data.json: a file's sha256, a benchmark folder's meta.json's."""
+def _identity(path: str, folder: bool = False) -> dict[str, Any]:
+    """What an input is, for data.json: a file's sha256, or a benchmark `folder`'s meta.json's."""
     target = Path(path)
-    if target.is_dir():
+    if folder:
         if not (target / "turns.jsonl").exists() or not (target / "passages").is_dir():
             raise DataError("not a benchmark folder (turns.jsonl and passages/ expected; build "
                             "one with `convqa data topiocqa-wiki`)", target)
@@ -69,7 +69,7 @@ def _identity(path: str) -> dict[str, Any]:
 def data_params(sources: ExampleSources) -> dict[str, Any]:
     params = dataclasses.asdict(sources)
     params["squad"] = [_identity(p) for p in sources.squad]
-    params["benchmarks"] = [_identity(p) for p in sources.benchmarks]
+    params["benchmarks"] = [_identity(p, folder=True) for p in sources.benchmarks]
     params["runs"] = {Path(k).name: _identity(v) for k, v in sorted(sources.runs.items())}
     return params
 
@@ -116,16 +116,19 @@ def prepare_examples(config: RerankRunConfig, out: str | os.PathLike, accelerato
 
 def initial_model(config: RerankRunConfig) -> CrossEncoder:
     """A fresh head on `init_model`'s encoder (with LoRA when `lora_r`), or a trained reranker
-    folder to train further (its own settings kept)."""
+    folder to train further (its own settings kept; new LoRA adapters then sit over its
+    weights, so only a folder of full weights can take them)."""
     folder = Path(config.init_model)
     if folder.is_dir() and (folder / META_FILE).exists():
         model = CrossEncoder.from_pretrained(folder)
-        if model.has_adapters:
-            if config.lora_r:
-                raise ConfigError(f"{folder}: training a LoRA reranker further with new LoRA "
-                                  "adapters is not supported; give --lora 0 to train all its "
-                                  "weights")
-            model.merge_adapters()
+        if model.has_adapters and config.lora_r:
+            raise ConfigError(f"{folder}: training a LoRA reranker further with new LoRA "
+                              "adapters is not supported; give --lora 0 to train all its "
+                              "weights")
+        model.merge_adapters()
+        if config.lora_r:  # the adapter's base is this folder's encoder
+            model.config = dataclasses.replace(model.config, model=str(folder.resolve()))
+            model.add_lora(r=config.lora_r, alpha=2 * config.lora_r)
         return model
     try:
         model_config = CrossEncoderConfig(
