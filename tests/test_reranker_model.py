@@ -16,7 +16,8 @@ from retrievers.rerank.model import (CARD_FILE, HEAD_FILE, META_FILE, CrossEncod
 
 PASSAGES = [Passage("a#0", "The lighthouse was built in 1890 on the northern cape.",
                     "Cape Lighthouse"),
-            Passage("a#1", "Its lamp was replaced " + "and repaired again " * 40, "Cape Lighthouse"),
+            Passage("a#1", "Its lamp was replaced " + "and repaired again " * 40,
+                    "Cape Lighthouse"),
             Passage("b#0", "A short text.", "")]
 QUERY = "when was the lighthouse built? [SEP] tell me about the cape [SEP] it is in the north"
 
