@@ -372,3 +372,24 @@ def min_cosine(reference: Any, other: Any) -> float:
     if a.shape != b.shape:
         return float("-inf")
     return float(torch.nn.functional.cosine_similarity(a, b, dim=-1, eps=1e-12).min())
+
+
+class PrecisionOnFirstUse:
+    """A component's precision: fixed, or for `auto` measured the first time the component
+    runs, on its real inputs, and kept from then on (what every retriever and reader does).
+
+        self._precision = PrecisionOnFirstUse(config.precision, "dense: precision")
+        precision = self._precision.resolve(lambda: choose_precision(run, ...))
+    """
+
+    def __init__(self, requested: Any, where: str = "precision"):
+        self.requested = normalize_precision(requested, where)
+        self.value: str | None = None if self.requested == AUTO else self.requested
+        self.choice: PrecisionChoice | None = None
+
+    def resolve(self, choose: Callable[[], PrecisionChoice]) -> str:
+        """The precision, running `choose` (a probe) only while `auto` is still undecided."""
+        if self.value is None:
+            self.choice = choose()
+            self.value = self.choice.precision
+        return self.value
