@@ -18,10 +18,10 @@ def _bert():
                      add_pooling_layer=False)
 
 
-def _mpnet():
+def _mpnet(vocab_size: int = 50):
     from transformers import MPNetConfig, MPNetModel
 
-    return MPNetModel(MPNetConfig(vocab_size=50, hidden_size=32, num_hidden_layers=2,
+    return MPNetModel(MPNetConfig(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2,
                                   num_attention_heads=2, intermediate_size=64),
                       add_pooling_layer=False)
 
@@ -74,3 +74,44 @@ def test_auto_precision_is_measured_once_and_a_forced_one_never():
     assert forced.resolve(choose) == "fp32" and len(calls) == 1 and forced.choice is None
     with pytest.raises(ConfigError, match="reader precision: unknown precision 'fp8'"):
         PrecisionOnFirstUse("fp8", "reader precision")
+
+
+def test_a_dual_encoder_over_mpnet_trains_saves_and_loads_its_lora(tmp_path):
+    """MPNet takes no token_type_ids (MiniLM's tokenizer makes them) and names its attention
+    layers q/k/v/o: the dual encoder encodes, adapts and round-trips all the same."""
+    from convqa.models import load_tokenizer
+    from convqa.types import Passage
+    from retrievers.dense.model import DualEncoder, DualEncoderConfig
+
+    torch.manual_seed(0)
+    base = tmp_path / "mpnet"
+    _mpnet(load_tokenizer().vocab_size).save_pretrained(str(base))
+    load_tokenizer().save_pretrained(str(base))
+    model = DualEncoder.build(DualEncoderConfig(model=str(base))).add_lora(r=2, alpha=4)
+    adapted = {name.rsplit(".", 1)[-1] for name, module in model.query_encoder.named_modules()
+               if hasattr(module, "lora_A")}
+    assert adapted == {"q", "k", "v", "o", "dense"}
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "lora_B" in name:
+                parameter.normal_(std=0.1)
+    batch = model.tokenize_queries(["who wrote it?", "where is the tower?"])
+    assert "token_type_ids" in batch
+    passages = [Passage("p", "The tower stands in Paris.", "Eiffel")]
+    model.eval()
+    seen = []
+    hook = model.query_encoder.register_forward_pre_hook(
+        lambda module, args, kwargs: seen.append(sorted(kwargs)), with_kwargs=True)
+    with torch.no_grad():
+        queries = model.encode_query(batch)
+        vectors = model.encode_passage(model.tokenize_passages(passages))
+    hook.remove()
+    assert seen == [["attention_mask", "input_ids"]] * 2  # shared tower: queries, passages
+    model.save_pretrained(tmp_path / "adapter")
+    assert (tmp_path / "adapter" / "adapter_model.safetensors").exists()
+    loaded = DualEncoder.from_pretrained(tmp_path / "adapter").eval()
+    assert loaded.fingerprint() == model.fingerprint()
+    with torch.no_grad():
+        assert torch.allclose(loaded.encode_query(batch), queries, atol=1e-6)
+        assert torch.allclose(loaded.encode_passage(loaded.tokenize_passages(passages)),
+                              vectors, atol=1e-6)

@@ -36,17 +36,6 @@ class ConvDRRetrieverConfig:
     mmap: bool = False
 
 
-def _device(name: str):
-    import torch
-
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        return torch.device(name)
-    except RuntimeError:
-        raise ConfigError(f"convdr: bad device {name!r} (cpu, cuda, cuda:N or auto)") from None
-
-
 def check_teacher_index(model, index, store=None) -> None:
     """ConvQAError unless `index` was built by `model`'s teacher (and over `store`)."""
     where = f"dense index (built by encoder {index.meta.get('encoder')!r}, fingerprint " \
@@ -81,6 +70,7 @@ class ConvDRRetriever(DenseRetriever):
     @classmethod
     def from_config(cls, config: ConvDRRetrieverConfig) -> "ConvDRRetriever":
         from convqa.corpus import PassageStore
+        from convqa.model_base import resolve_device
 
         from ..dense.index import DenseIndex
         from .model import ConvDR
@@ -102,7 +92,7 @@ class ConvDRRetriever(DenseRetriever):
         check_teacher_index(model, index)  # before moving weights or opening the store
         if model.has_adapters:
             model.merge_adapters()
-        model.to(_device(config.device))
+        model.to(resolve_device(config.device, "convdr"))
         return cls(model, index, PassageStore.open(Path(passages)), config)
 
     def fingerprint(self) -> str:

@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 import torch
 
 from convqa.errors import ConvQAError
+from convqa.model_base import lora_targets
 
 from .model import DualEncoder
 
-LINEAR_TARGETS = ("query", "key", "value", "dense")
 EXACT_MODULES = ("LayerNorm",)
 SMALL_EMBEDDINGS = ("token_type_embeddings", "position_embeddings")
 
@@ -76,7 +76,7 @@ def encoder_lora_from_finetuned(base: torch.nn.Module, tuned: torch.nn.Module, r
         raise ConvQAError("the fine-tuned model does not have its base model's architecture")
     alpha = alpha if alpha is not None else r
     config = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=0.0, bias="lora_only",
-                        target_modules=list(LINEAR_TARGETS),
+                        target_modules=lora_targets(base),
                         modules_to_save=list(exact_modules))
     report = ExportReport(rank=r)
     energies: list[float] = []

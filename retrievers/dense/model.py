@@ -12,9 +12,6 @@ never searched with another's queries.
 """
 from __future__ import annotations
 
-import copy
-import hashlib
-import json
 import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -25,11 +22,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from convqa.errors import ConfigError, ConvQAError, DataError
-from convqa.io import load_format_json, load_json, write_json
-from convqa.model_folder import writing_folder
-from convqa.models import DEFAULT_MODEL, resolve_model, shipped_model_path
-from convqa.towers import (ADAPTER_CONFIG, attach_adapter, hash_tower, hidden_size, is_peft,
-                           load_encoder, load_encoder_tokenizer, merged, save_tower)
+from convqa.model_base import ModelBase, takes_input
+from convqa.models import DEFAULT_MODEL, shipped_model_path
+from convqa.towers import (attach_adapter, hash_tower, hidden_size, load_encoder,
+                           load_encoder_tokenizer, save_tower)
 from convqa.types import Passage
 
 META_FILE = "convqa_dual_encoder.json"
@@ -72,12 +68,16 @@ class DualEncoderConfig:
             raise DataError(str(exc), where, None, "config") from None
 
 
-class DualEncoder(torch.nn.Module):
+class DualEncoder(ModelBase):
     """Query and passage encoders; `encode_*` return `[batch, dim]` embeddings with gradients.
 
     Build from pretrained checkpoints with `build(config)`, load a saved folder (or a plain
     checkpoint, or a peft LoRA adapter folder) with `from_pretrained(path)`.
     """
+
+    META_FILE, FORMAT, VERSION = META_FILE, FORMAT, VERSION
+    KIND, NOUN = "convqa dual encoder", "dual encoder"
+    TOWERS = ("query_encoder", "separate_passage_encoder")
 
     def __init__(self, config: DualEncoderConfig, query_encoder: torch.nn.Module, tokenizer,
                  passage_encoder: torch.nn.Module | None = None, passage_tokenizer=None):
@@ -106,31 +106,22 @@ class DualEncoder(torch.nn.Module):
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike) -> "DualEncoder":
-        """A folder written by `save_pretrained` (full or adapter), a peft LoRA adapter folder
-        over a BERT-like checkpoint, or any plain HF checkpoint id/path (shared tower, mean
-        pooling)."""
-        shipped = shipped_model_path(str(path))
-        if shipped is not None:
-            path = shipped
-        folder = Path(resolve_model(str(path)))
-        if not folder.is_dir() or str(folder) != str(path) and not Path(path).is_dir():
-            # a hub id or one of our aliases: only a plain checkpoint can be meant
-            return cls.build(DualEncoderConfig(model=str(path)))
-        meta_path = folder / META_FILE
-        if not meta_path.exists():
-            if (folder / ADAPTER_CONFIG).exists():
-                base = load_json(folder / ADAPTER_CONFIG).get("base_model_name_or_path")
-                if not isinstance(base, str) or not base:
-                    raise DataError("no base model named", folder / ADAPTER_CONFIG, None,
-                                    "base_model_name_or_path")
-                model = cls.build(DualEncoderConfig(model=base))
-                model.query_encoder = attach_adapter(model.query_encoder, folder)
-            else:
-                model = cls.build(DualEncoderConfig(model=str(folder)))
-            model.source = str(path)
-            return model
-        meta = load_format_json(meta_path, FORMAT, VERSION, "convqa dual encoder")
-        config = DualEncoderConfig.from_dict(meta.get("config") or {}, str(meta_path))
+        """A folder written by `save_pretrained` (full or adapter), a shipped model's alias, a
+        peft LoRA adapter folder over a BERT-like checkpoint, or any plain HF checkpoint
+        id/path (shared tower, mean pooling)."""
+        return super().from_pretrained(path)
+
+    @classmethod
+    def _from_checkpoint(cls, name: str, folder: Path) -> "DualEncoder":
+        return cls._checkpoint_or_adapter(name, folder)
+
+    @classmethod
+    def _build_from(cls, checkpoint: str) -> "DualEncoder":
+        return cls.build(DualEncoderConfig(model=checkpoint))
+
+    @classmethod
+    def _from_folder(cls, folder: Path, meta: dict, name: str) -> "DualEncoder":
+        config = DualEncoderConfig.from_dict(meta.get("config") or {}, str(folder / META_FILE))
         shared = bool(meta.get("shared", config.passage_model is None))
         if meta.get("adapter"):
             model = cls.build(config)
@@ -146,7 +137,8 @@ class DualEncoder(torch.nn.Module):
                 passage_tokenizer = load_encoder_tokenizer(str(folder / PASSAGE_DIR))
             model = cls(config, query, tokenizer, passage, passage_tokenizer)
         model._check_dimensions()
-        model.source = str(path)
+        # a shipped model names its folder, so an index built with it records where it is
+        model.source = str(folder) if shipped_model_path(name) is not None else name
         return model
 
     def _check_dimensions(self) -> None:
@@ -167,14 +159,6 @@ class DualEncoder(torch.nn.Module):
     @property
     def dim(self) -> int:
         return hidden_size(self.query_encoder)
-
-    @property
-    def device(self) -> torch.device:
-        return next(self.query_encoder.parameters()).device
-
-    @property
-    def has_adapters(self) -> bool:
-        return is_peft(self.query_encoder) or is_peft(self.passage_encoder)
 
     def towers(self) -> list[torch.nn.Module]:
         return [self.query_encoder] if self.shared else [self.query_encoder,
@@ -218,7 +202,8 @@ class DualEncoder(torch.nn.Module):
 
     def _encode(self, tower: torch.nn.Module, batch: dict[str, Tensor]) -> Tensor:
         device = next(tower.parameters()).device
-        inputs = {k: v.to(device) for k, v in batch.items() if k in _MODEL_INPUTS}
+        inputs = {k: v.to(device) for k, v in batch.items()
+                  if k in _MODEL_INPUTS and takes_input(tower, k)}
         if "attention_mask" not in inputs:
             raise ConvQAError("encoder batch needs an attention_mask (use tokenize_*)")
         hidden = tower(**inputs).last_hidden_state.float()  # pool in fp32 under autocast too
@@ -230,64 +215,28 @@ class DualEncoder(torch.nn.Module):
         return F.normalize(pooled, dim=-1) if self.config.normalize else pooled
 
     # -- identity -------------------------------------------------------------------------
-    def fingerprint(self) -> str:
-        """Hash of what the vectors depend on: pooling, normalisation, passage length, shared
-        or not, tokenizer vocabulary and every weight (LoRA deltas included, as fp32).
+    def fingerprint_settings(self) -> dict:
+        """What the vectors depend on besides the weights: pooling, normalisation, passage
+        length, shared or not. Names and paths are left out (the same weights loaded from two
+        places match), and so is `query_max_length`, which a retriever may change without
+        re-encoding the corpus."""
+        return {"pooling": self.config.pooling, "normalize": self.config.normalize,
+                "passage_max_length": self.config.passage_max_length, "shared": self.shared}
 
-        Names and paths are left out (the same weights loaded from two places match), and so
-        is `query_max_length`, which a retriever may change without re-encoding the corpus."""
-        digest = hashlib.sha256()
-        settings = {"pooling": self.config.pooling, "normalize": self.config.normalize,
-                    "passage_max_length": self.config.passage_max_length,
-                    "shared": self.shared}
-        digest.update(json.dumps(settings, sort_keys=True).encode())
-        with torch.no_grad():
-            hash_tower(digest, self.query_encoder, self.query_tokenizer)
-            if not self.shared:
-                hash_tower(digest, self.separate_passage_encoder, self.passage_tokenizer)
-        return digest.hexdigest()[:24]
-
-    # -- LoRA adapters --------------------------------------------------------------------
-    def add_lora(self, r: int = 8, alpha: int = 16, dropout: float = 0.1,
-                 target_modules: Sequence[str] = ("query", "key", "value", "dense")
-                 ) -> "DualEncoder":
-        """Wrap each tower with fresh peft LoRA adapters (only they stay trainable)."""
-        from peft import LoraConfig, get_peft_model
-
-        if self.has_adapters:
-            raise ConvQAError("this dual encoder already has LoRA adapters")
-        lora = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout,
-                          target_modules=list(target_modules))
-        self.query_encoder = get_peft_model(self.query_encoder, copy.deepcopy(lora))
+    def hash_weights(self, digest) -> None:
+        """Tokenizer vocabulary and every weight (LoRA deltas included, as fp32)."""
+        hash_tower(digest, self.query_encoder, self.query_tokenizer)
         if not self.shared:
-            self.separate_passage_encoder = get_peft_model(self.separate_passage_encoder,
-                                                           copy.deepcopy(lora))
-        return self
-
-    def merge_adapters(self) -> "DualEncoder":
-        """Fold LoRA into the base weights for faster inference (the fingerprint is kept)."""
-        self.query_encoder = merged(self.query_encoder)
-        if not self.shared:
-            self.separate_passage_encoder = merged(self.separate_passage_encoder)
-        return self
+            hash_tower(digest, self.separate_passage_encoder, self.passage_tokenizer)
 
     # -- saving ---------------------------------------------------------------------------
-    def save_pretrained(self, path: str | os.PathLike, adapter_only: bool | None = None) -> None:
-        """Write atomically (temporary sibling folder renamed into place), safetensors only.
+    def _save_files(self, folder: Path, adapter_only: bool) -> None:
+        for tower, tokenizer, where in self._tower_dirs(folder):
+            save_tower(tower, where, adapter_only, self._base_name(where != folder), tokenizer)
 
-        A model with LoRA adapters saves only the adapters unless `adapter_only=False`, which
-        saves merged full weights (the model itself is left unmerged)."""
-        adapter_only = self.has_adapters if adapter_only is None else adapter_only
-        if adapter_only and not self.has_adapters:
-            raise ConvQAError("adapter_only=True but this model has no LoRA adapters "
-                              "(call add_lora first)")
-        with writing_folder(Path(path), META_FILE, "a convqa dual encoder") as tmp:
-            for tower, tokenizer, where in self._tower_dirs(tmp):
-                save_tower(tower, where, adapter_only, self._base_name(where != tmp), tokenizer)
-            write_json(tmp / META_FILE, {
-                "format": FORMAT, "version": VERSION, "config": asdict(self.config),
-                "shared": self.shared, "adapter": adapter_only, "dim": self.dim,
-                "fingerprint": self.fingerprint()})
+    def _meta(self, adapter_only: bool) -> dict:
+        return {"config": asdict(self.config), "shared": self.shared, "adapter": adapter_only,
+                "dim": self.dim, "fingerprint": self.fingerprint()}
 
     def save_adapter(self, path: str | os.PathLike) -> None:
         """Only the LoRA adapters (a few MB) plus our json; loads with `from_pretrained`."""
@@ -303,4 +252,3 @@ class DualEncoder(torch.nn.Module):
         if passage_side:
             return self.config.passage_model or self.config.model
         return self.config.model
-

@@ -34,17 +34,6 @@ class DenseRetrieverConfig:
     mmap: bool = False        # memory-map a Flat index instead of reading it
 
 
-def _device(name: str):
-    import torch
-
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        return torch.device(name)
-    except RuntimeError:
-        raise ConfigError(f"dense: bad device {name!r} (cpu, cuda, cuda:N or auto)") from None
-
-
 @RETRIEVERS.register("dense", config=DenseRetrieverConfig)
 class DenseRetriever(Retriever):
     """Dense passage retrieval: encode queries, inner-product search, rows -> passage ids."""
@@ -60,16 +49,16 @@ class DenseRetriever(Retriever):
         self._init_precision()
 
     def _init_precision(self) -> None:
-        from convqa.precision import AUTO, normalize_precision
+        from convqa.precision import PrecisionOnFirstUse
 
-        requested = normalize_precision(self.config.precision,
-                                        f"{type(self).__name__}: precision")
-        self._precision: str | None = None if requested == AUTO else requested
-        self.precision_choice = None
+        self._precision = PrecisionOnFirstUse(self.config.precision,
+                                              f"{type(self).__name__}: precision")
 
     @classmethod
     def from_config(cls, config: DenseRetrieverConfig) -> "DenseRetriever":
         from convqa.corpus import PassageStore
+
+        from convqa.model_base import resolve_device
 
         from .build import load_encoder
         from .index import DenseIndex
@@ -87,13 +76,18 @@ class DenseRetriever(Retriever):
         if not passages:
             raise ConfigError(f"dense: index {config.index} records no passage store; "
                               "set 'passages'")
-        model = load_encoder(model_name).to(_device(config.device))
+        model = load_encoder(model_name).to(resolve_device(config.device, "dense"))
         return cls(model, index, PassageStore.open(Path(passages)), config)
 
     @property
     def precision(self) -> str | None:
         """fp32, bf16 or int8 once decided (`auto`: on the first batch of queries)."""
-        return self._precision
+        return self._precision.value
+
+    @property
+    def precision_choice(self):
+        """What `auto` measured (None before the first queries, or when forced)."""
+        return self._precision.choice
 
     def encode_queries(self, queries: Sequence[str]):
         """float32 numpy `[len(queries), dim]` query vectors (length-sorted batches)."""
@@ -102,13 +96,10 @@ class DenseRetriever(Retriever):
         from .encode import choose_query_precision, encode_queries
 
         queries = list(queries)
-        if self._precision is None and queries:
-            self.precision_choice = choose_query_precision(
-                self.model, queries[:self.config.batch_size], self.config.batch_size,
-                remember=self.index.fingerprint)
-            self._precision = self.precision_choice.precision
-        return encode_queries(self.model, queries, self.config.batch_size,
-                              self._precision or FP32)
+        precision = self._precision.resolve(lambda: choose_query_precision(
+            self.model, queries[:self.config.batch_size], self.config.batch_size,
+            remember=self.index.fingerprint)) if queries else self.precision
+        return encode_queries(self.model, queries, self.config.batch_size, precision or FP32)
 
     def search(self, query_vectors, k: int = 10) -> list[list[Hit]]:
         """Hits for precomputed query vectors (`[n, dim]`)."""
