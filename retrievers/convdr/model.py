@@ -24,10 +24,9 @@ import torch
 from torch import Tensor
 
 from convqa.errors import ConfigError, ConvQAError, DataError
-from convqa.io import load_format_json, write_json
+from convqa.model_base import ModelBase
 from convqa.models import DEFAULT_MODEL, shipped_model_path
-from convqa.model_folder import writing_folder
-from convqa.towers import attach_adapter, is_peft, merged, save_tower
+from convqa.towers import attach_adapter, save_tower
 from retrievers.dense.model import DualEncoder, DualEncoderConfig
 
 META_FILE = "convqa_convdr.json"
@@ -79,11 +78,15 @@ def load_teacher(teacher: str | os.PathLike | DualEncoder) -> DualEncoder:
     return load_encoder(teacher)
 
 
-class ConvDR(torch.nn.Module):
+class ConvDR(ModelBase):
     """Student query tower (`query_encoder`, trainable) plus the frozen `teacher`.
 
     `encode_query` / `forward` run the student on conversation text; `encode_teacher_query` runs
     the teacher's query tower (on rewrites); `encode_passage` is the teacher's passage tower."""
+
+    META_FILE, FORMAT, VERSION = META_FILE, FORMAT, VERSION
+    KIND, NOUN = "ConvDR model", "ConvDR student"
+    TOWERS = ("query_encoder",)  # the student: only it is trained, adapted and saved
 
     def __init__(self, config: ConvDRConfig, teacher: DualEncoder,
                  query_encoder: torch.nn.Module | None = None,
@@ -116,11 +119,12 @@ class ConvDR(torch.nn.Module):
                         teacher: str | os.PathLike | DualEncoder | None = None) -> "ConvDR":
         """A folder written by `save_pretrained`. `teacher` overrides the recorded teacher name
         (e.g. after moving it); either way its fingerprint must be the recorded one."""
-        folder = Path(path)
+        return super().from_pretrained(path, teacher=teacher)
+
+    @classmethod
+    def _from_folder(cls, folder: Path, meta: dict, name: str,
+                     teacher: str | os.PathLike | DualEncoder | None = None) -> "ConvDR":
         meta_path = folder / META_FILE
-        if not meta_path.exists():
-            raise DataError(f"not a ConvDR model (no {META_FILE})", folder)
-        meta = load_format_json(meta_path, FORMAT, VERSION, "ConvDR model")
         config = ConvDRConfig.from_dict(meta.get("config") or {}, str(meta_path))
         recorded = meta.get("teacher_fingerprint")
         if not isinstance(recorded, str) or not recorded:
@@ -157,16 +161,8 @@ class ConvDR(torch.nn.Module):
         return int(self.query_encoder.config.hidden_size)
 
     @property
-    def device(self) -> torch.device:
-        return next(self.query_encoder.parameters()).device
-
-    @property
     def normalize(self) -> bool:
         return bool(self.teacher.config.normalize)
-
-    @property
-    def has_adapters(self) -> bool:
-        return is_peft(self.query_encoder)
 
     @property
     def query_tokenizer(self):
@@ -233,37 +229,13 @@ class ConvDR(torch.nn.Module):
         the teacher's passage tower and settings (see `DualEncoder.fingerprint`)."""
         return self.as_dual_encoder().fingerprint()
 
-    # -- LoRA -----------------------------------------------------------------------------
-    def add_lora(self, r: int = 8, alpha: int = 16, dropout: float = 0.1,
-                 target_modules: Sequence[str] = ("query", "key", "value", "dense")) -> "ConvDR":
-        """Train peft LoRA adapters on the student instead of all its weights."""
-        from peft import LoraConfig, get_peft_model
-
-        if self.has_adapters:
-            raise ConvQAError("this ConvDR student already has LoRA adapters")
-        lora = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout,
-                          target_modules=list(target_modules))
-        self.query_encoder = get_peft_model(self.query_encoder, lora)
-        return self
-
-    def merge_adapters(self) -> "ConvDR":
-        """Fold LoRA into the student's weights for faster inference (fingerprint kept)."""
-        self.query_encoder = merged(self.query_encoder)
-        return self
-
     # -- saving ---------------------------------------------------------------------------
-    def save_pretrained(self, path: str | os.PathLike, adapter_only: bool | None = None) -> None:
-        """Write the student atomically (temporary sibling folder renamed into place),
-        safetensors only; a LoRA student saves only its adapter unless `adapter_only=False`."""
-        adapter_only = self.has_adapters if adapter_only is None else adapter_only
-        if adapter_only and not self.has_adapters:
-            raise ConvQAError("adapter_only=True but this student has no LoRA adapters")
-        with writing_folder(Path(path), META_FILE, "a ConvDR model") as tmp:
-            save_tower(self.query_encoder, tmp, adapter_only,
-                       f"convdr-teacher:{self.config.teacher}", self.query_tokenizer)
-            write_json(tmp / META_FILE, {
-                "format": FORMAT, "version": VERSION, "config": asdict(self.config),
-                "teacher_fingerprint": self.teacher_fingerprint,
-                "teacher_config": asdict(self.teacher.config), "adapter": adapter_only,
-                "dim": self.dim, "fingerprint": self.fingerprint()})
+    def _save_files(self, folder: Path, adapter_only: bool) -> None:
+        """The student tower only: the teacher's weights are never copied."""
+        save_tower(self.query_encoder, folder, adapter_only,
+                   f"convdr-teacher:{self.config.teacher}", self.query_tokenizer)
 
+    def _meta(self, adapter_only: bool) -> dict:
+        return {"config": asdict(self.config), "teacher_fingerprint": self.teacher_fingerprint,
+                "teacher_config": asdict(self.teacher.config), "adapter": adapter_only,
+                "dim": self.dim, "fingerprint": self.fingerprint()}
