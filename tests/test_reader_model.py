@@ -164,7 +164,7 @@ def test_refusals(tmp_path):
     # never overwrite a folder that is not a reader
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "notes.txt").write_text("mine")
-    with pytest.raises(ConvQAError, match="not a convqa reader; not replacing it"):
+    with pytest.raises(ConvQAError, match="not a convqa extractive reader; not replacing it"):
         reader.save_pretrained(tmp_path / "other")
     with pytest.raises(ValueError, match="max_answer_length must be an int >= 1"):
         ExtractiveReaderConfig(max_answer_length=0)

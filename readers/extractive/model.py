@@ -16,25 +16,21 @@ adapt and hash weights the same way.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import warnings
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
 
 from convqa.errors import ConfigError, ConvQAError, DataError
-from convqa.io import load_format_json, write_json
-from convqa.models import DEFAULT_MODEL, resolve_model, shipped_model_path
-from convqa.model_folder import writing_folder
+from convqa.model_base import ModelBase, takes_input
+from convqa.models import DEFAULT_MODEL, resolve_model
 from convqa.towers import (ADAPTER_CONFIG, adapted_encoder, hash_state, hash_tower, head_from,
-                           hidden_size, init_std, is_peft, keep_layers, load_encoder,
-                           load_encoder_tokenizer, load_heads, merged, new_head, save_heads,
-                           save_tower)
+                           hidden_size, init_std, keep_layers, load_encoder,
+                           load_encoder_tokenizer, load_heads, new_head, save_heads, save_tower)
 
 META_FILE = "convqa_reader.json"
 HEADS_FILE = "reader_heads.safetensors"
@@ -142,13 +138,17 @@ def _load_qa_checkpoint(source: str) -> tuple[torch.nn.Module, torch.nn.Linear]:
     return encoder, head
 
 
-class ExtractiveReader(torch.nn.Module):
+class ExtractiveReader(ModelBase):
     """Encoder + span head + (optional) selection head.
 
     `build(config)` starts a reader from a pretrained encoder (fresh heads) or from a Hugging
     Face QA checkpoint (its span head, a fresh selection head); `from_pretrained(path)` loads a
     trained reader folder or a Hugging Face QA checkpoint for inference.
     """
+
+    META_FILE, FORMAT, VERSION = META_FILE, FORMAT, VERSION
+    KIND, NOUN = "convqa extractive reader", "reader"
+    TOWERS = ("encoder",)
 
     def __init__(self, config: ExtractiveReaderConfig, encoder: torch.nn.Module, tokenizer,
                  span_head: torch.nn.Linear, selection_head: torch.nn.Linear | None):
@@ -181,38 +181,38 @@ class ExtractiveReader(torch.nn.Module):
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike,
                         config: ExtractiveReaderConfig | None = None) -> "ExtractiveReader":
-        """A folder written by `save_pretrained` (full or adapter) or a Hugging Face
-        *ForQuestionAnswering checkpoint (hub id or path; `config` sets the window sizes).
-        A bare encoder is refused: its heads would be random and every answer arbitrary."""
-        shipped = shipped_model_path(str(path))
-        if shipped is not None:
-            path = shipped
-        folder = Path(path)
-        if folder.is_dir() and (folder / META_FILE).exists():
-            return cls._from_folder(folder)
+        """A folder written by `save_pretrained` (full or adapter), a shipped reader's alias,
+        or a Hugging Face *ForQuestionAnswering checkpoint (hub id or path; `config` sets the
+        window sizes). A bare encoder is refused: its heads would be random and every answer
+        arbitrary."""
+        return super().from_pretrained(path, config=config)
+
+    @classmethod
+    def _from_checkpoint(cls, name: str, folder: Path,
+                         config: ExtractiveReaderConfig | None = None) -> "ExtractiveReader":
         if folder.is_dir() and (folder / ADAPTER_CONFIG).exists():
             raise DataError(f"a peft adapter without {META_FILE}: the reader heads are missing",
                             folder)
-        if not folder.is_dir() and (os.sep in str(path) or str(path).startswith(".")):
+        if not folder.is_dir() and (os.sep in name or name.startswith(".")):
             raise DataError("reader model not found", folder)
-        source = resolve_model(str(path))
+        source = resolve_model(name)
         if not _qa_architecture(source):
-            raise ConfigError(f"{path}: an encoder without reader heads, not a trained reader "
+            raise ConfigError(f"{name}: an encoder without reader heads, not a trained reader "
                               "(train one with `convqa train reader`, or start training from it "
                               "with ExtractiveReader.build)")
         encoder, span = _load_qa_checkpoint(source)
-        config = config or ExtractiveReaderConfig(model=str(path))
-        warnings.warn(f"{path}: a question-answering checkpoint without a passage-selection "
+        config = config or ExtractiveReaderConfig(model=name)
+        warnings.warn(f"{name}: a question-answering checkpoint without a passage-selection "
                       "head; passages are ranked by their best span score", UserWarning,
-                      stacklevel=2)
+                      stacklevel=4)
         reader = cls(config, encoder, load_encoder_tokenizer(source), span, None)
-        reader.source = str(path)
+        reader.source = name
         return reader
 
     @classmethod
-    def _from_folder(cls, folder: Path) -> "ExtractiveReader":
+    def _from_folder(cls, folder: Path, meta: dict, name: str,
+                     config: ExtractiveReaderConfig | None = None) -> "ExtractiveReader":
         meta_path = folder / META_FILE
-        meta = load_format_json(meta_path, FORMAT, VERSION, "convqa extractive reader")
         config = ExtractiveReaderConfig.from_dict(meta.get("config") or {}, str(meta_path))
         heads_path = folder / HEADS_FILE
         heads = load_heads(heads_path, "reader")
@@ -244,14 +244,6 @@ class ExtractiveReader(torch.nn.Module):
         return hidden_size(self.encoder)
 
     @property
-    def device(self) -> torch.device:
-        return next(self.encoder.parameters()).device
-
-    @property
-    def has_adapters(self) -> bool:
-        return is_peft(self.encoder)
-
-    @property
     def has_selection_head(self) -> bool:
         return self.selection_head is not None
 
@@ -261,7 +253,7 @@ class ExtractiveReader(torch.nn.Module):
         """Logits for a batch of windows. The heads run in fp32 even under autocast, so the
         loss and the span scores keep their precision."""
         inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
-        if token_type_ids is not None:
+        if token_type_ids is not None and takes_input(self.encoder, "token_type_ids"):
             inputs["token_type_ids"] = token_type_ids
         hidden = self.encoder(**inputs).last_hidden_state
         with torch.autocast(device_type=hidden.device.type, enabled=False):
@@ -278,16 +270,15 @@ class ExtractiveReader(torch.nn.Module):
         return {k: v.to(device) for k, v in tensors.items() if k in _MODEL_INPUTS}
 
     # -- identity -------------------------------------------------------------------------
-    def fingerprint(self) -> str:
-        """Hash of the weights the answers depend on: tokenizer vocabulary, encoder (LoRA
-        deltas included, so a merged copy hashes the same) and heads. Window sizes are left
-        out: a reader may change them without retraining."""
-        digest = hashlib.sha256()
-        digest.update(json.dumps({"selection_head": self.has_selection_head}).encode())
-        with torch.no_grad():
-            hash_tower(digest, self.encoder, self.tokenizer)
-            hash_state(digest, self._head_state())
-        return digest.hexdigest()[:24]
+    def fingerprint_settings(self) -> dict:
+        """Window sizes are left out: a reader may change them without retraining."""
+        return {"selection_head": self.has_selection_head}
+
+    def hash_weights(self, digest) -> None:
+        """Tokenizer vocabulary, encoder (LoRA deltas included, so a merged copy hashes the
+        same) and heads."""
+        hash_tower(digest, self.encoder, self.tokenizer)
+        hash_state(digest, self._head_state())
 
     def _head_state(self) -> dict[str, Tensor]:
         state = {f"span.{k}": v for k, v in self.span_head.state_dict().items()}
@@ -295,39 +286,13 @@ class ExtractiveReader(torch.nn.Module):
             state.update({f"selection.{k}": v for k, v in self.selection_head.state_dict().items()})
         return state
 
-    # -- LoRA -----------------------------------------------------------------------------
-    def add_lora(self, r: int = 8, alpha: int = 16, dropout: float = 0.1,
-                 target_modules: Sequence[str] = ("query", "key", "value", "dense")
-                 ) -> "ExtractiveReader":
-        """peft LoRA adapters on the encoder (its base weights frozen); the heads stay fully
-        trainable and are saved with the adapter."""
-        from peft import LoraConfig, get_peft_model
-
-        if self.has_adapters:
-            raise ConvQAError("this reader already has LoRA adapters")
-        lora = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout,
-                          target_modules=list(target_modules))
-        self.encoder = get_peft_model(self.encoder, lora)
-        return self
-
-    def merge_adapters(self) -> "ExtractiveReader":
-        """Fold LoRA into the encoder weights (faster inference; the fingerprint is kept)."""
-        self.encoder = merged(self.encoder)
-        return self
-
     # -- saving ---------------------------------------------------------------------------
-    def save_pretrained(self, path: str | os.PathLike, adapter_only: bool | None = None) -> None:
-        """Write atomically (temporary sibling folder renamed into place), safetensors only.
-        A reader with LoRA adapters saves only adapter + heads unless `adapter_only=False`,
-        which saves merged full weights (the reader itself stays unmerged)."""
-        adapter_only = self.has_adapters if adapter_only is None else adapter_only
-        if adapter_only and not self.has_adapters:
-            raise ConvQAError("adapter_only=True but this reader has no LoRA adapters "
-                              "(call add_lora first)")
-        with writing_folder(Path(path), META_FILE, "a convqa reader") as tmp:
-            save_tower(self.encoder, tmp, adapter_only, self.config.model, self.tokenizer)
-            save_heads(self._head_state(), tmp / HEADS_FILE)
-            write_json(tmp / META_FILE, {
-                "format": FORMAT, "version": VERSION, "config": asdict(self.config),
-                "adapter": adapter_only, "selection_head": self.has_selection_head,
-                "hidden_size": self.hidden_size, "fingerprint": self.fingerprint()})
+    def _save_files(self, folder: Path, adapter_only: bool) -> None:
+        """The encoder (or its adapter) and the heads, which are always saved whole."""
+        save_tower(self.encoder, folder, adapter_only, self.config.model, self.tokenizer)
+        save_heads(self._head_state(), folder / HEADS_FILE)
+
+    def _meta(self, adapter_only: bool) -> dict:
+        return {"config": asdict(self.config), "adapter": adapter_only,
+                "selection_head": self.has_selection_head, "hidden_size": self.hidden_size,
+                "fingerprint": self.fingerprint()}

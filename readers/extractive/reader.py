@@ -25,7 +25,9 @@ from typing import Any, Sequence
 import torch
 
 from convqa.errors import ConfigError
-from convqa.precision import AUTO, autocast, choose_precision, normalize_precision, prepare
+from convqa.model_base import resolve_device
+from convqa.precision import (PrecisionChoice, PrecisionOnFirstUse, autocast, choose_precision,
+                              normalize_precision, prepare)
 from convqa.registry import READERS
 from convqa.types import Answer, Passage, Turn
 
@@ -64,15 +66,6 @@ class ExtractiveReaderOptions:
         Fusion.from_value(self.fusion)  # a ConfigError naming the bad weight
 
 
-def _device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        return torch.device(name)
-    except RuntimeError:
-        raise ConfigError(f"reader 'extractive': unknown device {name!r}") from None
-
-
 @READERS.register("extractive", config=ExtractiveReaderOptions)
 class SpanReader:
     """Reads passages with an `ExtractiveReader` and returns the best span as an `Answer`."""
@@ -96,9 +89,7 @@ class SpanReader:
         history = self.options.history or model.config.history or DEFAULT_HISTORY
         self.history = build_history_strategy(history)
         self.fusion = Fusion.from_value(self.options.fusion)
-        self.precision: str | None = (None if self.options.precision == AUTO
-                                      else self.options.precision)
-        self.precision_choice = None
+        self._precision = PrecisionOnFirstUse(self.options.precision)
 
     @classmethod
     def from_config(cls, options: ExtractiveReaderOptions) -> "SpanReader":
@@ -109,8 +100,18 @@ class SpanReader:
         model = ExtractiveReader.from_pretrained(options.model)
         if model.has_adapters:
             model.merge_adapters()
-        model.to(_device(options.device)).eval()
+        model.to(resolve_device(options.device, "reader 'extractive'")).eval()
         return cls(model, options)
+
+    @property
+    def precision(self) -> str | None:
+        """fp32, bf16 or int8 once decided (`auto`: on the first passages read)."""
+        return self._precision.value
+
+    @property
+    def precision_choice(self):
+        """What `auto` measured (None before the first read, or when forced)."""
+        return self._precision.choice
 
     def fingerprint(self) -> str:
         """The model's weights and everything that changes its answers (for result caches)."""
@@ -161,9 +162,8 @@ class SpanReader:
         was_training = self.model.training
         self.model.eval()
         try:
-            if self.precision is None:
-                self._choose_precision(features)
-            start, end, selection = self._logits(features, self.precision)
+            precision = self._precision.resolve(lambda: self._choose_precision(features))
+            start, end, selection = self._logits(features, precision)
         finally:
             self.model.train(was_training)
         return passage_spans(start, end, selection, features, len(passages),
@@ -185,7 +185,7 @@ class SpanReader:
                     selections.append(logits.selection.float().cpu())
         return torch.cat(starts), torch.cat(ends), torch.cat(selections) if selections else None
 
-    def _choose_precision(self, features) -> None:
+    def _choose_precision(self, features) -> PrecisionChoice:
         """`auto`: time each candidate on the first windows of this read (convqa/precision.py)."""
         probe = features.select(range(min(PROBE_WINDOWS, len(features))), trim=False)
 
@@ -194,8 +194,7 @@ class SpanReader:
                     for ref, out in zip(reference[:2], other[:2])]
             return float((same[0] * same[1]).mean())
 
-        self.precision_choice = choose_precision(
+        return choose_precision(
             lambda precision: self._logits(probe, precision), agreement,
             threshold=SPAN_AGREEMENT, what="extractive reader", device=self.model.device,
             remember=self.model.fingerprint())
-        self.precision = self.precision_choice.precision
