@@ -143,7 +143,7 @@ class ModelBase(torch.nn.Module):
             model = cls._build_from(adapter_base(folder), **options)
             setattr(model, cls.TOWERS[0], attach_adapter(getattr(model, cls.TOWERS[0]), folder))
         else:
-            model = cls._build_from(name, **options)
+            model = cls._build_from(str(folder) if folder.is_dir() else name, **options)
         model.source = name
         return model
 

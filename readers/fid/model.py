@@ -20,7 +20,6 @@ config. `fingerprint()` hashes everything the generated answers depend on.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -31,14 +30,12 @@ import torch
 from torch import Tensor
 
 from convqa.errors import ConfigError, ConvQAError, DataError
-from convqa.io import load_format_json, load_json, write_json
+from convqa.model_base import ModelBase
 from convqa.models import resolve_model
 from convqa.registry import HISTORY_STRATEGIES
 from convqa.types import Passage, Turn
-# Generic peft/folder helpers shared with the dual encoder (same on-disk conventions).
-from convqa.model_folder import writing_folder
-from convqa.towers import (ADAPTER_CONFIG, attach_adapter, effective_state, hash_state, is_peft,
-                           load_encoder_tokenizer, merged, save_tower)
+from convqa.towers import (attach_adapter, effective_state, hash_state, is_peft,
+                           load_encoder_tokenizer, save_tower)
 
 from .data import check_template, collate, special_token_id
 
@@ -120,10 +117,15 @@ def make_history(spec: dict[str, Any], tokenizer: Any, model_name: str):
     return HISTORY_STRATEGIES.entry(name).cls(config, tokenizer=tokenizer)
 
 
-class FiDReader(torch.nn.Module):
+class FiDReader(ModelBase):
     """A seq2seq model read Fusion-in-Decoder style. `forward` returns the training loss;
     `generate` answers. Build from a checkpoint with `build(config)`, load a saved folder (or a
     plain seq2seq checkpoint, or a peft LoRA adapter folder) with `from_pretrained(path)`."""
+
+    META_FILE, FORMAT, VERSION = META_FILE, FORMAT, VERSION
+    KIND, NOUN = "convqa FiD reader", "FiD reader"
+    TOWERS = ("seq2seq",)
+    LORA_TASK_TYPE = "SEQ_2_SEQ_LM"
 
     def __init__(self, config: FiDConfig, seq2seq: torch.nn.Module, tokenizer: Any):
         super().__init__()
@@ -158,30 +160,26 @@ class FiDReader(torch.nn.Module):
         `overrides` replace saved settings (e.g. `n_passages=20`); `model` cannot be replaced."""
         if "model" in overrides:
             raise ConfigError("from_pretrained: the model comes from the path, not an override")
-        folder = Path(str(path))
-        meta_path = folder / META_FILE
-        if not folder.is_dir():  # a hub id
-            return cls.build(_config(FiDConfig(model=str(path)), overrides))
-        if not meta_path.exists():
-            if (folder / ADAPTER_CONFIG).exists():
-                base = load_json(folder / ADAPTER_CONFIG).get("base_model_name_or_path")
-                if not isinstance(base, str) or not base:
-                    raise DataError("no base model named", folder / ADAPTER_CONFIG, None,
-                                    "base_model_name_or_path")
-                model = cls.build(_config(FiDConfig(model=base), overrides))
-                model.seq2seq = attach_adapter(model.seq2seq, folder)
-            else:
-                model = cls.build(_config(FiDConfig(model=str(folder)), overrides))
-            model.source = str(path)
-            return model
-        meta = load_format_json(meta_path, FORMAT, VERSION, "convqa FiD reader")
-        config = _config(FiDConfig.from_dict(meta.get("config") or {}, str(meta_path)), overrides)
+        return super().from_pretrained(path, **overrides)
+
+    @classmethod
+    def _from_checkpoint(cls, name: str, folder: Path, **overrides: Any) -> "FiDReader":
+        return cls._checkpoint_or_adapter(name, folder, **overrides)
+
+    @classmethod
+    def _build_from(cls, checkpoint: str, **overrides: Any) -> "FiDReader":
+        return cls.build(_config(FiDConfig(model=checkpoint), overrides))
+
+    @classmethod
+    def _from_folder(cls, folder: Path, meta: dict, name: str, **overrides: Any) -> "FiDReader":
+        config = _config(FiDConfig.from_dict(meta.get("config") or {}, str(folder / META_FILE)),
+                         overrides)
         if meta.get("adapter"):
             model = cls.build(config)
             model.seq2seq = attach_adapter(model.seq2seq, folder)
         else:
             model = cls(config, _load_seq2seq(str(folder)), load_encoder_tokenizer(str(folder)))
-        model.source = str(path)
+        model.source = name
         return model
 
     # -- properties ---------------------------------------------------------------------------
@@ -189,14 +187,6 @@ class FiDReader(torch.nn.Module):
     def core(self) -> torch.nn.Module:
         """The seq2seq model that computes (peft injects LoRA into its layers in place)."""
         return self.seq2seq.get_base_model() if is_peft(self.seq2seq) else self.seq2seq
-
-    @property
-    def device(self) -> torch.device:
-        return next(self.seq2seq.parameters()).device
-
-    @property
-    def has_adapters(self) -> bool:
-        return is_peft(self.seq2seq)
 
     def gradient_checkpointing(self, enabled: bool = True) -> "FiDReader":
         """Recompute activations in the backward pass (less memory, ~30% more time); the
@@ -313,36 +303,25 @@ class FiDReader(torch.nn.Module):
         return (total / before_eos.sum(1).clamp(min=1)).tolist()
 
     # -- identity -----------------------------------------------------------------------------
-    def fingerprint(self) -> str:
-        """Hash of what the answers depend on: the answer settings (template, lengths, number
-        of passages, generation, history strategy), every weight (LoRA deltas included, as
-        fp32), the tokenizer's vocabulary and special tokens and the decoder start token.
-        Names and paths are left out: the same weights loaded from two places match."""
-        digest = hashlib.sha256()
+    def fingerprint_settings(self) -> dict:
+        """The answer settings (template, lengths, number of passages, generation, history
+        strategy) and the decoder start token; not names or paths."""
         settings = self.config.answer_settings()
         settings["decoder_start_token_id"] = self.core.config.decoder_start_token_id
-        digest.update(json.dumps(settings, sort_keys=True).encode())
-        with torch.no_grad():
-            hash_state(digest, effective_state(self.seq2seq))
+        return settings
+
+    def hash_weights(self, digest) -> None:
+        """Every weight (LoRA deltas included, as fp32), the tokenizer's vocabulary and
+        special tokens."""
+        hash_state(digest, effective_state(self.seq2seq))
         tok = self.tokenizer
         digest.update(json.dumps([sorted(tok.get_vocab().items()), tok.pad_token,
                                   tok.eos_token, tok.unk_token]).encode())
-        return digest.hexdigest()[:24]
 
     # -- LoRA ---------------------------------------------------------------------------------
-    def add_lora(self, r: int = 8, alpha: int = 16, dropout: float = 0.1,
-                 target_modules: Sequence[str] | None = None) -> "FiDReader":
-        """Wrap the model with fresh peft LoRA adapters (only they stay trainable).
-        `target_modules=None` uses peft's default for the architecture (T5: q and v)."""
-        from peft import LoraConfig, TaskType, get_peft_model
-
-        if self.has_adapters:
-            raise ConvQAError("this FiD reader already has LoRA adapters")
-        lora = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout,
-                          target_modules=list(target_modules) if target_modules else None,
-                          task_type=TaskType.SEQ_2_SEQ_LM)
-        self.seq2seq = get_peft_model(self.seq2seq, lora)
-        return self
+    def _lora_targets(self, tower: torch.nn.Module) -> None:
+        """peft's default for the architecture (T5: q and v)."""
+        return None
 
     def train_adapters(self) -> "FiDReader":
         """Make loaded LoRA adapters trainable again (they load frozen), the base stays frozen:
@@ -353,26 +332,13 @@ class FiDReader(torch.nn.Module):
             parameter.requires_grad = ".lora_" in name
         return self
 
-    def merge_adapters(self) -> "FiDReader":
-        """Fold LoRA into the base weights (the fingerprint is kept)."""
-        self.seq2seq = merged(self.seq2seq)
-        return self
-
     # -- saving -------------------------------------------------------------------------------
-    def save_pretrained(self, path: str | os.PathLike, adapter_only: bool | None = None) -> None:
-        """Write atomically (temporary sibling folder renamed into place), safetensors only.
+    def _save_files(self, folder: Path, adapter_only: bool) -> None:
+        save_tower(self.seq2seq, folder, adapter_only, self.config.model, self.tokenizer)
 
-        A model with LoRA adapters saves only the adapters unless `adapter_only=False`, which
-        saves merged full weights (the model itself stays unmerged)."""
-        adapter_only = self.has_adapters if adapter_only is None else adapter_only
-        if adapter_only and not self.has_adapters:
-            raise ConvQAError("adapter_only=True but this model has no LoRA adapters "
-                              "(call add_lora first)")
-        with writing_folder(Path(path), META_FILE, "a convqa FiD reader") as tmp:
-            save_tower(self.seq2seq, tmp, adapter_only, self.config.model, self.tokenizer)
-            write_json(tmp / META_FILE, {
-                "format": FORMAT, "version": VERSION, "config": asdict(self.config),
-                "adapter": adapter_only, "fingerprint": self.fingerprint()})
+    def _meta(self, adapter_only: bool) -> dict:
+        return {"config": asdict(self.config), "adapter": adapter_only,
+                "fingerprint": self.fingerprint()}
 
 
 def _config(config: FiDConfig, overrides: dict[str, Any]) -> FiDConfig:

@@ -26,7 +26,8 @@ from typing import Sequence
 
 from convqa.errors import ConfigError
 from convqa.metrics.answer import normalize_answer
-from convqa.precision import AUTO, autocast, choose_precision, normalize_precision, prepare
+from convqa.precision import (PrecisionOnFirstUse, autocast, choose_precision,
+                              normalize_precision, prepare)
 from convqa.registry import READERS
 from convqa.types import Answer, Passage, Turn
 
@@ -77,8 +78,17 @@ class FiDAnswerReader:
         except (RuntimeError, AssertionError) as exc:
             raise ConfigError(f"fid reader: cannot use device {device!r}: "
                               f"{str(exc).splitlines()[0]}") from None
-        self.precision: str | None = None if config.precision == AUTO else config.precision
-        self.precision_choice = None
+        self._precision = PrecisionOnFirstUse(config.precision)
+
+    @property
+    def precision(self) -> str | None:
+        """fp32, bf16 or int8 once decided (`auto`: on the first question read)."""
+        return self._precision.value
+
+    @property
+    def precision_choice(self):
+        """What `auto` measured (None before the first read, or when forced)."""
+        return self._precision.choice
 
     def read(self, question: str, history_turns: Sequence[Turn],
              passages: Sequence[Passage]) -> Answer:
@@ -89,13 +99,11 @@ class FiDAnswerReader:
             with autocast(precision, self.reader.device):
                 return prepare(self.reader, precision).generate_scored([query], [passages])
 
-        if self.precision is None:  # auto: candidates must generate the very same answer
-            self.precision_choice = choose_precision(
-                generate, lambda ref, out: float(ref[0][0] == out[0][0]), threshold=1.0,
-                what="fid reader", device=self.reader.device,
-                remember=self.reader.fingerprint())
-            self.precision = self.precision_choice.precision
-        [(text, score)] = generate(self.precision)
+        # auto: the candidates must generate the very same answer
+        precision = self._precision.resolve(lambda: choose_precision(
+            generate, lambda ref, out: float(ref[0][0] == out[0][0]), threshold=1.0,
+            what="fid reader", device=self.reader.device, remember=self.reader.fingerprint()))
+        [(text, score)] = generate(precision)
         return locate_answer(text, score, passages)
 
     def fingerprint(self) -> str:
