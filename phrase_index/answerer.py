@@ -29,8 +29,8 @@ import numpy as np
 import torch
 
 from convqa.errors import ConfigError, ConvQAError
-from convqa.precision import (AUTO, VECTOR_AGREEMENT, autocast, choose_precision, min_cosine,
-                              normalize_precision, prepare)
+from convqa.precision import (VECTOR_AGREEMENT, PrecisionChoice, PrecisionOnFirstUse, autocast,
+                              choose_precision, min_cosine, prepare)
 from convqa.pipeline import PipelineResult
 from convqa.types import Answer, Hit, Turn
 
@@ -92,9 +92,7 @@ class PhrasePipeline:
             sparse is not None and dense is not None and sparse.history is not None
             and sparse.history.to_dict() == dense.history.to_dict())
         self.overlap_weight = check_overlap_weight(overlap_weight)
-        requested = normalize_precision(precision, "phrase query precision")
-        self.precision: str | None = None if requested == AUTO else requested
-        self.precision_choice = None
+        self._precision = PrecisionOnFirstUse(precision, "phrase query precision")
         self.format_query("warm up", [])  # load the history tokenizer now, not in turn one
 
     @classmethod
@@ -177,6 +175,16 @@ class PhrasePipeline:
         return PhraseQuery(self.model.format_query(question, history), sparse_text, question,
                            dense_text)
 
+    @property
+    def precision(self) -> str | None:
+        """fp32, bf16 or int8 once decided (`auto`: on the first queries encoded)."""
+        return self._precision.value
+
+    @property
+    def precision_choice(self) -> PrecisionChoice | None:
+        """What `auto` measured (None before the first queries, or when forced)."""
+        return self._precision.choice
+
     def encode(self, query_texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """float32 start and end query vectors `[n, d]`, in the precision chosen on the first
         call (`auto`: the fastest candidate that agrees with fp32; convqa/precision.py)."""
@@ -187,17 +195,18 @@ class PhrasePipeline:
                                                                     batch["attention_mask"])
             return torch.cat([vectors.start.float(), vectors.end.float()], dim=-1)
 
-        if self.precision is None:
+        def choose() -> PrecisionChoice:
             # the probe runs each candidate 3+ times: on a sample, not on a whole evaluation
             # batch (a slow candidate, bf16 without native support, took minutes on 405 queries)
             sample = self.model.tokenize_queries(texts[:PROBE_QUERIES])
-            self.precision_choice = choose_precision(
+            return choose_precision(
                 lambda precision: run(precision, sample), min_cosine,
                 threshold=VECTOR_AGREEMENT, what="phrase queries", device=self.model.device,
                 remember=self.index.meta.get("fingerprint"))
-            self.precision = self.precision_choice.precision
-        with torch.inference_mode(), autocast(self.precision, self.model.device):
-            both = run(self.precision, self.model.tokenize_queries(texts)).cpu().numpy()
+
+        precision = self._precision.resolve(choose)
+        with torch.inference_mode(), autocast(precision, self.model.device):
+            both = run(precision, self.model.tokenize_queries(texts)).cpu().numpy()
         half = both.shape[1] // 2
         return np.ascontiguousarray(both[:, :half]), np.ascontiguousarray(both[:, half:])
 

@@ -27,9 +27,6 @@ helpers are convqa/towers.py's, shared by every convqa model.
 """
 from __future__ import annotations
 
-import copy
-import hashlib
-import json
 import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -40,13 +37,12 @@ from torch import Tensor
 
 from convqa.errors import ConfigError, ConvQAError, DataError
 from convqa.history import HistoryStrategy, build_history_strategy
-from convqa.io import load_format_json, write_json
+from convqa.model_base import ModelBase, fingerprint_of
 from convqa.models import DEFAULT_MODEL, load_tokenizer, shipped_model_path
 from convqa.types import Turn
-from convqa.model_folder import writing_folder
 from convqa.towers import (adapted_encoder, hash_state, hash_tower, head_from, hidden_size,
-                           is_peft, keep_layers, load_encoder, load_encoder_tokenizer,
-                           load_heads, merged, save_heads, save_tower)
+                           keep_layers, load_encoder, load_encoder_tokenizer, load_heads,
+                           save_heads, save_tower)
 
 META_FILE = "convqa_phrase_model.json"
 HEADS_FILE = "phrase_heads.safetensors"
@@ -137,10 +133,14 @@ def _filter_head(hidden: int, std: float) -> torch.nn.Linear:
     return head
 
 
-class PhraseModel(torch.nn.Module):
+class PhraseModel(ModelBase):
     """Phrase tower + filter + query tower (or the phrase tower shared) + query heads."""
 
     shares_start_end = True  # PhraseVectors.start is PhraseVectors.end
+    META_FILE, FORMAT, VERSION = META_FILE, FORMAT, VERSION
+    KIND, NOUN = "convqa phrase model", "phrase model"
+    TOWERS = ("phrase_encoder", "separate_query_encoder")
+    LORA_RANK, LORA_ALPHA = 16, 32
 
     def __init__(self, config: PhraseModelConfig, phrase_encoder: torch.nn.Module, tokenizer,
                  query_encoder: torch.nn.Module | None = None,
@@ -201,12 +201,12 @@ class PhraseModel(torch.nn.Module):
     @classmethod
     def load(cls, path: str | os.PathLike) -> "PhraseModel":
         """A folder written by `save` (full weights or LoRA adapters), or the alias of a shipped
-        model (`convqa-phrase`)."""
-        folder = shipped_model_path(str(path)) or Path(path)
+        model (`convqa-phrase`); the same as `from_pretrained`."""
+        return cls.from_pretrained(path)
+
+    @classmethod
+    def _from_folder(cls, folder: Path, meta: dict, name: str) -> "PhraseModel":
         meta_path = folder / META_FILE
-        if not meta_path.exists():
-            raise DataError(f"not a convqa phrase model ({META_FILE} missing)", folder)
-        meta = load_format_json(meta_path, FORMAT, VERSION, "convqa phrase model")
         config = PhraseModelConfig.from_dict(meta.get("config"), str(meta_path))
         heads_path = folder / HEADS_FILE
         state = load_heads(heads_path, "phrase")
@@ -225,7 +225,8 @@ class PhraseModel(torch.nn.Module):
                  for name, out in (("filter", 2), ("query_start", hidden),
                                    ("query_end", hidden))}
         model = cls(config, phrase, tokenizer, query, heads)
-        model.source = str(path) if shipped_model_path(str(path)) else str(folder)
+        # a shipped model keeps its alias, which an index records
+        model.source = name if shipped_model_path(name) is not None else str(folder)
         return model
 
     # -- properties -----------------------------------------------------------------------
@@ -237,14 +238,6 @@ class PhraseModel(torch.nn.Module):
     @property
     def dim(self) -> int:
         return hidden_size(self.phrase_encoder)
-
-    @property
-    def device(self) -> torch.device:
-        return next(self.phrase_encoder.parameters()).device
-
-    @property
-    def has_adapters(self) -> bool:
-        return is_peft(self.phrase_encoder)
 
     def phrase_parameters(self) -> list[torch.nn.Parameter]:
         """What the phrase vectors and filter depend on (frozen in query-side fine-tuning)."""
@@ -362,28 +355,26 @@ class PhraseModel(torch.nn.Module):
         return phrases, query
 
     # -- identity -------------------------------------------------------------------------
-    def fingerprint(self) -> str:
-        """Hash of what the phrase vectors and filter depend on (not the query side, which
-        query-side fine-tuning changes without invalidating an index)."""
-        digest = hashlib.sha256()
-        digest.update(json.dumps({"max_passage_tokens": self.config.max_passage_tokens,
-                                  "max_title_tokens": self.config.max_title_tokens}).encode())
-        with torch.no_grad():
-            hash_tower(digest, self.phrase_encoder, self.tokenizer)
-            hash_state(digest, {f"filter.{k}": v for k, v in self.filter_head.state_dict().items()})
-        return digest.hexdigest()[:24]
+    # `fingerprint()` hashes only what the phrase vectors and filter depend on (not the query
+    # side, which query-side fine-tuning changes without invalidating an index).
+    def fingerprint_settings(self) -> dict:
+        return {"max_passage_tokens": self.config.max_passage_tokens,
+                "max_title_tokens": self.config.max_title_tokens}
+
+    def hash_weights(self, digest) -> None:
+        hash_tower(digest, self.phrase_encoder, self.tokenizer)
+        hash_state(digest, {f"filter.{k}": v for k, v in self.filter_head.state_dict().items()})
 
     def full_fingerprint(self) -> str:
         """Hash of every weight and setting the answers depend on, the query side included."""
-        digest = hashlib.sha256()
         settings = {k: v for k, v in asdict(self.config).items() if k != "base"}
-        digest.update(json.dumps({"phrase": self.fingerprint(), **settings},
-                                 sort_keys=True).encode())
-        with torch.no_grad():
+
+        def feed(digest) -> None:
             if self.separate_query_encoder is not None:
                 hash_tower(digest, self.separate_query_encoder, self.tokenizer)
             hash_state(digest, self._query_head_state())
-        return digest.hexdigest()[:24]
+
+        return fingerprint_of({"phrase": self.fingerprint(), **settings}, feed)
 
     def _query_head_state(self) -> dict[str, Tensor]:
         state = {f"query_start.{k}": v for k, v in self.query_start_head.state_dict().items()}
@@ -395,51 +386,22 @@ class PhraseModel(torch.nn.Module):
         state.update(self._query_head_state())
         return state
 
-    # -- LoRA -----------------------------------------------------------------------------
-    def add_lora(self, r: int = 16, alpha: int = 32, dropout: float = 0.1,
-                 target_modules: Sequence[str] = ("query", "key", "value", "dense")
-                 ) -> "PhraseModel":
-        """peft LoRA adapters on each tower (base weights frozen); the heads stay trainable
-        and are saved with the adapters."""
-        from peft import LoraConfig, get_peft_model
-
-        if self.has_adapters:
-            raise ConvQAError("this phrase model already has LoRA adapters")
-        lora = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout,
-                          target_modules=list(target_modules))
-        self.phrase_encoder = get_peft_model(self.phrase_encoder, copy.deepcopy(lora))
-        if self.separate_query_encoder is not None:
-            self.separate_query_encoder = get_peft_model(self.separate_query_encoder,
-                                                         copy.deepcopy(lora))
-        return self
-
-    def merge_adapters(self) -> "PhraseModel":
-        """Fold LoRA into the base weights (faster inference; fingerprints are kept)."""
-        self.phrase_encoder = merged(self.phrase_encoder)
-        if self.separate_query_encoder is not None:
-            self.separate_query_encoder = merged(self.separate_query_encoder)
-        return self
-
     # -- saving ---------------------------------------------------------------------------
+    def _save_files(self, folder: Path, adapter_only: bool) -> None:
+        """Phrase tower (with the tokenizer) at the root, the query tower in `query_encoder/`,
+        the heads whole."""
+        towers = [(self.phrase_encoder, folder, self.tokenizer)]
+        if self.separate_query_encoder is not None:
+            towers.append((self.separate_query_encoder, folder / QUERY_DIR, None))
+        for tower, where, tokenizer in towers:
+            where.mkdir(exist_ok=True)
+            save_tower(tower, where, adapter_only, self.config.base, tokenizer)
+        save_heads(self._head_state(), folder / HEADS_FILE)
+
+    def _meta(self, adapter_only: bool) -> dict:
+        return {"config": asdict(self.config), "adapter": adapter_only, "dim": self.dim,
+                "fingerprint": self.fingerprint(), "full_fingerprint": self.full_fingerprint()}
+
     def save(self, path: str | os.PathLike, adapter_only: bool | None = None) -> None:
-        """Write atomically (temporary sibling folder renamed into place), safetensors only.
-        A model with LoRA adapters saves adapters + heads unless `adapter_only=False`."""
-        adapter_only = self.has_adapters if adapter_only is None else adapter_only
-        if adapter_only and not self.has_adapters:
-            raise ConvQAError("adapter_only=True but this phrase model has no LoRA adapters")
-        with writing_folder(Path(path), META_FILE, "a convqa phrase model") as tmp:
-            towers = [(self.phrase_encoder, tmp, self.tokenizer)]
-            if self.separate_query_encoder is not None:
-                towers.append((self.separate_query_encoder, tmp / QUERY_DIR, None))
-            for tower, where, tokenizer in towers:
-                where.mkdir(exist_ok=True)
-                save_tower(tower, where, adapter_only, self.config.base, tokenizer)
-            save_heads(self._head_state(), tmp / HEADS_FILE)
-            write_json(tmp / META_FILE, {
-                "format": FORMAT, "version": VERSION, "config": asdict(self.config),
-                "adapter": adapter_only, "dim": self.dim, "fingerprint": self.fingerprint(),
-                "full_fingerprint": self.full_fingerprint()})
-
-    save_pretrained = save
-    from_pretrained = load
-
+        """The same as `save_pretrained`."""
+        self.save_pretrained(path, adapter_only)
