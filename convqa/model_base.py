@@ -2,7 +2,7 @@
 phrase model) stands on, so they load, adapt, identify and save themselves one way:
 
 - loading: `from_pretrained(path)` takes a folder the model saved (its metadata file names the
-  format and version), a shipped model's alias, or, where the model allows it
+  format and version, and holds the settings dataclass as "config"), a shipped model's alias, or, where the model allows it
   (`_from_checkpoint`), a plain Hugging Face checkpoint or a bare peft adapter folder;
 - saving: `save_pretrained(path)` writes a temporary sibling folder renamed into place,
   safetensors only; a model with LoRA adapters saves only them unless `adapter_only=False`;
@@ -26,6 +26,7 @@ import hashlib
 import inspect
 import json
 import os
+from dataclasses import fields
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Iterator, Sequence
@@ -90,12 +91,28 @@ def adapter_base(folder: Path) -> str:
     return base
 
 
+def saved_config(config_cls: type, data: Any, where: str, what: str):
+    """The settings dataclass `config_cls` from a saved model's "config" object (missing: the
+    defaults); DataError naming `where` for an unknown option or a bad value."""
+    data = {} if data is None else data
+    if not isinstance(data, dict):
+        raise DataError("expected a JSON object", where, None, "config")
+    unknown = sorted(set(data) - {f.name for f in fields(config_cls)})
+    if unknown:
+        raise DataError(f"unknown {what} option '{unknown[0]}'", where, None, "config")
+    try:
+        return config_cls(**data)
+    except (TypeError, ValueError, ConfigError) as exc:
+        raise DataError(str(exc), where, None, "config") from None
+
+
 class ModelBase(torch.nn.Module):
     """See the module docstring. Subclasses set the class attributes below."""
 
     META_FILE: ClassVar[str]           # the metadata file that marks a saved folder
     FORMAT: ClassVar[str]              # its "format" value
     VERSION: ClassVar[int] = 1
+    CONFIG: ClassVar[type]             # the settings dataclass, saved as "config"
     KIND: ClassVar[str]                # "convqa dual encoder": in errors about folders
     NOUN: ClassVar[str]                # "dual encoder": in errors about this model
     TOWERS: ClassVar[tuple[str, ...]]  # attributes holding the encoders LoRA adapts (or None)
@@ -116,12 +133,14 @@ class ModelBase(torch.nn.Module):
         meta_path = folder / cls.META_FILE
         if folder.is_dir() and meta_path.exists():
             meta = load_format_json(meta_path, cls.FORMAT, cls.VERSION, cls.KIND)
-            return cls._from_folder(folder, meta, name, **options)
+            config = saved_config(cls.CONFIG, meta.get("config"), str(meta_path), cls.NOUN)
+            return cls._from_folder(folder, meta, config, name, **options)
         return cls._from_checkpoint(name, folder, **options)
 
     @classmethod
-    def _from_folder(cls, folder: Path, meta: dict, name: str, **options: Any):
-        """The model of a saved `folder` whose checked metadata is `meta` (`name`: as given)."""
+    def _from_folder(cls, folder: Path, meta: dict, config: Any, name: str, **options: Any):
+        """The model of a saved `folder` whose checked metadata is `meta` and settings `config`
+        (`name`: the path or alias as given)."""
         raise NotImplementedError
 
     @classmethod

@@ -380,6 +380,9 @@ class PrecisionOnFirstUse:
 
         self._precision = PrecisionOnFirstUse(config.precision, "dense: precision")
         precision = self._precision.resolve(lambda: choose_precision(run, ...))
+
+    A component that subclasses `MeasuredPrecision` shows the outcome as `precision` and
+    `precision_choice`.
     """
 
     def __init__(self, requested: Any, where: str = "precision"):
@@ -393,3 +396,19 @@ class PrecisionOnFirstUse:
             self.choice = choose()
             self.value = self.choice.precision
         return self.value
+
+
+class MeasuredPrecision:
+    """What a component's `PrecisionOnFirstUse` (in `_precision`) decided, for reports."""
+
+    _precision: PrecisionOnFirstUse
+
+    @property
+    def precision(self) -> str | None:
+        """fp32, bf16 or int8 once decided (`auto`: on the first inputs run)."""
+        return self._precision.value
+
+    @property
+    def precision_choice(self) -> PrecisionChoice | None:
+        """What `auto` measured (None before the first inputs, or when forced)."""
+        return self._precision.choice

@@ -29,8 +29,8 @@ import numpy as np
 import torch
 
 from convqa.errors import ConfigError, ConvQAError
-from convqa.precision import (VECTOR_AGREEMENT, PrecisionChoice, PrecisionOnFirstUse, autocast,
-                              choose_precision, min_cosine, prepare)
+from convqa.precision import (VECTOR_AGREEMENT, MeasuredPrecision, PrecisionChoice,
+                              PrecisionOnFirstUse, autocast, choose_precision, min_cosine, prepare)
 from convqa.pipeline import PipelineResult
 from convqa.types import Answer, Hit, Turn
 
@@ -69,7 +69,7 @@ class PhraseQuery(str):
         return PhraseQuery, (str(self), self.sparse_text, self.question, self.dense_text)
 
 
-class PhrasePipeline:
+class PhrasePipeline(MeasuredPrecision):
     """Phrase model (query side) + phrase index + passage store."""
 
     def __init__(self, model, index: PhraseIndex, store, top_k: int = 5,
@@ -174,16 +174,6 @@ class PhrasePipeline:
             dense_text = self.dense.query_text(question, history)
         return PhraseQuery(self.model.format_query(question, history), sparse_text, question,
                            dense_text)
-
-    @property
-    def precision(self) -> str | None:
-        """fp32, bf16 or int8 once decided (`auto`: on the first queries encoded)."""
-        return self._precision.value
-
-    @property
-    def precision_choice(self) -> PrecisionChoice | None:
-        """What `auto` measured (None before the first queries, or when forced)."""
-        return self._precision.choice
 
     def encode(self, query_texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """float32 start and end query vectors `[n, d]`, in the precision chosen on the first

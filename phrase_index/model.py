@@ -28,9 +28,9 @@ helpers are convqa/towers.py's, shared by every convqa model.
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple, Sequence
+from typing import NamedTuple, Sequence
 
 import torch
 from torch import Tensor
@@ -93,18 +93,6 @@ class PhraseModelConfig:
         if not isinstance(self.history, dict) or not isinstance(self.history.get("name"), str):
             raise ValueError(f"history must be a strategy spec with a name, got {self.history!r}")
 
-    @classmethod
-    def from_dict(cls, data: Any, where: str) -> "PhraseModelConfig":
-        if not isinstance(data, dict):
-            raise DataError("expected a JSON object", where, None, "config")
-        unknown = sorted(set(data) - {f.name for f in fields(cls)})
-        if unknown:
-            raise DataError(f"unknown phrase-model option '{unknown[0]}'", where, None, "config")
-        try:
-            return cls(**data)
-        except (TypeError, ValueError) as exc:
-            raise DataError(str(exc), where, None, "config") from None
-
 
 class PhraseVectors(NamedTuple):
     start: Tensor          # [B, L, d] float32
@@ -138,7 +126,7 @@ class PhraseModel(ModelBase):
 
     shares_start_end = True  # PhraseVectors.start is PhraseVectors.end
     META_FILE, FORMAT, VERSION = META_FILE, FORMAT, VERSION
-    KIND, NOUN = "convqa phrase model", "phrase model"
+    CONFIG, KIND, NOUN = PhraseModelConfig, "convqa phrase model", "phrase model"
     TOWERS = ("phrase_encoder", "separate_query_encoder")
     LORA_RANK, LORA_ALPHA = 16, 32
 
@@ -205,9 +193,8 @@ class PhraseModel(ModelBase):
         return cls.from_pretrained(path)
 
     @classmethod
-    def _from_folder(cls, folder: Path, meta: dict, name: str) -> "PhraseModel":
-        meta_path = folder / META_FILE
-        config = PhraseModelConfig.from_dict(meta.get("config"), str(meta_path))
+    def _from_folder(cls, folder: Path, meta: dict, config: PhraseModelConfig,
+                     name: str) -> "PhraseModel":
         heads_path = folder / HEADS_FILE
         state = load_heads(heads_path, "phrase")
         query_dir = folder / QUERY_DIR

@@ -125,7 +125,7 @@ def test_bad_folders(teachers, tmp_path):
     meta = json.loads(meta_path.read_text())
     meta["config"]["pooling"] = "cls"
     meta_path.write_text(json.dumps(meta))
-    with pytest.raises(DataError, match="unknown ConvDR option 'pooling'"):
+    with pytest.raises(DataError, match="unknown ConvDR student option 'pooling'"):
         ConvDR.from_pretrained(tmp_path / "m")
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "x.txt").write_text("not a model")

@@ -218,7 +218,7 @@ def test_bad_inputs_are_clear_errors(tiny_dir, tmp_path):
     meta = tmp_path / "m" / "convqa_dual_encoder.json"
     data = json.loads(meta.read_text())
     meta.write_text(json.dumps({**data, "config": {**data["config"], "poolin": "cls"}}))
-    with pytest.raises(DataError, match="unknown dual-encoder option 'poolin'"):
+    with pytest.raises(DataError, match="unknown dual encoder option 'poolin'"):
         DualEncoder.from_pretrained(tmp_path / "m")
     meta.write_text(json.dumps({**data, "format": "something"}))
     with pytest.raises(DataError, match="not a convqa dual encoder"):

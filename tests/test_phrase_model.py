@@ -205,7 +205,7 @@ def test_bad_inputs_are_one_line_errors(tmp_path):
     meta_path = tmp_path / "m" / META_FILE
     meta = json.loads(meta_path.read_text())
     meta_path.write_text(json.dumps({**meta, "config": {**meta["config"], "colour": 1}}))
-    with pytest.raises(DataError, match="unknown phrase-model option 'colour'") as info:
+    with pytest.raises(DataError, match="unknown phrase model option 'colour'") as info:
         PhraseModel.load(tmp_path / "m")
     assert "\n" not in str(info.value) and str(meta_path) in str(info.value)
     meta_path.write_text(json.dumps({**meta, "version": 9}))

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import os
 import warnings
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -84,19 +84,6 @@ class ExtractiveReaderConfig:
         title = self.max_title_length + 1 if self.use_title else 0
         return self.max_length - 3 - self.max_query_length - title
 
-    @classmethod
-    def from_dict(cls, data: Any, where: str) -> "ExtractiveReaderConfig":
-        if not isinstance(data, dict):
-            raise DataError("expected a JSON object", where, None, "config")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise DataError(f"unknown reader option '{unknown[0]}'", where, None, "config")
-        try:
-            return cls(**data)
-        except (TypeError, ValueError) as exc:
-            raise DataError(str(exc), where, None, "config") from None
-
 
 class ReaderLogits(NamedTuple):
     start: Tensor                # [windows, length]
@@ -147,7 +134,7 @@ class ExtractiveReader(ModelBase):
     """
 
     META_FILE, FORMAT, VERSION = META_FILE, FORMAT, VERSION
-    KIND, NOUN = "convqa extractive reader", "reader"
+    CONFIG, KIND, NOUN = ExtractiveReaderConfig, "convqa extractive reader", "reader"
     TOWERS = ("encoder",)
 
     def __init__(self, config: ExtractiveReaderConfig, encoder: torch.nn.Module, tokenizer,
@@ -185,11 +172,12 @@ class ExtractiveReader(ModelBase):
         or a Hugging Face *ForQuestionAnswering checkpoint (hub id or path; `config` sets the
         window sizes). A bare encoder is refused: its heads would be random and every answer
         arbitrary."""
-        return super().from_pretrained(path, config=config)
+        return super().from_pretrained(path, checkpoint_config=config)
 
     @classmethod
     def _from_checkpoint(cls, name: str, folder: Path,
-                         config: ExtractiveReaderConfig | None = None) -> "ExtractiveReader":
+                         checkpoint_config: ExtractiveReaderConfig | None = None
+                         ) -> "ExtractiveReader":
         if folder.is_dir() and (folder / ADAPTER_CONFIG).exists():
             raise DataError(f"a peft adapter without {META_FILE}: the reader heads are missing",
                             folder)
@@ -201,7 +189,7 @@ class ExtractiveReader(ModelBase):
                               "(train one with `convqa train reader`, or start training from it "
                               "with ExtractiveReader.build)")
         encoder, span = _load_qa_checkpoint(source)
-        config = config or ExtractiveReaderConfig(model=name)
+        config = checkpoint_config or ExtractiveReaderConfig(model=name)
         warnings.warn(f"{name}: a question-answering checkpoint without a passage-selection "
                       "head; passages are ranked by their best span score", UserWarning,
                       stacklevel=4)
@@ -210,10 +198,10 @@ class ExtractiveReader(ModelBase):
         return reader
 
     @classmethod
-    def _from_folder(cls, folder: Path, meta: dict, name: str,
-                     config: ExtractiveReaderConfig | None = None) -> "ExtractiveReader":
-        meta_path = folder / META_FILE
-        config = ExtractiveReaderConfig.from_dict(meta.get("config") or {}, str(meta_path))
+    def _from_folder(cls, folder: Path, meta: dict, config: ExtractiveReaderConfig, name: str,
+                     checkpoint_config: ExtractiveReaderConfig | None = None
+                     ) -> "ExtractiveReader":
+        """A saved reader keeps its own settings (`checkpoint_config` is for checkpoints)."""
         heads_path = folder / HEADS_FILE
         heads = load_heads(heads_path, "reader")
         if meta.get("adapter"):

@@ -26,8 +26,8 @@ import torch
 
 from convqa.errors import ConfigError
 from convqa.model_base import resolve_device
-from convqa.precision import (PrecisionChoice, PrecisionOnFirstUse, autocast, choose_precision,
-                              normalize_precision, prepare)
+from convqa.precision import (MeasuredPrecision, PrecisionChoice, PrecisionOnFirstUse, autocast,
+                              choose_precision, normalize_precision, prepare)
 from convqa.registry import READERS
 from convqa.types import Answer, Passage, Turn
 
@@ -67,7 +67,7 @@ class ExtractiveReaderOptions:
 
 
 @READERS.register("extractive", config=ExtractiveReaderOptions)
-class SpanReader:
+class SpanReader(MeasuredPrecision):
     """Reads passages with an `ExtractiveReader` and returns the best span as an `Answer`."""
 
     reads_retriever_scores = True  # `read` takes the retriever's scores (convqa/pipeline.py)
@@ -102,16 +102,6 @@ class SpanReader:
             model.merge_adapters()
         model.to(resolve_device(options.device, "reader 'extractive'")).eval()
         return cls(model, options)
-
-    @property
-    def precision(self) -> str | None:
-        """fp32, bf16 or int8 once decided (`auto`: on the first passages read)."""
-        return self._precision.value
-
-    @property
-    def precision_choice(self):
-        """What `auto` measured (None before the first read, or when forced)."""
-        return self._precision.choice
 
     def fingerprint(self) -> str:
         """The model's weights and everything that changes its answers (for result caches)."""

@@ -29,7 +29,7 @@ from typing import Any, Sequence
 import torch
 from torch import Tensor
 
-from convqa.errors import ConfigError, ConvQAError, DataError
+from convqa.errors import ConfigError, ConvQAError
 from convqa.model_base import ModelBase
 from convqa.models import resolve_model
 from convqa.registry import HISTORY_STRATEGIES
@@ -76,17 +76,6 @@ class FiDConfig:
             raise ValueError("history: no 'tokenizer' option (the FiD reader counts history "
                              "tokens with its own tokenizer)")
 
-    @classmethod
-    def from_dict(cls, data: dict, where: str) -> "FiDConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise DataError(f"unknown FiD option '{unknown[0]}'", where, None, "config")
-        try:
-            return cls(**data)
-        except (TypeError, ValueError) as exc:
-            raise DataError(str(exc), where, None, "config") from None
-
     def answer_settings(self) -> dict[str, Any]:
         """The settings generated answers depend on (not the model's name, not training-only
         settings such as `answer_max_length`)."""
@@ -123,7 +112,7 @@ class FiDReader(ModelBase):
     plain seq2seq checkpoint, or a peft LoRA adapter folder) with `from_pretrained(path)`."""
 
     META_FILE, FORMAT, VERSION = META_FILE, FORMAT, VERSION
-    KIND, NOUN = "convqa FiD reader", "FiD reader"
+    CONFIG, KIND, NOUN = FiDConfig, "convqa FiD reader", "FiD reader"
     TOWERS = ("seq2seq",)
     LORA_TASK_TYPE = "SEQ_2_SEQ_LM"
 
@@ -171,9 +160,9 @@ class FiDReader(ModelBase):
         return cls.build(_config(FiDConfig(model=checkpoint), overrides))
 
     @classmethod
-    def _from_folder(cls, folder: Path, meta: dict, name: str, **overrides: Any) -> "FiDReader":
-        config = _config(FiDConfig.from_dict(meta.get("config") or {}, str(folder / META_FILE)),
-                         overrides)
+    def _from_folder(cls, folder: Path, meta: dict, config: FiDConfig, name: str,
+                     **overrides: Any) -> "FiDReader":
+        config = _config(config, overrides)
         if meta.get("adapter"):
             model = cls.build(config)
             model.seq2seq = attach_adapter(model.seq2seq, folder)

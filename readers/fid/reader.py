@@ -26,8 +26,8 @@ from typing import Sequence
 
 from convqa.errors import ConfigError
 from convqa.metrics.answer import normalize_answer
-from convqa.precision import (PrecisionOnFirstUse, autocast, choose_precision,
-                              normalize_precision, prepare)
+from convqa.precision import (MeasuredPrecision, PrecisionOnFirstUse, autocast,
+                              choose_precision, normalize_precision, prepare)
 from convqa.registry import READERS
 from convqa.types import Answer, Passage, Turn
 
@@ -58,7 +58,7 @@ class FiDReadConfig:
 
 
 @READERS.register("fid", config=FiDReadConfig)
-class FiDAnswerReader:
+class FiDAnswerReader(MeasuredPrecision):
     """Answers one question at a time with a FiDReader (see the module docstring)."""
 
     def __init__(self, config: FiDReadConfig, reader=None):
@@ -79,16 +79,6 @@ class FiDAnswerReader:
             raise ConfigError(f"fid reader: cannot use device {device!r}: "
                               f"{str(exc).splitlines()[0]}") from None
         self._precision = PrecisionOnFirstUse(config.precision)
-
-    @property
-    def precision(self) -> str | None:
-        """fp32, bf16 or int8 once decided (`auto`: on the first question read)."""
-        return self._precision.value
-
-    @property
-    def precision_choice(self):
-        """What `auto` measured (None before the first read, or when forced)."""
-        return self._precision.choice
 
     def read(self, question: str, history_turns: Sequence[Turn],
              passages: Sequence[Passage]) -> Answer:

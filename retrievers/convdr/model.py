@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import copy
 import os
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -47,17 +47,6 @@ class ConvDRConfig:
         if isinstance(value, bool) or not isinstance(value, int) or value < 4:
             raise ConfigError(f"convdr: query_max_length must be an int >= 4, got {value!r}")
 
-    @classmethod
-    def from_dict(cls, data: dict, where: str) -> "ConvDRConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise DataError(f"unknown ConvDR option '{unknown[0]}'", where, None, "config")
-        try:
-            return cls(**data)
-        except (TypeError, ConfigError) as exc:
-            raise DataError(str(exc), where, None, "config") from None
-
 
 def teacher_name(teacher: str | os.PathLike | DualEncoder) -> str:
     """How to find a teacher again: our aliases and hub ids as given, local folders absolute."""
@@ -85,7 +74,7 @@ class ConvDR(ModelBase):
     the teacher's query tower (on rewrites); `encode_passage` is the teacher's passage tower."""
 
     META_FILE, FORMAT, VERSION = META_FILE, FORMAT, VERSION
-    KIND, NOUN = "ConvDR model", "ConvDR student"
+    CONFIG, KIND, NOUN = ConvDRConfig, "ConvDR model", "ConvDR student"
     TOWERS = ("query_encoder",)  # the student: only it is trained, adapted and saved
 
     def __init__(self, config: ConvDRConfig, teacher: DualEncoder,
@@ -122,10 +111,9 @@ class ConvDR(ModelBase):
         return super().from_pretrained(path, teacher=teacher)
 
     @classmethod
-    def _from_folder(cls, folder: Path, meta: dict, name: str,
+    def _from_folder(cls, folder: Path, meta: dict, config: ConvDRConfig, name: str,
                      teacher: str | os.PathLike | DualEncoder | None = None) -> "ConvDR":
         meta_path = folder / META_FILE
-        config = ConvDRConfig.from_dict(meta.get("config") or {}, str(meta_path))
         recorded = meta.get("teacher_fingerprint")
         if not isinstance(recorded, str) or not recorded:
             raise DataError("missing", meta_path, None, "teacher_fingerprint")

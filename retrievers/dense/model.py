@@ -13,7 +13,7 @@ never searched with another's queries.
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from convqa.errors import ConfigError, ConvQAError, DataError
+from convqa.errors import ConfigError, ConvQAError
 from convqa.model_base import ModelBase, takes_input
 from convqa.models import DEFAULT_MODEL, shipped_model_path
 from convqa.towers import (attach_adapter, hash_tower, hidden_size, load_encoder,
@@ -56,17 +56,6 @@ class DualEncoderConfig:
         if not isinstance(self.model, str) or not self.model:
             raise ValueError("model must be a non-empty hub id or path")
 
-    @classmethod
-    def from_dict(cls, data: dict, where: str) -> "DualEncoderConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise DataError(f"unknown dual-encoder option '{unknown[0]}'", where, None, "config")
-        try:
-            return cls(**data)
-        except (TypeError, ValueError) as exc:
-            raise DataError(str(exc), where, None, "config") from None
-
 
 class DualEncoder(ModelBase):
     """Query and passage encoders; `encode_*` return `[batch, dim]` embeddings with gradients.
@@ -76,7 +65,7 @@ class DualEncoder(ModelBase):
     """
 
     META_FILE, FORMAT, VERSION = META_FILE, FORMAT, VERSION
-    KIND, NOUN = "convqa dual encoder", "dual encoder"
+    CONFIG, KIND, NOUN = DualEncoderConfig, "convqa dual encoder", "dual encoder"
     TOWERS = ("query_encoder", "separate_passage_encoder")
 
     def __init__(self, config: DualEncoderConfig, query_encoder: torch.nn.Module, tokenizer,
@@ -120,8 +109,8 @@ class DualEncoder(ModelBase):
         return cls.build(DualEncoderConfig(model=checkpoint))
 
     @classmethod
-    def _from_folder(cls, folder: Path, meta: dict, name: str) -> "DualEncoder":
-        config = DualEncoderConfig.from_dict(meta.get("config") or {}, str(folder / META_FILE))
+    def _from_folder(cls, folder: Path, meta: dict, config: DualEncoderConfig,
+                     name: str) -> "DualEncoder":
         shared = bool(meta.get("shared", config.passage_model is None))
         if meta.get("adapter"):
             model = cls.build(config)

@@ -79,6 +79,8 @@ class DenseRetriever(Retriever):
         model = load_encoder(model_name).to(resolve_device(config.device, "dense"))
         return cls(model, index, PassageStore.open(Path(passages)), config)
 
+    # precision and precision_choice as convqa.precision.MeasuredPrecision has them (not
+    # inherited: that module imports torch, which registering this retriever must not)
     @property
     def precision(self) -> str | None:
         """fp32, bf16 or int8 once decided (`auto`: on the first batch of queries)."""
