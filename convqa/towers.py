@@ -1,6 +1,6 @@
 """Encoder towers and their linear heads, as every convqa model (dual encoder, ConvDR, the
 extractive and FiD readers, the phrase model) loads, adapts, hashes and saves them, so all
-models do these the same way:
+models do these the same way (the model base, convqa/model_base.py, puts them together):
 
 - loading: Hugging Face checkpoints in fp32 from safetensors only, remote code never run;
 - LoRA: peft adapters attached over a base checkpoint, saved with a portable base name, merged;

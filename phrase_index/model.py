@@ -23,7 +23,8 @@ passage length): query-side fine-tuning keeps it, so an index built before stays
 Saved folders hold `convqa_phrase_model.json`, `phrase_heads.safetensors` (filter and query
 heads) and, per tower, either full weights (phrase tower at the root as a plain HF checkpoint,
 query tower in `query_encoder/`) or only peft LoRA adapters over `config.base`. The encoder
-helpers are convqa/towers.py's, shared by every convqa model.
+helpers are convqa/towers.py's and the frame (loading, saving, LoRA, fingerprint)
+convqa/model_base.py's, shared by every convqa model.
 """
 from __future__ import annotations
 

@@ -11,8 +11,9 @@ fingerprint), `reader_heads.safetensors` (the heads) and either the full encoder
 checkpoint (so Hugging Face tools read it) or, for a reader trained with LoRA, only the peft
 adapter (`adapter_config.json` + `adapter_model.safetensors`) over the base encoder named in
 the config: a trained reader then ships as a few MB. safetensors only; remote code never runs.
-The encoder helpers are convqa/towers.py's, shared by every convqa model, so all models load,
-adapt and hash weights the same way.
+Loading, saving, LoRA and the fingerprint's frame are convqa/model_base.py's and the encoder
+helpers convqa/towers.py's, shared by every convqa model, so all models load, adapt and hash
+weights the same way.
 """
 from __future__ import annotations
 
