@@ -233,13 +233,14 @@ class ModelBase(torch.nn.Module):
         if adapter_only and not self.has_adapters:
             raise ConvQAError(f"adapter_only=True but this {self.NOUN} has no LoRA adapters "
                               "(call add_lora first)")
+        meta = {"format": self.FORMAT, "version": self.VERSION, **self._meta(adapter_only)}
         with writing_folder(Path(path), self.META_FILE, f"a {self.KIND}") as tmp:
-            self._save_files(tmp, adapter_only)
-            write_json(tmp / self.META_FILE, {"format": self.FORMAT, "version": self.VERSION,
-                                              **self._meta(adapter_only)})
+            self._save_files(tmp, adapter_only, meta)
+            write_json(tmp / self.META_FILE, meta)
 
-    def _save_files(self, folder: Path, adapter_only: bool) -> None:
-        """Write towers, tokenizer and heads into `folder` (the temporary one)."""
+    def _save_files(self, folder: Path, adapter_only: bool, meta: dict[str, Any]) -> None:
+        """Write towers, tokenizer and heads into `folder` (the temporary one); `meta` is what
+        the metadata file will hold (for a model card)."""
         raise NotImplementedError
 
     def _meta(self, adapter_only: bool) -> dict[str, Any]:

@@ -375,7 +375,7 @@ class PhraseModel(ModelBase):
         return state
 
     # -- saving ---------------------------------------------------------------------------
-    def _save_files(self, folder: Path, adapter_only: bool) -> None:
+    def _save_files(self, folder: Path, adapter_only: bool, meta: dict) -> None:
         """Phrase tower (with the tokenizer) at the root, the query tower in `query_encoder/`,
         the heads whole."""
         towers = [(self.phrase_encoder, folder, self.tokenizer)]

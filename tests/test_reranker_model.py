@@ -112,7 +112,7 @@ def test_saving_is_atomic_and_never_replaces_a_foreign_folder(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]  # no temporary left behind
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "notes.txt").write_text("keep")
-    with pytest.raises(ConvQAError, match="exists and is not a convqa reranker"):
+    with pytest.raises(ConvQAError, match="exists and is not a convqa cross-encoder reranker"):
         model.save_pretrained(tmp_path / "other")
     assert (tmp_path / "other" / "notes.txt").read_text() == "keep"
     with pytest.raises(ConvQAError, match="no LoRA adapters"):

@@ -276,7 +276,7 @@ class ExtractiveReader(ModelBase):
         return state
 
     # -- saving ---------------------------------------------------------------------------
-    def _save_files(self, folder: Path, adapter_only: bool) -> None:
+    def _save_files(self, folder: Path, adapter_only: bool, meta: dict) -> None:
         """The encoder (or its adapter) and the heads, which are always saved whole."""
         save_tower(self.encoder, folder, adapter_only, self.config.model, self.tokenizer)
         save_heads(self._head_state(), folder / HEADS_FILE)

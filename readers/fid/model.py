@@ -322,7 +322,7 @@ class FiDReader(ModelBase):
         return self
 
     # -- saving -------------------------------------------------------------------------------
-    def _save_files(self, folder: Path, adapter_only: bool) -> None:
+    def _save_files(self, folder: Path, adapter_only: bool, meta: dict) -> None:
         save_tower(self.seq2seq, folder, adapter_only, self.config.model, self.tokenizer)
 
     def _meta(self, adapter_only: bool) -> dict:

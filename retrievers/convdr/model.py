@@ -218,7 +218,7 @@ class ConvDR(ModelBase):
         return self.as_dual_encoder().fingerprint()
 
     # -- saving ---------------------------------------------------------------------------
-    def _save_files(self, folder: Path, adapter_only: bool) -> None:
+    def _save_files(self, folder: Path, adapter_only: bool, meta: dict) -> None:
         """The student tower only: the teacher's weights are never copied."""
         save_tower(self.query_encoder, folder, adapter_only,
                    f"convdr-teacher:{self.config.teacher}", self.query_tokenizer)

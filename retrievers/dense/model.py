@@ -219,7 +219,7 @@ class DualEncoder(ModelBase):
             hash_tower(digest, self.separate_passage_encoder, self.passage_tokenizer)
 
     # -- saving ---------------------------------------------------------------------------
-    def _save_files(self, folder: Path, adapter_only: bool) -> None:
+    def _save_files(self, folder: Path, adapter_only: bool, meta: dict) -> None:
         for tower, tokenizer, where in self._tower_dirs(folder):
             save_tower(tower, where, adapter_only, self._base_name(where != folder), tokenizer)
 

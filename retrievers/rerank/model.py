@@ -14,24 +14,20 @@ trained on all weights a plain Hugging Face checkpoint. safetensors only; remote
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 import torch
 from torch import Tensor
 
-from convqa.errors import ConfigError, ConvQAError, DataError
-from convqa.io import load_format_json, write_json
-from convqa.model_folder import writing_folder
-from convqa.models import DEFAULT_MODEL, shipped_model_path
+from convqa.errors import ConfigError, DataError
+from convqa.model_base import ModelBase, takes_input
+from convqa.models import DEFAULT_MODEL
 from convqa.towers import (ADAPTER_CONFIG, adapted_encoder, hash_state, hash_tower, head_from,
-                           hidden_size, init_std, is_peft, keep_layers, load_encoder,
-                           load_encoder_tokenizer, load_heads, merged, new_head, save_heads,
-                           save_tower)
+                           hidden_size, init_std, keep_layers, load_encoder,
+                           load_encoder_tokenizer, load_heads, new_head, save_heads, save_tower)
 from convqa.types import Passage
 
 META_FILE = "convqa_reranker.json"
@@ -75,18 +71,6 @@ class CrossEncoderConfig:
                                    or layers < 1):
             raise ValueError(f"encoder_layers must be an int >= 1 or null, got {layers!r}")
 
-    @classmethod
-    def from_dict(cls, data: Any, where: str) -> "CrossEncoderConfig":
-        if not isinstance(data, dict):
-            raise DataError("expected a JSON object", where, None, "config")
-        unknown = sorted(set(data) - {f.name for f in fields(cls)})
-        if unknown:
-            raise DataError(f"unknown reranker option '{unknown[0]}'", where, None, "config")
-        try:
-            return cls(**data)
-        except (TypeError, ValueError) as exc:
-            raise DataError(str(exc), where, None, "config") from None
-
 
 def _heads(tokenizer: Any, texts: Sequence[str], max_tokens: int) -> list[str]:
     """Each text cut to its first `max_tokens` tokens on a word boundary (convqa.history's
@@ -99,12 +83,17 @@ def _heads(tokenizer: Any, texts: Sequence[str], max_tokens: int) -> list[str]:
             for unit in tokenize_texts(tokenizer, list(texts))]
 
 
-class CrossEncoder(torch.nn.Module):
+class CrossEncoder(ModelBase):
     """Encoder + `Linear(hidden, 1)` head on the pooled vector of a (query, passage) pair.
 
     `build(config)` starts from a pretrained encoder with a fresh head (to train);
     `from_pretrained(path)` loads a trained folder. A bare encoder is refused there: its head
     would be random and every ranking arbitrary."""
+
+    META_FILE, FORMAT, VERSION = META_FILE, FORMAT, VERSION
+    CONFIG, KIND, NOUN = CrossEncoderConfig, "convqa cross-encoder reranker", "reranker"
+    TOWERS = ("encoder",)
+    LORA_RANK, LORA_ALPHA = 16, 32
 
     def __init__(self, config: CrossEncoderConfig, encoder: torch.nn.Module, tokenizer: Any,
                  head: torch.nn.Linear):
@@ -129,17 +118,20 @@ class CrossEncoder(torch.nn.Module):
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike) -> "CrossEncoder":
         """A folder written by `save_pretrained` (or a shipped model's alias)."""
-        folder = shipped_model_path(str(path)) or Path(path)
+        return super().from_pretrained(path)
+
+    @classmethod
+    def _from_checkpoint(cls, name: str, folder: Path) -> "CrossEncoder":
         if not folder.is_dir():
             raise DataError("reranker model folder not found", folder)
-        if not (folder / META_FILE).exists():
-            what = "a peft adapter" if (folder / ADAPTER_CONFIG).exists() else "a folder"
-            raise ConfigError(f"{folder}: {what} without {META_FILE}, not a trained reranker "
-                              "(train one with `convqa train reranker`, or start training from "
-                              "an encoder with CrossEncoder.build)")
-        meta_path = folder / META_FILE
-        meta = load_format_json(meta_path, FORMAT, VERSION, "convqa cross-encoder reranker")
-        config = CrossEncoderConfig.from_dict(meta.get("config") or {}, str(meta_path))
+        what = "a peft adapter" if (folder / ADAPTER_CONFIG).exists() else "a folder"
+        raise ConfigError(f"{folder}: {what} without {META_FILE}, not a trained reranker "
+                          "(train one with `convqa train reranker`, or start training from "
+                          "an encoder with CrossEncoder.build)")
+
+    @classmethod
+    def _from_folder(cls, folder: Path, meta: dict, config: CrossEncoderConfig,
+                     name: str) -> "CrossEncoder":
         if meta.get("adapter"):
             encoder = adapted_encoder(config.model, config.encoder_layers, folder)
             tokenizer = load_encoder_tokenizer(config.model)
@@ -150,15 +142,6 @@ class CrossEncoder(torch.nn.Module):
         model = cls(config, encoder, tokenizer, head)
         model.source = str(folder)
         return model
-
-    # -- properties -------------------------------------------------------------------------
-    @property
-    def device(self) -> torch.device:
-        return next(self.encoder.parameters()).device
-
-    @property
-    def has_adapters(self) -> bool:
-        return is_peft(self.encoder)
 
     # -- inputs and computation -------------------------------------------------------------
     def encode_pairs(self, queries: Sequence[str], passages: Sequence[Passage],
@@ -186,7 +169,7 @@ class CrossEncoder(torch.nn.Module):
                 token_type_ids: Tensor | None = None) -> Tensor:
         """One relevance logit per pair, [pairs]; pooling and head in fp32 under autocast."""
         inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
-        if token_type_ids is not None:
+        if token_type_ids is not None and takes_input(self.encoder, "token_type_ids"):
             inputs["token_type_ids"] = token_type_ids
         hidden = self.encoder(**inputs).last_hidden_state
         with torch.autocast(device_type=hidden.device.type, enabled=False):
@@ -202,54 +185,28 @@ class CrossEncoder(torch.nn.Module):
         device = self.device
         return {k: v.to(device) for k, v in tensors.items() if k in _MODEL_INPUTS}
 
-    # -- identity ---------------------------------------------------------------------------
-    def fingerprint(self) -> str:
-        """Hash of what the scores depend on: the vocabulary, the encoder's effective weights
-        (LoRA deltas included, so a merged copy hashes the same), the head and the pooling."""
-        digest = hashlib.sha256()
-        digest.update(json.dumps({"pooling": self.config.pooling}).encode())
-        with torch.no_grad():
-            hash_tower(digest, self.encoder, self.tokenizer)
-            hash_state(digest, self._head_state())
-        return digest.hexdigest()[:24]
+    # -- identity -------------------------------------------------------------------------
+    def fingerprint_settings(self) -> dict:
+        return {"pooling": self.config.pooling}
+
+    def hash_weights(self, digest) -> None:
+        """The vocabulary, the encoder's effective weights (LoRA deltas included, so a merged
+        copy hashes the same) and the head."""
+        hash_tower(digest, self.encoder, self.tokenizer)
+        hash_state(digest, self._head_state())
 
     def _head_state(self) -> dict[str, Tensor]:
         return {f"head.{k}": v for k, v in self.head.state_dict().items()}
 
-    # -- LoRA -------------------------------------------------------------------------------
-    def add_lora(self, r: int = 16, alpha: int = 32, dropout: float = 0.1,
-                 target_modules: Sequence[str] = ("query", "key", "value", "dense")
-                 ) -> "CrossEncoder":
-        """peft LoRA adapters on the encoder (its base frozen); the head stays trainable."""
-        from peft import LoraConfig, get_peft_model
-
-        if self.has_adapters:
-            raise ConvQAError("this reranker already has LoRA adapters")
-        self.encoder = get_peft_model(self.encoder, LoraConfig(
-            r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=list(target_modules)))
-        return self
-
-    def merge_adapters(self) -> "CrossEncoder":
-        """Fold LoRA into the encoder weights (faster scoring; the fingerprint is kept)."""
-        self.encoder = merged(self.encoder)
-        return self
-
     # -- saving -----------------------------------------------------------------------------
-    def save_pretrained(self, path: str | os.PathLike, adapter_only: bool | None = None) -> None:
-        """Write atomically (a temporary sibling folder renamed into place), safetensors only:
-        adapter + head for a LoRA model unless `adapter_only=False` (merged full weights; the
-        model itself stays unmerged), with the model card."""
+    def _save_files(self, folder: Path, adapter_only: bool, meta: dict) -> None:
+        """Encoder (or its adapter), head and the model card."""
         from .card import model_card
 
-        adapter_only = self.has_adapters if adapter_only is None else adapter_only
-        if adapter_only and not self.has_adapters:
-            raise ConvQAError("adapter_only=True but this reranker has no LoRA adapters")
-        fingerprint = self.fingerprint()
-        meta = {"format": FORMAT, "version": VERSION, "config": asdict(self.config),
-                "adapter": adapter_only, "hidden_size": hidden_size(self.encoder),
-                "fingerprint": fingerprint}
-        with writing_folder(Path(path), META_FILE, "a convqa reranker") as tmp:
-            save_tower(self.encoder, tmp, adapter_only, self.config.model, self.tokenizer)
-            save_heads(self._head_state(), tmp / HEAD_FILE)
-            write_json(tmp / META_FILE, meta)
-            (tmp / CARD_FILE).write_text(model_card(meta, self.card_facts), encoding="utf-8")
+        save_tower(self.encoder, folder, adapter_only, self.config.model, self.tokenizer)
+        save_heads(self._head_state(), folder / HEAD_FILE)
+        (folder / CARD_FILE).write_text(model_card(meta, self.card_facts), encoding="utf-8")
+
+    def _meta(self, adapter_only: bool) -> dict:
+        return {"config": asdict(self.config), "adapter": adapter_only,
+                "hidden_size": hidden_size(self.encoder), "fingerprint": self.fingerprint()}

@@ -22,7 +22,9 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from convqa.errors import ConfigError, DataError
-from convqa.precision import AUTO, autocast, choose_precision, normalize_precision, prepare
+from convqa.model_base import resolve_device
+from convqa.precision import (MeasuredPrecision, PrecisionChoice, PrecisionOnFirstUse, autocast,
+                              choose_precision, normalize_precision, prepare)
 from convqa.registry import RERANKERS
 from convqa.types import Hit, Passage, RerankedHit, Turn
 
@@ -52,15 +54,6 @@ class CrossEncoderRerankerOptions:
         self.precision = normalize_precision(self.precision, "reranker precision")
 
 
-def _device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        return torch.device(name)
-    except RuntimeError:
-        raise ConfigError(f"reranker 'cross_encoder': unknown device {name!r}") from None
-
-
 def order_agreement(reference: torch.Tensor, other: torch.Tensor) -> float:
     """Share of pairs of candidates that `other` orders as `reference` does (1: same ranking)."""
     ref = reference.float().flatten()
@@ -73,7 +66,7 @@ def order_agreement(reference: torch.Tensor, other: torch.Tensor) -> float:
 
 
 @RERANKERS.register("cross_encoder", config=CrossEncoderRerankerOptions)
-class CrossEncoderReranker:
+class CrossEncoderReranker(MeasuredPrecision):
     """Rescores (query, passage) pairs with a `CrossEncoder` and reorders the hits."""
 
     def __init__(self, model: CrossEncoder, options: CrossEncoderRerankerOptions | None = None):
@@ -90,9 +83,7 @@ class CrossEncoderReranker:
             raise ConfigError(f"reranker 'cross_encoder': {exc}") from None
         self.history = build_history_strategy(self.options.history or model.config.history
                                               or DEFAULT_HISTORY)
-        self.precision: str | None = (None if self.options.precision == AUTO
-                                      else self.options.precision)
-        self.precision_choice = None
+        self._precision = PrecisionOnFirstUse(self.options.precision)
 
     @classmethod
     def from_config(cls, options: CrossEncoderRerankerOptions) -> "CrossEncoderReranker":
@@ -102,7 +93,7 @@ class CrossEncoderReranker:
         model = CrossEncoder.from_pretrained(options.model)
         if model.has_adapters:
             model.merge_adapters()
-        model.to(_device(options.device)).eval()
+        model.to(resolve_device(options.device, "reranker 'cross_encoder'")).eval()
         return cls(model, options)
 
     @classmethod
@@ -165,15 +156,15 @@ class CrossEncoderReranker:
         was_training = self.model.training
         self.model.eval()
         try:
-            if self.precision is None:
-                probe = order[:PROBE_PAIRS]
-                self._choose_precision([queries[i] for i in probe], [passages[i] for i in probe])
+            probe = order[:PROBE_PAIRS]
+            precision = self._precision.resolve(lambda: self._choose_precision(
+                [queries[i] for i in probe], [passages[i] for i in probe]))
             scores = [0.0] * len(passages)
             size = self.options.batch_size
             for begin in range(0, len(order), size):
                 part = order[begin:begin + size]
                 logits = self._logits([queries[i] for i in part], [passages[i] for i in part],
-                                      self.precision)
+                                      precision)
                 for i, value in zip(part, logits.tolist()):
                     scores[i] = float(value)
         finally:
@@ -188,12 +179,12 @@ class CrossEncoderReranker:
         with torch.inference_mode(), autocast(precision, self.model.device):
             return model(**self.model.model_inputs(tensors)).float().cpu()
 
-    def _choose_precision(self, queries: Sequence[str], passages: Sequence[Passage]) -> None:
-        self.precision_choice = choose_precision(
+    def _choose_precision(self, queries: Sequence[str], passages: Sequence[Passage]
+                          ) -> PrecisionChoice:
+        return choose_precision(
             lambda precision: self._logits(queries, passages, precision), order_agreement,
             threshold=ORDER_AGREEMENT, what="cross-encoder reranker", device=self.model.device,
             remember=self.model.fingerprint())
-        self.precision = self.precision_choice.precision
 
 
 def _passages_of(hits: Sequence[Hit], passages: Any, total: int) -> list[Passage]:
