@@ -10,8 +10,8 @@ phrase model) stands on, so they load, adapt, identify and save themselves one w
   on the linear layers the architecture has (`lora_targets`: BERT's query/key/value/dense,
   MPNet's q/k/v/o/dense, ...), `merge_adapters` folds them in (the fingerprint is kept);
 - identity: `fingerprint()` hashes the settings and weights the outputs depend on;
-- placement: `device`, `resolve_device` for a configured device name, `takes_input` so that
-  inputs such as `token_type_ids` reach only encoders that accept them.
+- placement: `device`, `for_inference` (merged, on a configured device, eval), and
+  `tower_inputs` so that inputs such as `token_type_ids` reach only encoders that take them.
 
 A subclass names its files and towers (class attributes) and writes only what is its own: how
 a saved folder becomes a model (`_from_folder`), its extra files and metadata (`_save_files`,
@@ -60,6 +60,13 @@ def takes_input(tower: torch.nn.Module, name: str) -> bool:
     `token_type_ids`."""
     base = tower.get_base_model() if is_peft(tower) else tower
     return name in _forward_inputs(type(base))
+
+
+def tower_inputs(tower: torch.nn.Module, tensors: dict[str, Any],
+                 device: torch.device | None = None) -> dict[str, Any]:
+    """The tensors `tower` takes (None ones dropped), on `device` if given."""
+    return {k: v if device is None else v.to(device) for k, v in tensors.items()
+            if v is not None and takes_input(tower, k)}
 
 
 def resolve_device(name: str, what: str) -> torch.device:
@@ -181,6 +188,13 @@ class ModelBase(torch.nn.Module):
     @property
     def has_adapters(self) -> bool:
         return any(is_peft(tower) for _, tower in self._towers())
+
+    def for_inference(self, device: str, what: str):
+        """The model as a component runs it: adapters merged (the same outputs, faster), on
+        the configured `device` (`resolve_device`; `what` names the component), in eval mode."""
+        if self.has_adapters:
+            self.merge_adapters()
+        return self.to(resolve_device(device, what)).eval()
 
     # -- LoRA -----------------------------------------------------------------------------
     def _lora_targets(self, tower: torch.nn.Module) -> list[str] | None:

@@ -143,13 +143,7 @@ class PhrasePipeline(MeasuredPrecision):
             raise ConfigError(f"phrase index {index_dir} records no model; pass one")
         if not store_path:
             raise ConfigError(f"phrase index {index_dir} records no passage store; pass one")
-        phrase_model = PhraseModel.load(Path(model_name))
-        if phrase_model.has_adapters:
-            phrase_model.merge_adapters()
-        try:
-            phrase_model.to(torch.device(device))
-        except RuntimeError:
-            raise ConfigError(f"bad device {device!r}") from None
+        phrase_model = PhraseModel.load(Path(model_name)).for_inference(device, "phrase index")
         index.set_nprobe(nprobe)
         store = PassageStore.open(Path(store_path))
         sparse = None

@@ -115,3 +115,20 @@ def test_a_dual_encoder_over_mpnet_trains_saves_and_loads_its_lora(tmp_path):
         assert torch.allclose(loaded.encode_query(batch), queries, atol=1e-6)
         assert torch.allclose(loaded.encode_passage(loaded.tokenize_passages(passages)),
                               vectors, atol=1e-6)
+
+
+def test_for_inference_merges_moves_and_evaluates_keeping_the_fingerprint():
+    from reader_helpers import tiny_reader
+
+    reader = tiny_reader().add_lora(r=2, alpha=4)
+    with torch.no_grad():
+        for name, parameter in reader.named_parameters():
+            if "lora_B" in name:
+                parameter.normal_(std=0.1)
+    before = reader.fingerprint()
+    reader.train()
+    assert reader.for_inference("cpu", "reader 'extractive'") is reader
+    assert not reader.has_adapters and not reader.training
+    assert reader.fingerprint() == before and reader.device == torch.device("cpu")
+    with pytest.raises(ConfigError, match="reader 'extractive': bad device 'gpu'"):
+        reader.for_inference("gpu", "reader 'extractive'")

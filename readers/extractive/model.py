@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from convqa.errors import ConfigError, ConvQAError, DataError
-from convqa.model_base import ModelBase, takes_input
+from convqa.model_base import ModelBase, tower_inputs
 from convqa.models import DEFAULT_MODEL, resolve_model
 from convqa.towers import (ADAPTER_CONFIG, adapted_encoder, hash_state, hash_tower, head_from,
                            hidden_size, init_std, keep_layers, load_encoder,
@@ -241,10 +241,9 @@ class ExtractiveReader(ModelBase):
                 token_type_ids: Tensor | None = None) -> ReaderLogits:
         """Logits for a batch of windows. The heads run in fp32 even under autocast, so the
         loss and the span scores keep their precision."""
-        inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
-        if token_type_ids is not None and takes_input(self.encoder, "token_type_ids"):
-            inputs["token_type_ids"] = token_type_ids
-        hidden = self.encoder(**inputs).last_hidden_state
+        hidden = self.encoder(**tower_inputs(self.encoder, {
+            "input_ids": input_ids, "attention_mask": attention_mask,
+            "token_type_ids": token_type_ids})).last_hidden_state
         with torch.autocast(device_type=hidden.device.type, enabled=False):
             hidden = hidden.float()
             span = self.span_head(hidden)

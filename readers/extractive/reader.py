@@ -25,7 +25,6 @@ from typing import Any, Sequence
 import torch
 
 from convqa.errors import ConfigError
-from convqa.model_base import resolve_device
 from convqa.precision import (MeasuredPrecision, PrecisionChoice, PrecisionOnFirstUse, autocast,
                               choose_precision, normalize_precision, prepare)
 from convqa.registry import READERS
@@ -98,10 +97,7 @@ class SpanReader(MeasuredPrecision):
                               "`convqa train reader`, or a question-answering checkpoint) is "
                               "required")
         model = ExtractiveReader.from_pretrained(options.model)
-        if model.has_adapters:
-            model.merge_adapters()
-        model.to(resolve_device(options.device, "reader 'extractive'")).eval()
-        return cls(model, options)
+        return cls(model.for_inference(options.device, "reader 'extractive'"), options)
 
     def fingerprint(self) -> str:
         """The model's weights and everything that changes its answers (for result caches)."""

@@ -70,7 +70,6 @@ class ConvDRRetriever(DenseRetriever):
     @classmethod
     def from_config(cls, config: ConvDRRetrieverConfig) -> "ConvDRRetriever":
         from convqa.corpus import PassageStore
-        from convqa.model_base import resolve_device
 
         from ..dense.index import DenseIndex
         from .model import ConvDR
@@ -90,9 +89,7 @@ class ConvDRRetriever(DenseRetriever):
                               "set 'passages'")
         model = ConvDR.from_pretrained(config.model, teacher=config.teacher or None)
         check_teacher_index(model, index)  # before moving weights or opening the store
-        if model.has_adapters:
-            model.merge_adapters()
-        model.to(resolve_device(config.device, "convdr"))
+        model.for_inference(config.device, "convdr")
         return cls(model, index, PassageStore.open(Path(passages)), config)
 
     def fingerprint(self) -> str:

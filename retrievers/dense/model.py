@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from convqa.errors import ConfigError, ConvQAError
-from convqa.model_base import ModelBase, takes_input
+from convqa.model_base import ModelBase, tower_inputs
 from convqa.models import DEFAULT_MODEL, shipped_model_path
 from convqa.towers import (attach_adapter, hash_tower, hidden_size, load_encoder,
                            load_encoder_tokenizer, save_tower)
@@ -191,8 +191,8 @@ class DualEncoder(ModelBase):
 
     def _encode(self, tower: torch.nn.Module, batch: dict[str, Tensor]) -> Tensor:
         device = next(tower.parameters()).device
-        inputs = {k: v.to(device) for k, v in batch.items()
-                  if k in _MODEL_INPUTS and takes_input(tower, k)}
+        inputs = tower_inputs(tower, {k: v for k, v in batch.items() if k in _MODEL_INPUTS},
+                              device)
         if "attention_mask" not in inputs:
             raise ConvQAError("encoder batch needs an attention_mask (use tokenize_*)")
         hidden = tower(**inputs).last_hidden_state.float()  # pool in fp32 under autocast too

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from convqa.errors import ConfigError, DataError
-from convqa.model_base import ModelBase, takes_input
+from convqa.model_base import ModelBase, tower_inputs
 from convqa.models import DEFAULT_MODEL
 from convqa.towers import (ADAPTER_CONFIG, adapted_encoder, hash_state, hash_tower, head_from,
                            hidden_size, init_std, keep_layers, load_encoder,
@@ -168,10 +168,9 @@ class CrossEncoder(ModelBase):
     def forward(self, input_ids: Tensor, attention_mask: Tensor,
                 token_type_ids: Tensor | None = None) -> Tensor:
         """One relevance logit per pair, [pairs]; pooling and head in fp32 under autocast."""
-        inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
-        if token_type_ids is not None and takes_input(self.encoder, "token_type_ids"):
-            inputs["token_type_ids"] = token_type_ids
-        hidden = self.encoder(**inputs).last_hidden_state
+        hidden = self.encoder(**tower_inputs(self.encoder, {
+            "input_ids": input_ids, "attention_mask": attention_mask,
+            "token_type_ids": token_type_ids})).last_hidden_state
         with torch.autocast(device_type=hidden.device.type, enabled=False):
             hidden = hidden.float()
             if self.config.pooling == "cls":

@@ -22,7 +22,6 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from convqa.errors import ConfigError, DataError
-from convqa.model_base import resolve_device
 from convqa.precision import (MeasuredPrecision, PrecisionChoice, PrecisionOnFirstUse, autocast,
                               choose_precision, normalize_precision, prepare)
 from convqa.registry import RERANKERS
@@ -91,10 +90,7 @@ class CrossEncoderReranker(MeasuredPrecision):
             raise ConfigError("reranker 'cross_encoder': option 'model' (a folder made by "
                               "`convqa train reranker`) is required")
         model = CrossEncoder.from_pretrained(options.model)
-        if model.has_adapters:
-            model.merge_adapters()
-        model.to(resolve_device(options.device, "reranker 'cross_encoder'")).eval()
-        return cls(model, options)
+        return cls(model.for_inference(options.device, "reranker 'cross_encoder'"), options)
 
     @classmethod
     def from_model(cls, model: CrossEncoder, **options: Any) -> "CrossEncoderReranker":
