@@ -1,9 +1,11 @@
 """The base every convqa model (dual encoder, ConvDR student, extractive reader, FiD reader,
-phrase model) stands on, so they load, adapt, identify and save themselves one way:
+phrase model, cross-encoder reranker) stands on, so they load, adapt, identify and save
+themselves one way:
 
 - loading: `from_pretrained(path)` takes a folder the model saved (its metadata file names the
-  format and version, and holds the settings dataclass as "config"), a shipped model's alias, or, where the model allows it
-  (`_from_checkpoint`), a plain Hugging Face checkpoint or a bare peft adapter folder;
+  format and version and holds the settings dataclass as "config"), a shipped model's alias,
+  or, where the model allows it (`_from_checkpoint`), a plain Hugging Face checkpoint or a
+  bare peft adapter folder;
 - saving: `save_pretrained(path)` writes a temporary sibling folder renamed into place,
   safetensors only; a model with LoRA adapters saves only them unless `adapter_only=False`;
 - LoRA: `add_lora` wraps every tower (the encoders named in `TOWERS`) with fresh peft adapters
