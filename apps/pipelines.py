@@ -91,12 +91,13 @@ class PipelineCache:
 
 def embedded_pipelines(cache_dir: str | os.PathLike | None = None, progress: bool = True,
                        retriever: str = "dense", reader: str = "extractive") -> PipelineCache:
-    """The embedded vital-article corpus with the shipped models (`Pipeline.default`): every
-    retriever of `convqa answer`, with the shipped extractive reader or none."""
-    from convqa.pipeline import Pipeline
+    """The embedded vital-article corpus with the shipped models
+    (`convqa.front.embedded.default_pipeline`): every retriever of `convqa answer`, with the
+    shipped extractive reader or none."""
+    from convqa.front.embedded import default_pipeline
 
     def build(retriever: str, reader: str):
-        return Pipeline.default(cache_dir=cache_dir, progress=progress, retriever=retriever,
+        return default_pipeline(cache_dir=cache_dir, progress=progress, retriever=retriever,
                                 reader=None if reader == NO_READER else "default")
 
     return PipelineCache(build, EMBEDDED_RETRIEVERS, EMBEDDED_READERS, (retriever, reader))

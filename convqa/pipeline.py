@@ -1,9 +1,10 @@
 """Retriever (+ reader) answering in a conversation: the API behind `convqa answer`.
 
-    >>> pipe = Pipeline.default()                                  # doctest: +SKIP
+    >>> pipe = Pipeline.from_config("pipeline.yaml")               # doctest: +SKIP
     >>> result = pipe.answer("Who directed Casablanca?", history=[])  # doctest: +SKIP
     >>> result.passages[0].title                                    # doctest: +SKIP
 
+The embedded default with the shipped models is `convqa.front.embedded.default_pipeline()`.
 Until a reader is configured the pipeline is retrieval-only: `result.answer` is None and the
 evidence is the ranked passages.
 """
@@ -51,18 +52,6 @@ class Pipeline:
         self.top_k = top_k
         self.config = config or {}
         self.history.format("warm up", [])  # load the tokenizer now, not inside the first turn
-
-    @classmethod
-    def default(cls, cache_dir: str | os.PathLike | None = None, progress: bool = True,
-                retriever: str = "dense", reader: Any = "default") -> "Pipeline":
-        """The embedded vital-article corpus with the shipped models; `retriever` is dense
-        (DPR-IHN adapter), bm25 or hybrid (RRF of both); `reader` "default" (the shipped
-        extractive reader), None (retrieval only) or a reader spec. Indexes are built on
-        first use."""
-        from .embedded import default_config, ensure_embedded
-
-        ensure_embedded(cache_dir, progress=progress, retriever=retriever)
-        return cls.from_config(default_config(cache_dir, retriever, reader))
 
     @classmethod
     def from_config(cls, config: dict[str, Any] | str | os.PathLike) -> "Pipeline":

@@ -228,7 +228,7 @@ def machine_key() -> str:
 
 
 def choices_file() -> Path:
-    from .embedded import cache_dir
+    from .cache import cache_dir
 
     return cache_dir() / "precision-choices.json"
 

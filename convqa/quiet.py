@@ -23,7 +23,7 @@ DEVELOPER_WARNINGS = (DeprecationWarning, PendingDeprecationWarning, FutureWarni
 
 
 def add_verbose_argument(parser: argparse.ArgumentParser) -> None:
-    """The `--verbose` flag: `convqa.cli.main` runs a command that has it inside
+    """The `--verbose` flag: `convqa.front.cli.main` runs a command that has it inside
     `quiet_third_party()` unless it is given."""
     parser.add_argument("--verbose", action="store_true",
                         help="also show third-party progress bars, warnings and log messages "

@@ -34,7 +34,8 @@ from convqa.precision import (VECTOR_AGREEMENT, MeasuredPrecision, PrecisionChoi
 from convqa.pipeline import PipelineResult
 from convqa.types import Answer, Hit, Turn
 
-from .index import PhraseIndex, load_phrase_index
+from .index import PhraseIndex
+from .load import load_phrase_index
 from .overlap import POOL as OVERLAP_POOL
 from .overlap import check_weight as check_overlap_weight
 from .overlap import rerank

@@ -237,24 +237,6 @@ class PhraseIndex(IndexMeta):
         return start_pos, start_scores, end_pos, end_scores
 
 
-def load_phrase_index(folder: str | os.PathLike, mmap: bool = False):
-    """A saved phrase index of either kind: dump-based (`PhraseIndex`) or compact
-    (`compact.CompactPhraseIndex`, always memory-mapped), told apart by its format."""
-    import json
-
-    path = Path(folder) / META_FILE
-    try:
-        kind = json.loads(path.read_text(encoding="utf-8")).get("format")
-    except (OSError, ValueError, AttributeError):
-        kind = None  # PhraseIndex.load names the problem
-    if kind is not None:
-        from .compact import FORMAT as COMPACT_FORMAT, CompactPhraseIndex
-
-        if kind == COMPACT_FORMAT:
-            return CompactPhraseIndex.load(folder)
-    return PhraseIndex.load(folder, mmap=mmap)
-
-
 def build_phrase_index(model, store, out_dir: str | os.PathLike, *, dtype: str = "float16",
                        factory: str | None = None, flat_max: int = FLAT_MAX,
                        start_threshold: float | None = 0.0, end_threshold: float | None = 0.0,

@@ -4,11 +4,12 @@
     python scripts/answer_table.py --corpus vital=/tmp/bench/vital --corpus full=/tmp/bench/full \\
         --systems benchmarks/answer_systems.yaml [--out docs/results/answers.md] [--no-plots]
 
-A thin wrapper of `convqa eval answers --benchmark NAME=DIR ...` (convqa/cli/eval.py; the systems
-file format, with `top_ks` and a `reader` per system, is in convqa/evaluation/systems.py).
-Writes OUT (Markdown, the block between `<!-- answer-table:start -->` and
-`<!-- answer-table:end -->` is replaced), OUT with .json (every number) and the PNG plots.
-Retrieval runs and predictions are cached, so adding a row costs only that row.
+A thin wrapper of `convqa eval answers --benchmark NAME=DIR ...` (convqa/front/cli/eval.py; the
+systems file format, with `top_ks` and a `reader` per system, is in
+convqa/front/evaluation/systems.py). Writes OUT (Markdown, the block between
+`<!-- answer-table:start -->` and `<!-- answer-table:end -->` is replaced), OUT with .json (every
+number) and the PNG plots. Retrieval runs and predictions are cached, so adding a row costs only
+that row.
 """
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ from convqa.errors import ConfigError, ConvQAError
 
 
 def main(argv: list[str] | None = None) -> int:
-    from convqa.cli.eval import make_table
-    from convqa.evaluation.targets import benchmark_target
+    from convqa.front.cli.eval import make_table
+    from convqa.front.evaluation.targets import benchmark_target
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--corpus", action="append", required=True, metavar="NAME=DIR")

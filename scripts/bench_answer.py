@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     if args.config:
         pipeline = Pipeline.from_config(args.config)
     else:
-        from convqa.embedded import default_config, ensure_embedded
+        from convqa.front.embedded import default_config, ensure_embedded
 
         ensure_embedded(progress=True, retriever=args.retriever)
         config = default_config(retriever=args.retriever,

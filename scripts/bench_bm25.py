@@ -44,7 +44,7 @@ def phase_build(store_dir: str, out: str, backend: str) -> dict:
 
 def phase_query(bench: str, out: str, history: str, backend: str, single: int) -> dict:
     from convqa.benchmark import load_labelled_turns
-    from convqa.evaluation.retrieval import query_texts, select_turns
+    from convqa.front.evaluation.retrieval import query_texts, select_turns
     from convqa.history import build_history_strategy
     from retrievers.bm25 import BM25Config, BM25Retriever
 

@@ -8,12 +8,12 @@ questions per second, index bytes per passage, and EM/F1 on the turns asked.
     python scripts/bench_phrase.py --phrase-index runs/phrase-index-vital \\
         --phrase-model runs/phrase-v1/model --build --benchmark /tmp/bench/vital
 
-The retriever + reader is `Pipeline.default()`: the shipped DPR-IHN adapter over the vital
-corpus (Flat FAISS), the top `--top-k` passages (default 5), the shipped extractive reader as
-`convqa answer` configures it. `--dense-index` reuses an index of that encoder over the same
-passages instead of building the embedded one (the retriever checks encoder fingerprint and
-corpus checksum either way): the full corpus needs one. The phrase index is either kind
-(dump-based or `--compact`); its size is what its folder holds on disk.
+The retriever + reader is `default_pipeline()` (convqa.front.embedded): the shipped DPR-IHN adapter
+over the vital corpus (Flat FAISS), the top `--top-k` passages (default 5), the shipped extractive
+reader as `convqa answer` configures it. `--dense-index` reuses an index of that encoder over the
+same passages instead of building the embedded one (the retriever checks encoder fingerprint and
+corpus checksum either way): the full corpus needs one. The phrase index is either kind (dump-based
+or `--compact`); its size is what its folder holds on disk.
 
 `--memory` also measures each system alone in a fresh process (loading it, then answering the
 same turns): its resident memory after loading and its peak (convqa/memory.py; pages of
@@ -89,7 +89,7 @@ def scores(results, turns) -> dict[str, float]:
 
 
 def dense_config(index: str | None, top_k: int = 5) -> dict:
-    from convqa.embedded import default_config
+    from convqa.front.embedded import default_config
 
     config = default_config()
     config["top_k"] = top_k
@@ -104,6 +104,7 @@ def dense_config(index: str | None, top_k: int = 5) -> dict:
 def open_system(name: str, options: dict, progress: bool = False):
     """One of the two systems compared, as `options` (main's arguments) describe it, opened
     as `convqa answer` opens it."""
+    from convqa.front.embedded import default_pipeline
     from convqa.pipeline import Pipeline
     from phrase_index.answerer import PhrasePipeline
 
@@ -113,7 +114,7 @@ def open_system(name: str, options: dict, progress: bool = False):
                                           dense_weight=options.get("dense_weight"))
     if options["dense_index"]:
         return Pipeline.from_config(dense_config(options["dense_index"], options["top_k"]))
-    pipeline = Pipeline.default(progress=progress)
+    pipeline = default_pipeline(progress=progress)
     pipeline.top_k = options["top_k"]
     return pipeline
 

@@ -88,11 +88,11 @@ def bench_encoder(store, passages_n, queries, repeats):
 
 
 def bench_reader(store, questions, heldout, repeats):
-    from convqa.embedded import default_config
+    from convqa.front.embedded import default_config
     from convqa.pipeline import Pipeline
     from readers.extractive.model import ExtractiveReader
     from readers.extractive.reader import SpanReader
-    from readers.extractive.train import evaluate_reader
+    from readers.extractive.heldout import evaluate_reader
 
     model = ExtractiveReader.from_pretrained("convqa-reader")
     if model.has_adapters:
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     warnings.simplefilter("ignore")
     from convqa.corpus import PassageStore
-    from convqa.embedded import embedded_dir, ensure_embedded
+    from convqa.front.embedded import embedded_dir, ensure_embedded
 
     try:
         ensure_embedded(progress=False)

@@ -6,7 +6,7 @@ or one worker that batches the query encoding of requests that arrive together?
     python scripts/bench_serve_workers.py --retriever dense --no-reader --requests 64
 
 Each round sends the same `--requests` real TopiOCQA turns (with their recorded histories) at
-once to the server's worker pool (convqa/serve/workers.py) in every layout, one layout after
+once to the server's worker pool (convqa/front/serve/workers.py) in every layout, one layout after
 the other (so a busy machine slows them alike), and times how long the pool takes to answer
 them all:
 
@@ -64,7 +64,7 @@ def run_layout(replicas, workers: int, threads: int, turns, group: int = 1) -> f
     """Answers per second of `turns` sent at once to a pool of `workers` over `replicas`."""
     import torch
 
-    from convqa.serve.workers import WorkerPool
+    from convqa.front.serve.workers import WorkerPool
 
     torch.set_num_threads(threads)
     pool = WorkerPool(replicas, workers, queue_size=len(turns) + 1)
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from convqa.config import apply_overrides
-    from convqa.embedded import default_config, ensure_embedded
+    from convqa.front.embedded import default_config, ensure_embedded
     from convqa.pipeline import Pipeline
 
     cores = os.cpu_count() or 1

@@ -18,10 +18,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from convqa.corpus import PassageStore  # noqa: E402
-from convqa.embedded import DEFAULT_DENSE_MODEL, EMBEDDED_VERSION  # noqa: E402
+from convqa.front.embedded import DEFAULT_DENSE_MODEL, EMBEDDED_VERSION  # noqa: E402
 from convqa.errors import ConvQAError  # noqa: E402
 from convqa.precision import cpu_capability, normalize_precision  # noqa: E402
-from convqa.prebuilt_index import PREBUILT_DIR, export_prebuilt  # noqa: E402
+from convqa.front.prebuilt_index import PREBUILT_DIR, export_prebuilt  # noqa: E402
 from retrievers.dense.build import load_encoder  # noqa: E402
 from retrievers.dense.encode import VectorShards  # noqa: E402
 from retrievers.dense.index import DenseIndex  # noqa: E402

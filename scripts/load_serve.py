@@ -109,7 +109,7 @@ class Server:
     def start(self) -> None:
         self.starts += 1
         log = open(self.log_dir / f"server-{self.starts}.log", "w", encoding="utf-8")
-        command = [sys.executable, "-m", "convqa.cli.main", "serve", "--host", "127.0.0.1",
+        command = [sys.executable, "-m", "convqa.front.cli.main", "serve", "--host", "127.0.0.1",
                    "--port", str(self.port), *self.args]
         self.process = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=log)
         log.close()
@@ -287,8 +287,8 @@ def percentile(values: list[float], q: float) -> float:
 
 def build_pipelines(serve_args: list[str]) -> dict:
     """One copy of the pipelines `convqa serve ARGS` serves, built in this process."""
-    from convqa.cli.main import build_parser
-    from convqa.cli.serve import pipeline_source
+    from convqa.front.cli.main import build_parser
+    from convqa.front.cli.serve import pipeline_source
 
     args = build_parser().parse_args(["serve", *serve_args])
     return pipeline_source(args).build()

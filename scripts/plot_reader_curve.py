@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--update-history", action="store_true",
                         help="write the merged curve back to --history")
     args = parser.parse_args(argv)
-    from convqa.evaluation.plots import training_curve
+    from convqa.front.evaluation.plots import training_curve
 
     try:
         run = Path(args.run)

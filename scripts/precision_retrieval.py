@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default="convqa-dpr-ihn")
     p.add_argument("--out")
     args = p.parse_args(argv)
-    from convqa.evaluation.retrieval import evaluate_retrieval
+    from convqa.front.evaluation.retrieval import evaluate_retrieval
     from convqa.precision import cpu_capability
     from retrievers.dense.build import build_dense_index
     from retrievers.dense.retriever import DenseRetriever, DenseRetrieverConfig

@@ -135,12 +135,11 @@ def failed_checks(folder: str | Path, checks: list[tuple[str, str]]) -> list[str
     `folder` in place of the shipped one, is not exactly the expected text (a sanity check
     that held-out F1 does not make: a reader can gain F1 and still answer the README's
     question with a clause too long)."""
-    from convqa.embedded import DEFAULT_READER
-    from convqa.pipeline import Pipeline
+    from convqa.front.embedded import DEFAULT_READER, default_pipeline
 
     if not checks:
         return []
-    pipeline = Pipeline.default(progress=False,
+    pipeline = default_pipeline(progress=False,
                                 reader={**DEFAULT_READER, "model": str(folder)})
     failed = []
     for question, expected in checks:

@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from readers.extractive.data import load_examples, scoring_convention
     from readers.extractive.model import ExtractiveReader
-    from readers.extractive.train import evaluate_reader
+    from readers.extractive.heldout import evaluate_reader
 
     try:
         by_source: dict[str, list] = {}

@@ -5,8 +5,8 @@
         --corpus full=/tmp/bench/full [--systems systems.yaml] [--split dev] \\
         [--out docs/results/retrieval.md] [--no-cache] [--no-plots]
 
-A thin wrapper of `convqa eval retrieval --benchmark NAME=DIR ...` (convqa/cli/eval.py; the
-tables, systems file format and outputs are documented in convqa/evaluation/tables.py and
+A thin wrapper of `convqa eval retrieval --benchmark NAME=DIR ...` (convqa/front/cli/eval.py; the
+tables, systems file format and outputs are documented in convqa/front/evaluation/tables.py and
 systems.py). Writes OUT (Markdown; the block between `<!-- retrieval-table:start -->` and
 `<!-- retrieval-table:end -->` is replaced when present), OUT with .json and the PNG plots.
 Without --systems the rows are BM25 with each shortcut input of DPR-IHN's analysis.
@@ -21,8 +21,8 @@ from convqa.errors import ConfigError, ConvQAError
 
 
 def main(argv: list[str] | None = None) -> int:
-    from convqa.cli.eval import make_table
-    from convqa.evaluation.targets import benchmark_target
+    from convqa.front.cli.eval import make_table
+    from convqa.front.evaluation.targets import benchmark_target
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--corpus", action="append", required=True, metavar="NAME=DIR",

@@ -62,8 +62,8 @@ def tune_on_benchmark(args: argparse.Namespace) -> dict:
     from convqa.benchmark import load_labelled_turns
     from convqa.corpus import PassageStore
     from convqa.errors import ConfigError
-    from convqa.evaluation.retrieval import evaluate_retrieval
-    from convqa.evaluation.runs import read_run
+    from convqa.front.evaluation.retrieval import evaluate_retrieval
+    from convqa.runs import read_run
     from convqa.registry import READERS
     from readers.extractive.decode import Fusion
     from readers.extractive.fusion_tuning import (read_turns, report, split_conversations,

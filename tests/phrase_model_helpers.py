@@ -31,7 +31,7 @@ def tiny_phrase_index(root: Path, store: Path, seed: int = 0) -> Path:
     """`convqa index --phrase` (the production command) over the passage store `store` with a
     saved tiny random model: returns the index folder `root/phrase-index`. For tests of what
     uses a phrase index (demo, evaluation); its answers are random but real phrases."""
-    from convqa.cli.main import main
+    from convqa.front.cli.main import main
 
     root.mkdir(parents=True, exist_ok=True)
     tiny_phrase_model(seed=seed).save(root / "model")

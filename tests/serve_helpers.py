@@ -84,8 +84,8 @@ def serve_delayed_films(folder: str, delay_s: str) -> None:
     from demo_helpers import build_film_config
 
     from convqa.pipeline import Pipeline
-    from convqa.serve import ServeConfig, create_app
-    from convqa.serve.server import bind, serve, setup_logging
+    from convqa.front.serve import ServeConfig, create_app
+    from convqa.front.serve.server import bind, serve, setup_logging
 
     pipeline = DelayedPipeline(Pipeline.from_config(build_film_config(Path(folder))),
                                float(delay_s))

@@ -3,9 +3,9 @@ import json
 
 import pytest
 
-from convqa.cli.main import main
+from convqa.front.cli.main import main
 from convqa.errors import ConvQAError
-from convqa.pipeline import Pipeline
+from convqa.front.embedded import default_pipeline
 from convqa.types import Turn
 
 
@@ -16,7 +16,7 @@ def cache(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def pipeline(cache):
-    return Pipeline.default(cache_dir=cache, progress=False, retriever="bm25")
+    return default_pipeline(cache_dir=cache, progress=False, retriever="bm25")
 
 
 def test_film_question_finds_its_article_and_answer(pipeline):
@@ -41,7 +41,7 @@ def test_follow_up_uses_the_history(pipeline):
 
 
 def test_retrieval_only_pipeline(cache):
-    result = Pipeline.default(cache_dir=cache, progress=False, retriever="bm25",
+    result = default_pipeline(cache_dir=cache, progress=False, retriever="bm25",
                               reader=None).answer("Who painted the Mona Lisa?")
     assert result.answer is None and result.passages[0].title == "Mona Lisa"
     assert "read" not in result.timings_ms
@@ -52,7 +52,7 @@ def test_dense_default_pipeline_answers(tmp_path_factory):
     """The README's first command in process: the embedded dense index of the shipped DPR-IHN
     adapter (built on first use), then the shipped reader names Kubrick. The command itself, in
     a fresh venv with no extras and an empty HOME: scripts/check_readme_first_command.sh (CI)."""
-    pipe = Pipeline.default(cache_dir=tmp_path_factory.mktemp("dense-cache"), progress=False)
+    pipe = default_pipeline(cache_dir=tmp_path_factory.mktemp("dense-cache"), progress=False)
     result = pipe.answer("Who directed 2001: A Space Odyssey?")
     assert result.passages[0].title == "2001: A Space Odyssey"
     assert "Kubrick" in result.answer.text

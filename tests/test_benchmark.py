@@ -345,7 +345,7 @@ def test_missing_conversations_file(full_build, tmp_path):
 # --- CLI -----------------------------------------------------------------------------------------
 
 def _cli(argv: list[str]) -> int:
-    from convqa.cli import data
+    from convqa.front.cli import data
 
     parser = argparse.ArgumentParser(prog="convqa")
     data.add_parser(parser.add_subparsers(dest="command"))

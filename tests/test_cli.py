@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from convqa.cli.main import main
+from convqa.front.cli.main import main
 
 SUBCOMMANDS = ["data", "index", "retrieve", "train", "answer", "eval", "reproduce", "demo",
                "serve"]
@@ -54,6 +54,6 @@ def test_unknown_component_in_config_is_one_line_error(tmp_path, capsys):
 
 
 def test_console_script_runs_as_module():
-    proc = subprocess.run([sys.executable, "-m", "convqa.cli.main", "--version"],
+    proc = subprocess.run([sys.executable, "-m", "convqa.front.cli.main", "--version"],
                           capture_output=True, text=True, check=True)
     assert proc.stdout.startswith("convqa ")

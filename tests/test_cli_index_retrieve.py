@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from convqa.benchmark.topiocqa_wiki import build_benchmark, full_wiki_source
-from convqa.cli.main import main
+from convqa.front.cli.main import main
 from convqa.corpus import PassageStore
-from convqa.evaluation import read_run
+from convqa.front.evaluation import read_run
 
 
 def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from convqa.cli.main import main
+from convqa.front.cli.main import main
 
 from conftest import shared_file
 from convdr_helpers import make_index, make_teacher, write_examples_jsonl

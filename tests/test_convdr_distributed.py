@@ -76,7 +76,7 @@ def test_cli_multitask_under_torchrun(tmp_path):
     _, index_dir = make_index(tmp_path, teacher)
     data = write_examples_jsonl(tmp_path / "examples.jsonl")
     out = tmp_path / "run"
-    done = torchrun("-m", "convqa.cli.main", "train", "convdr", "--mode", "multitask",
+    done = torchrun("-m", "convqa.front.cli.main", "train", "convdr", "--mode", "multitask",
                      "--out", str(out), "--teacher", str(teacher), "--data", f"jsonl={data}",
                      "--index", str(index_dir), "--mine-top-k", "5", "--negatives", "2",
                      "--history-max-tokens", "62", "--batch-size", "1", "--max-steps", "2",

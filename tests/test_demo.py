@@ -13,32 +13,32 @@ from pathlib import Path
 
 import pytest
 from demo_helpers import (
-    FILM_TITLE,
-    FIRST_QUESTION,
-    FOLLOW_UP,
-    READER,
-    build_film_config,
-)
+                          FILM_TITLE,
+                          FIRST_QUESTION,
+                          FOLLOW_UP,
+                          READER,
+                          build_film_config,
+                          )
 
 from apps.chat import EMPTY_QUESTION, ask, reply_text
 from apps.pipelines import (
-    NO_READER,
-    PHRASE_INDEX,
-    PipelineCache,
-    config_pipelines,
-    phrase_index_names,
-    with_phrase_indexes,
-)
+                            NO_READER,
+                            PHRASE_INDEX,
+                            PipelineCache,
+                            config_pipelines,
+                            phrase_index_names,
+                            with_phrase_indexes,
+                            )
 from apps.render import (
-    chat_messages,
-    evidence_html,
-    highlight,
-    passages_html,
-    span_is_valid,
-    timings_text,
-)
+                         chat_messages,
+                         evidence_html,
+                         highlight,
+                         passages_html,
+                         span_is_valid,
+                         timings_text,
+                         )
 from apps.session import ChatSession
-from convqa.cli.main import build_parser, main
+from convqa.front.cli.main import build_parser, main
 from convqa.errors import ConfigError, DataError
 from convqa.types import Answer, Hit, Passage, Turn
 

@@ -15,7 +15,7 @@ import pytest
 
 from convqa.benchmark import load_labelled_turns
 from convqa.errors import ConfigError, DataError
-from convqa.evaluation.answers import evaluate_answers
+from convqa.front.evaluation.answers import evaluate_answers
 from convqa.types import Answer
 
 from test_eval_retrieval import RANKINGS, bench  # noqa: F401  (the fixture)

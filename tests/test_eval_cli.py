@@ -21,9 +21,9 @@ import pytest
 
 from convqa.benchmark import load_labelled_turns
 from convqa.benchmark.topiocqa_wiki import build_benchmark, full_wiki_source
-from convqa.cli.main import main
+from convqa.front.cli.main import main
 from convqa.corpus import PassageStore, read_passages
-from convqa.evaluation.retrieval import evaluate_retrieval
+from convqa.front.evaluation.retrieval import evaluate_retrieval
 from convqa.registry import READERS
 from convqa.types import Answer
 from retrievers.bm25 import BM25Retriever
@@ -265,7 +265,7 @@ def test_flag_errors(tmp_path, capsys, args, expected):
 def test_official_topiocqa_file(fixtures_dir, tmp_path):
     """--dataset topiocqa: a BM25 index is built over the store on the way; the tables have
     one section per level and the JSON holds what the evaluation function returns."""
-    from convqa.evaluation.topiocqa import evaluate_topiocqa_retrieval
+    from convqa.front.evaluation.topiocqa import evaluate_topiocqa_retrieval
 
     store = tmp_path / "collection" / "passages"
     PassageStore.build(read_passages(fixtures_dir / "eval" / "topiocqa_collection.tsv"), store,
@@ -290,8 +290,9 @@ def test_official_topiocqa_file(fixtures_dir, tmp_path):
 
 
 def test_qrecc_dispatch(fixtures_dir, tmp_path):
-    """--dataset qrecc runs convqa.evaluation.qrecc on its fixture (gold ids from the qrels)."""
-    from convqa.evaluation.qrecc import evaluate_qrecc_retrieval, load_qrecc_eval
+    """--dataset qrecc runs convqa.front.evaluation.qrecc on its fixture (gold ids from the
+    qrels)."""
+    from convqa.front.evaluation.qrecc import evaluate_qrecc_retrieval, load_qrecc_eval
 
     fx = fixtures_dir / "qrecc_eval"
     systems = systems_file(tmp_path, "  - {label: BM25 rewrite, retriever: bm25, "

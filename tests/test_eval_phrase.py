@@ -1,4 +1,4 @@
-"""Phrase-index rows of `convqa eval` (convqa/evaluation/phrase.py) on the tiny benchmark of
+"""Phrase-index rows of `convqa eval` (convqa/front/evaluation/phrase.py) on the tiny benchmark of
 tests/fixtures (7 passages; dev split = conversation 3, see test_eval_retrieval.py), with a
 phrase index of a tiny random phrase model built by `convqa index --phrase` over the benchmark's
 own passage store. The model's answers are random, so every expected number is recomputed here
@@ -17,10 +17,10 @@ from phrase_model_helpers import one_thread, tiny_phrase_index
 from test_eval_retrieval import bench  # noqa: F401  (the fixture)
 
 from convqa.benchmark import load_labelled_turns
-from convqa.cli.main import main
-from convqa.evaluation.runs import read_run
-from convqa.evaluation.systems import check_components, load_systems
-from convqa.evaluation.tables import PHRASE_NOTE, answer_rows, write_answer_outputs
+from convqa.front.cli.main import main
+from convqa.runs import read_run
+from convqa.front.evaluation.systems import check_components, load_systems
+from convqa.front.evaluation.tables import PHRASE_NOTE, answer_rows, write_answer_outputs
 from convqa.metrics.answer import score_answer
 from phrase_index.answerer import PhrasePipeline
 

@@ -36,9 +36,9 @@ import pytest
 
 from conftest import shared_file
 from convqa.errors import ConfigError, ConvQAError, DataError
-from convqa.evaluation.qrecc import (SpanJudge, answers_markdown, evaluate_qrecc_answers,
-                                     evaluate_qrecc_retrieval, load_qrecc_eval,
-                                     retrieval_markdown)
+from convqa.front.evaluation.qrecc import (SpanJudge, answers_markdown, evaluate_qrecc_answers,
+                                           evaluate_qrecc_retrieval, load_qrecc_eval,
+                                           retrieval_markdown)
 from convqa.types import Answer, Hit
 
 KS = (1, 3, 5)
@@ -439,7 +439,7 @@ def test_module_example_runs(monkeypatch, tmp_path, capsys):
     """The example in the module docstring, as written (it loads the shipped reader)."""
     import textwrap
 
-    import convqa.evaluation.qrecc as module
+    import convqa.front.evaluation.qrecc as module
     from conftest import REPO
 
     example = module.__doc__.split("\n\n    from ", 1)[1].split("\n\n`load_scai_eval", 1)[0]

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import shared_file
 from convqa.corpus import PassageStore
-from convqa.evaluation.qrecc import evaluate_qrecc_retrieval, load_qrecc_eval, load_scai_eval
+from convqa.front.evaluation.qrecc import evaluate_qrecc_retrieval, load_qrecc_eval, load_scai_eval
 from convqa.history import Full, OldestFirstConfig, QuestionOnly, QuestionsOnly
 from convqa.metrics.answer import answer_tokens
 
@@ -150,8 +150,8 @@ def test_end_to_end_with_the_shipped_reader(data, cache):
     """BM25 (rewrite) + the shipped extractive reader on the top passage of each turn: every
     turn gets an answer from its top passage, and the scores are percentages. QReCC's answers
     are long free-form sentences, so a short extracted span rarely matches one exactly."""
-    from convqa.evaluation.qrecc import evaluate_qrecc_answers
-    from convqa.evaluation.runs import read_run
+    from convqa.front.evaluation.qrecc import evaluate_qrecc_answers
+    from convqa.runs import read_run
     from convqa.io import iter_jsonl
 
     result = evaluate_qrecc_answers(data, {"name": "bm25"}, {"name": "extractive",

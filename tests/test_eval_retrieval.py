@@ -17,8 +17,8 @@ import pytest
 
 from convqa.benchmark.topiocqa_wiki import build_benchmark, full_wiki_source
 from convqa.errors import ConfigError, ConvQAError, DataError
-from convqa.evaluation import evaluate_retrieval, markdown_table, read_run, write_run
-from convqa.evaluation.specs import parse_spec
+from convqa.front.evaluation import evaluate_retrieval, markdown_table, read_run, write_run
+from convqa.specs import parse_spec
 from convqa.types import Hit
 from retrievers.base import Retriever
 from retrievers.bm25 import BM25Config, BM25Retriever

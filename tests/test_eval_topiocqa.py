@@ -27,8 +27,9 @@ import pytest
 from conftest import shared_file
 from convqa.corpus import PassageStore, read_passages
 from convqa.errors import ConfigError, DataError
-from convqa.evaluation.topiocqa import (evaluate_topiocqa_answers, evaluate_topiocqa_retrieval,
-                                        load_official_turns, resolve_passage_id)
+from convqa.front.evaluation.topiocqa import (evaluate_topiocqa_answers,
+                                              evaluate_topiocqa_retrieval, load_official_turns,
+                                              resolve_passage_id)
 from convqa.types import Answer, Hit
 from retrievers.base import Retriever
 

@@ -10,7 +10,7 @@ import torch
 
 from convqa.errors import ConfigError, DataError
 from fid_helpers import colour_examples, save_checkpoint, tiny_reader
-from readers.fid.cli import add_fid_parser
+from convqa.front.cli.train_fid import add_fid_parser
 from readers.fid.data import write_examples
 from readers.fid.model import FiDReader
 from readers.fid.train import FiDTrainConfig, train_fid

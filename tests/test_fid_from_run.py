@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from convqa.errors import DataError
-from convqa.evaluation import write_run
+from convqa.front.evaluation import write_run
 from convqa.types import Hit
 from readers.fid.data import load_examples, write_examples
 from readers.fid.from_run import examples_from_run

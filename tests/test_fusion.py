@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from convqa.errors import ConfigError
-from convqa.evaluation.specs import build_retriever
+from convqa.specs import build_retriever
 from convqa.types import Hit, Passage
 from retrievers.base import Retriever
 from retrievers.bm25 import BM25Config, BM25Retriever

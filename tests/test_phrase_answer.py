@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from conftest import shared_file
-from convqa.cli.main import main
+from convqa.front.cli.main import main
 from convqa.corpus import PassageStore, iter_article_passages
 from convqa.errors import ConvQAError
 from convqa.types import Passage

@@ -19,7 +19,8 @@ from phrase_index.codec import PQCodec
 from phrase_index.compact import (CompactPhraseIndex, build_compact_index, bytes_per_token,
                                   choose_search_factory)
 from phrase_index.dump import PhraseDump
-from phrase_index.index import PhraseIndex, load_phrase_index
+from phrase_index.index import PhraseIndex
+from phrase_index.load import load_phrase_index
 from phrase_index.search import PhraseSearcher, search_phrases
 from phrase_index_helpers import planted_queries, synthetic_passages, token_chars, write_dump
 from reader_helpers import single_thread  # noqa: F401 (autouse fixture: one thread)

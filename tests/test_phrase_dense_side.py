@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from conftest import shared_file
-from convqa.cli.main import main
+from convqa.front.cli.main import main
 from convqa.corpus import PassageStore, iter_article_passages
 from convqa.errors import ConfigError, ConvQAError
-from convqa.evaluation.phrase import PhraseSystem, phrase_spec
+from convqa.front.evaluation.phrase import PhraseSystem, phrase_spec
 from convqa.history import build_history_strategy
 from convqa.types import Turn
 from phrase_index.answerer import PhrasePipeline, PhraseQuery

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 from conftest import shared_file
-from convqa.cli.main import main
+from convqa.front.cli.main import main
 from convqa.corpus import PassageStore
 from convqa.errors import ConfigError
-from convqa.evaluation.phrase import phrase_spec
+from convqa.front.evaluation.phrase import phrase_spec
 from convqa.types import Answer
 from phrase_index.overlap import DEFAULT_WEIGHT, check_weight, content_words, question_overlap, \
     rerank
@@ -67,7 +67,7 @@ FLIPS = {"5725d34aec44d21400f3d63d": ("BankAmericard", "Visa Inc"),
 
 
 def test_the_shipped_model_answers_instead_of_naming_the_subject(tmp_path):
-    from convqa.evaluation.phrase import PhraseSystem
+    from convqa.front.evaluation.phrase import PhraseSystem
     from convqa.loaders.squad import read_squad
     from convqa.types import Passage
     from phrase_index.answerer import PhrasePipeline

@@ -304,7 +304,7 @@ def test_lora_export_reproduces_the_tuned_model(tmp_path):
 
 
 def test_cli_trains_both_stages_and_scores_held_out(tmp_path, capsys):
-    from convqa.cli.main import main
+    from convqa.front.cli.main import main
 
     bench = make_benchmark(tmp_path / "bench")
     base = tiny_base(tmp_path / "base")
@@ -411,7 +411,7 @@ def test_the_query_pool_adds_a_passage_store_and_searches_it_in_chunks(examples,
 def test_a_query_only_run_keeps_the_start_models_phrase_adapter(tmp_path, capsys):
     """`--query-only`: no phrase stage, and the rank-R export keeps the saved model's phrase
     adapter as it is, so every index built with it serves the result (same fingerprint)."""
-    from convqa.cli.main import main
+    from convqa.front.cli.main import main
 
     bench = make_benchmark(tmp_path / "bench")
     base = tiny_base(tmp_path / "base")

@@ -1,5 +1,5 @@
-"""The embedded corpus's prebuilt dense vectors (convqa/prebuilt_index.py): used only when they
-match this install's passages and encoder files, equal to a fresh fp32 encoding, and refused
+"""The embedded corpus's prebuilt dense vectors (convqa/front/prebuilt_index.py): used only when
+they match this install's passages and encoder files, equal to a fresh fp32 encoding, and refused
 with a reason (then the corpus is encoded as before) otherwise."""
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import shutil
 import numpy as np
 import pytest
 
-from convqa import embedded
 from convqa.corpus import PassageStore
 from convqa.errors import DataError
-from convqa.prebuilt_index import (META_FILE, PREBUILT_DIR, VECTORS_FILE, export_prebuilt,
-                                   install_prebuilt, prebuilt_mismatch, read_prebuilt)
+from convqa.front import embedded
+from convqa.front.prebuilt_index import (META_FILE, PREBUILT_DIR, VECTORS_FILE, export_prebuilt,
+                                         install_prebuilt, prebuilt_mismatch, read_prebuilt)
 from convqa.types import Passage
 
 
@@ -46,9 +46,9 @@ def test_shipped_vectors_are_installed_and_equal_a_fresh_fp32_encoding(cache):
 
 
 def test_default_pipeline_answers_from_the_shipped_index(cache):
-    from convqa.pipeline import Pipeline
+    from convqa.front.embedded import default_pipeline
 
-    result = Pipeline.default(cache_dir=cache, progress=False).answer(
+    result = default_pipeline(cache_dir=cache, progress=False).answer(
         "Who directed 2001: A Space Odyssey?")
     assert result.passages[0].title == "2001: A Space Odyssey"
     assert "Kubrick" in result.answer.text
@@ -99,7 +99,7 @@ def test_a_mismatch_falls_back_to_encoding(cache, tmp_path, monkeypatch, capsys)
     import retrievers.dense.build as build
 
     calls = []
-    monkeypatch.setattr("convqa.prebuilt_index.prebuilt_mismatch",
+    monkeypatch.setattr("convqa.front.prebuilt_index.prebuilt_mismatch",
                         lambda store, encoder, folder=None: "the passages differ (test)")
     monkeypatch.setattr(build, "build_dense_index",
                         lambda model, store, out, progress: calls.append((model, len(store))))

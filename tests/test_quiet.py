@@ -123,8 +123,9 @@ def tiny_config(tmp_path_factory) -> Path:
 
 def convqa_process(*args: str, **popen) -> subprocess.Popen:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="")
-    return subprocess.Popen([sys.executable, "-m", "convqa.cli.main", *args], cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+    return subprocess.Popen([sys.executable, "-m", "convqa.front.cli.main", *args], cwd=REPO,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            **popen)
 
 
 def run_convqa(*args: str) -> tuple[str, str]:

@@ -57,7 +57,7 @@ def test_a_passage_holding_the_answer_is_never_a_negative(tmp_path):
 
 
 def test_train_reader_cli_records_article_negatives(tmp_path):
-    from convqa.cli.main import main
+    from convqa.front.cli.main import main
     from test_dense_model import make_tiny_bert
 
     from convqa.models import load_tokenizer

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from conftest import shared_file
-from convqa.cli.main import main
+from convqa.front.cli.main import main
 from readers.extractive.model import ExtractiveReader
 from reader_helpers import save_tiny_encoder, single_thread  # noqa: F401 (autouse fixture)
 

@@ -107,7 +107,7 @@ def test_filter_on_real_squad_paragraphs():
 
 
 def test_train_reader_cli_uses_dense_negatives(bench, tmp_path):
-    from convqa.cli.main import main
+    from convqa.front.cli.main import main
 
     folder, index = bench
     out = tmp_path / "run"

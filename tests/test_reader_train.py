@@ -11,10 +11,11 @@ from conftest import shared_file
 from convqa.errors import ConfigError
 from convqa.types import Passage
 from readers.extractive.data import GoldSpan, ReaderExample, ReaderPassage, squad_examples
+from readers.extractive.heldout import evaluate_reader
 from readers.extractive.inputs import token_span_to_chars
 from readers.extractive.model import ExtractiveReader
-from readers.extractive.train import (ReaderTrainConfig, ReaderTrainer, evaluate_reader,
-                                      make_reader_batch, train_reader)
+from readers.extractive.train import (ReaderTrainConfig, ReaderTrainer, make_reader_batch,
+                                      train_reader)
 from reader_helpers import tiny_reader
 from reader_helpers import single_thread  # noqa: F401 (autouse fixture: one thread)
 from training_helpers import Killed, kill_after

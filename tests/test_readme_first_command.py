@@ -61,7 +61,7 @@ def test_answer_does_not_pay_for_the_demo(tmp_path):
 
     config = tmp_path / "films.yaml"
     config.write_text(yaml.safe_dump(build_film_config(tmp_path)), encoding="utf-8")
-    code = ("import sys\nfrom convqa.cli.main import main\n"
+    code = ("import sys\nfrom convqa.front.cli.main import main\n"
             f"assert main(['answer', {FIRST_QUESTION!r}, '--config', {str(config)!r}]) == 0\n"
             "print(sorted(m for m in ('gradio', 'fastapi', 'uvicorn') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from convqa.benchmark.topiocqa_wiki import build_benchmark, full_wiki_source
-from convqa.cli.main import main
+from convqa.front.cli.main import main
 from convqa.config import load_yaml
 from convqa.errors import ConfigError
-from convqa.evaluation.reproduce import load_matrix, lookup
+from convqa.front.evaluation.reproduce import load_matrix, lookup
 from convqa.io import load_json
 
 REPO = Path(__file__).resolve().parents[1]

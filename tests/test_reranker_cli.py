@@ -8,7 +8,7 @@ import json
 import pytest
 
 from conftest import shared_file
-from convqa.cli.main import main
+from convqa.front.cli.main import main
 from reader_helpers import save_tiny_encoder, single_thread  # noqa: F401 (autouse fixture)
 from retrievers.rerank.data import load_examples
 from retrievers.rerank.model import CrossEncoder

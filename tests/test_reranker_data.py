@@ -10,7 +10,7 @@ import pytest
 
 from conftest import shared_file
 from convqa.errors import ConfigError, DataError
-from convqa.evaluation.runs import write_run
+from convqa.runs import write_run
 from convqa.types import Hit
 from retrievers.rerank.data import (ExampleSources, RerankExample, benchmark_examples,
                                     export_examples, load_examples, save_examples,

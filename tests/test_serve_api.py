@@ -16,8 +16,8 @@ from serve_helpers import GatedPipeline, wait_for, wait_ready
 
 from convqa.errors import ConvQAError
 from convqa.pipeline import Pipeline
-from convqa.serve import ServeConfig, create_app
-from convqa.serve.pipelines import PathInfo, PipelineSource
+from convqa.front.serve import ServeConfig, create_app
+from convqa.front.serve.pipelines import PathInfo, PipelineSource
 
 LIMITS = ServeConfig(max_question_chars=60, max_history_turns=3, max_history_chars=300,
                      max_top_k=10, max_body_bytes=2000, workers=2, queue_size=4)
@@ -43,7 +43,7 @@ def client(pipeline):
 @pytest.fixture
 def bug_log(caplog):
     """Records of the catch-all 500 handler: a refused input must never reach it."""
-    caplog.set_level(logging.ERROR, logger="convqa.serve")
+    caplog.set_level(logging.ERROR, logger="convqa.front.serve")
     return caplog
 
 
@@ -408,7 +408,7 @@ def test_phrase_index_path_answers_without_a_reader(film_config, pipeline, tmp_p
 
     from phrase_model_helpers import tiny_phrase_index
 
-    from convqa.serve.pipelines import built, combine, phrase_source
+    from convqa.front.serve.pipelines import built, combine, phrase_source
 
     folder = tiny_phrase_index(tmp_path_factory.mktemp("phrase"), Path(film_config["passages"]))
     source = combine([built({"films": pipeline}), phrase_source(folder)])

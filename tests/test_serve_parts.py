@@ -9,11 +9,11 @@ import time
 import pytest
 from serve_helpers import wait_for
 
-from convqa.cli.main import main
+from convqa.front.cli.main import main
 from convqa.errors import ConvQAError
-from convqa.serve import ServeConfig, load_serve_config
-from convqa.serve.conversations import ConversationBusy, ConversationStore
-from convqa.serve.workers import Overloaded, PoolClosed, WorkerPool
+from convqa.front.serve import ServeConfig, load_serve_config
+from convqa.front.serve.conversations import ConversationBusy, ConversationStore
+from convqa.front.serve.workers import Overloaded, PoolClosed, WorkerPool
 from convqa.types import Turn
 
 
@@ -188,7 +188,7 @@ def test_bad_serve_config_is_one_line(tmp_path, text, words):
 # -- the command line -------------------------------------------------------------------------
 
 def test_parser_defaults_bind_localhost_on_8000():
-    from convqa.cli.main import build_parser
+    from convqa.front.cli.main import build_parser
 
     args = build_parser().parse_args(["serve"])
     assert (args.host, args.port, args.retriever, args.workers) == ("127.0.0.1", 8000, None, None)
@@ -232,7 +232,7 @@ def test_port_in_use_is_one_line(tmp_path, capsys):
 
 def test_bound_socket_is_tcp_so_replies_are_not_delayed():
     """asyncio disables Nagle's algorithm only on sockets whose protocol is IPPROTO_TCP."""
-    from convqa.serve.server import bind
+    from convqa.front.serve.server import bind
 
     with bind("127.0.0.1", 0) as sock:
         assert sock.proto == socket.IPPROTO_TCP and sock.getsockname()[0] == "127.0.0.1"
@@ -241,13 +241,13 @@ def test_bound_socket_is_tcp_so_replies_are_not_delayed():
 # -- answering paths --------------------------------------------------------------------------
 
 def serve_args(*argv):
-    from convqa.cli.main import build_parser
+    from convqa.front.cli.main import build_parser
 
     return build_parser().parse_args(["serve", *argv])
 
 
 def test_paths_of_the_command_line_are_named_before_loading(tmp_path):
-    from convqa.cli.serve import pipeline_source
+    from convqa.front.cli.serve import pipeline_source
 
     phrase = tmp_path / "films-phrase"
     phrase.mkdir()
@@ -265,7 +265,7 @@ def test_config_path_with_and_without_its_reader_shares_the_retriever(tmp_path):
     import yaml
     from demo_helpers import build_film_config
 
-    from convqa.cli.serve import pipeline_source
+    from convqa.front.cli.serve import pipeline_source
 
     config = tmp_path / "films.yaml"
     values = build_film_config(tmp_path)
@@ -280,7 +280,7 @@ def test_config_path_with_and_without_its_reader_shares_the_retriever(tmp_path):
     assert list(built) == ["plain"] and built["plain"].top_k == 3
 
     from convqa.pipeline import Pipeline
-    from convqa.serve.pipelines import without_reader
+    from convqa.front.serve.pipelines import without_reader
 
     pipeline = Pipeline.from_config(values)
     bare = without_reader(pipeline)

@@ -148,7 +148,7 @@ def command_server(tmp_path):
     config = tmp_path / "films.yaml"
     config.write_text(yaml.safe_dump(dict(build_film_config(tmp_path), reader=READER)),
                       encoding="utf-8")
-    server = ServerProcess(["-m", "convqa.cli.main", "serve", "--port", "0", "--config",
+    server = ServerProcess(["-m", "convqa.front.cli.main", "serve", "--port", "0", "--config",
                             str(config), "--workers", "1", "--queue-size", "8"])
     yield server
     server.stop()

@@ -79,13 +79,13 @@ def test_gloo_backend_available():
 
 @pytest.mark.slow
 def test_cli_loop_under_torchrun_on_two_cpu_processes(tmp_path):
-    """`torchrun -m convqa.cli.main train dpr`: one process group (not two lone processes),
+    """`torchrun -m convqa.front.cli.main train dpr`: one process group (not two lone processes),
     mining shared out, one summary printed."""
     bench = make_benchmark(tmp_path / "bench")
     init = tmp_path / "init"
     tiny_encoder(seed=0).save_pretrained(init)
     out = tmp_path / "out"
-    command = ["-m", "convqa.cli.main", "train", "dpr", "--benchmark", str(bench), "--out",
+    command = ["-m", "convqa.front.cli.main", "train", "dpr", "--benchmark", str(bench), "--out",
                str(out), "--init-model", str(init), "--iterations", "2", "--max-steps", "2",
                "--batch-size", "2", "--positives", "article", "--mine-top-k", "4", "--quiet"]
     done = torchrun(*command)

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from convqa.cli.main import main
+from convqa.front.cli.main import main
 from convqa.errors import ConfigError, ConvQAError
 from retrievers.training.ihn import IHNConfig, run_ihn, stage_names
 from retrievers.training.mining import MiningConfig

@@ -5,7 +5,8 @@
 - `decode`: best span per passage, "best_passage" (DPR) or "global" choice, -> `Answer`;
 - `loss`: selection cross-entropy + marginal likelihood of all gold spans;
 - `data`: training examples (JSONL format), built from SQuAD files or the TopiOCQA benchmark;
-- `train`: the accelerate training loop with resumable checkpoints, and `evaluate_reader`;
+- `train`: the accelerate training loop with resumable checkpoints;
+- `heldout`: `evaluate_reader` and the held-out scores per source a run reports;
 - `run`: one resumable run, data -> training -> held-out scores (`convqa train reader`);
 - `reader`: the `extractive` component of the READERS registry (`SpanReader.read`).
 

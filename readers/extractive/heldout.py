@@ -8,6 +8,8 @@ import hashlib
 import time
 from typing import Any, Sequence
 
+import numpy as np
+
 from .data import ReaderExample, scoring_convention
 
 
@@ -54,7 +56,6 @@ def read_answers(reader: Any, examples: Sequence[ReaderExample]) -> dict[str, st
     the part of `scores_by_source` that several processes can share (each its own questions)."""
     from .model import ExtractiveReader
     from .reader import SpanReader
-    from .train import evaluate_reader
 
     if isinstance(reader, ExtractiveReader):
         reader = SpanReader.from_model(reader, precision="fp32")
@@ -103,3 +104,51 @@ def summed_scores(examples: Sequence[ReaderExample], answers: dict[str, str],
         em += scores["em"]
         f1 += scores["f1"]
     return em, f1
+
+
+def evaluate_reader(reader: Any, examples: Sequence[ReaderExample], with_negatives: bool = False,
+                    max_negatives: int | None = None, convention: str = "squad",
+                    seed: int = 0, progress: bool = False) -> dict[str, Any]:
+    """EM/F1 (percent, convqa.metrics.answer) of `reader` on `examples`.
+
+    `reader` is a `SpanReader` (readers/extractive/reader.py) or an `ExtractiveReader` (read
+    with its training history strategy and the default strategy). Each question is read
+    against its first positive passage alone, or, `with_negatives`, together with its
+    negatives (at most `max_negatives`), the positive at a seeded random position; then
+    `passage_accuracy` is the share of answers taken from the positive passage."""
+    from .model import ExtractiveReader
+    from .reader import SpanReader
+
+    if isinstance(reader, ExtractiveReader):
+        reader = SpanReader.from_model(reader)
+    items: Any = examples
+    if progress:
+        from tqdm.auto import tqdm
+
+        items = tqdm(examples, desc="evaluating reader", unit=" questions")
+    from_positive = no_answer = 0
+    predictions: dict[str, str] = {}
+    for example in items:
+        gold = example.positives[0].passage
+        passages = [gold]
+        if with_negatives:
+            negatives = example.negatives[:max_negatives] if max_negatives is not None \
+                else example.negatives
+            passages = list(negatives)
+            digest = hashlib.sha256(f"{seed}:{example.id}".encode()).digest()
+            position = int(np.random.default_rng(list(digest[:8])).integers(len(passages) + 1))
+            passages.insert(position, gold)
+        answer = reader.read(example.question, example.history_turns(), passages)
+        text = answer.text if answer is not None else ""
+        no_answer += answer is None
+        from_positive += answer is not None and answer.passage_id == gold.id
+        predictions[example.id] = text
+    em, f1 = summed_scores(examples, predictions, convention)
+    count = len(examples)
+    result = {"em": 100.0 * em / count if count else 0.0,
+              "f1": 100.0 * f1 / count if count else 0.0,
+              "count": count, "no_answer": no_answer, "with_negatives": with_negatives,
+              "convention": convention, "predictions": predictions}
+    if with_negatives:
+        result["passage_accuracy"] = 100.0 * from_positive / count if count else 0.0
+    return result

@@ -37,6 +37,11 @@ META_FILE = "convqa_reader.json"
 HEADS_FILE = "reader_heads.safetensors"
 FORMAT = "convqa-extractive-reader"
 VERSION = 1
+
+# Current question first, then the newest history: a reader reads the question before all else,
+# and 64 tokens leave ~180 of a 256-token window for the passage.
+DEFAULT_HISTORY: dict[str, Any] = {"name": "current_first", "max_tokens": 64}
+
 _MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 

@@ -32,7 +32,7 @@ from convqa.types import Answer, Passage, Turn
 
 from .decode import STRATEGIES, Fusion, PassageSpan, passage_spans, span_answer
 from .inputs import build_features
-from .model import ExtractiveReader
+from .model import DEFAULT_HISTORY, ExtractiveReader
 
 # The reader agrees with fp32 when at least this share of the probe windows keeps the same best
 # start token and the same best end token.
@@ -73,8 +73,6 @@ class SpanReader(MeasuredPrecision):
 
     def __init__(self, model: ExtractiveReader, options: ExtractiveReaderOptions | None = None):
         from convqa.history import build_history_strategy
-
-        from .train import DEFAULT_HISTORY
 
         self.options = options or ExtractiveReaderOptions()
         self.model = model

@@ -27,8 +27,9 @@ from convqa.models import DEFAULT_MODEL, resolve_model
 
 from .data import (BuildReport, ReaderExample, benchmark_examples, load_examples, save_examples,
                    scoring_convention, squad_examples)
+from .heldout import evaluate_reader
 from .model import META_FILE, ExtractiveReader, ExtractiveReaderConfig
-from .train import ReaderTrainConfig, evaluate_reader, make_accelerator, train_reader
+from .train import ReaderTrainConfig, make_accelerator, train_reader
 
 DATA_DIR = "data"
 EVAL_JSON = "eval.json"

@@ -1,7 +1,7 @@
 """Training the extractive reader under `accelerate` (one CPU process to many GPUs, same code),
 and scoring it on held-out examples.
 
-    torchrun --nproc_per_node 4 -m convqa.cli.main train reader ...   # or plain `convqa`
+    torchrun --nproc_per_node 4 -m convqa.front.cli.main train reader ...   # or plain `convqa`
 
 - Batches are length-bucketed (`length_pool`): the seeded epoch order is sorted by length in
   pools of that many batches and the batches shuffled (convqa/training/schedule.py
@@ -59,17 +59,13 @@ from convqa.training_log import append_log
 from convqa.types import Passage
 
 from .data import ReaderExample
-from .heldout import heldout_sample, summed_scores
+from .heldout import heldout_sample
 from .inputs import ReaderFeatures, build_features, char_span_to_tokens
 from .loss import reader_loss
-from .model import ExtractiveReader, ReaderLogits
-
-# Current question first, then the newest history: a reader reads the question before all else,
-# and 64 tokens leave ~180 of a 256-token window for the passage.
-DEFAULT_HISTORY: dict[str, Any] = {"name": "current_first", "max_tokens": 64}
+from .model import DEFAULT_HISTORY, ExtractiveReader, ReaderLogits
 
 __all__ = ["DEFAULT_HISTORY", "ReaderBatch", "ReaderTrainConfig", "ReaderTrainResult",
-           "ReaderTrainer", "evaluate_reader", "make_accelerator", "make_reader_batch",
+           "ReaderTrainer", "make_accelerator", "make_reader_batch",
            "train_reader"]
 
 
@@ -369,55 +365,3 @@ def train_reader(reader: ExtractiveReader, examples: Sequence[ReaderExample],
     `config.eval_every`, a fixed sample of `heldout` is scored every that many steps."""
     return ReaderTrainer(reader, examples, out, config or ReaderTrainConfig(), accelerator,
                          info, heldout).train(on_step)
-
-
-# ---------------------------------------------------------------------------------------------
-# Evaluation
-
-
-def evaluate_reader(reader: Any, examples: Sequence[ReaderExample], with_negatives: bool = False,
-                    max_negatives: int | None = None, convention: str = "squad",
-                    seed: int = 0, progress: bool = False) -> dict[str, Any]:
-    """EM/F1 (percent, convqa.metrics.answer) of `reader` on `examples`.
-
-    `reader` is a `SpanReader` (readers/extractive/reader.py) or an `ExtractiveReader` (read
-    with its training history strategy and the default strategy). Each question is read
-    against its first positive passage alone, or, `with_negatives`, together with its
-    negatives (at most `max_negatives`), the positive at a seeded random position; then
-    `passage_accuracy` is the share of answers taken from the positive passage."""
-
-    from .reader import SpanReader
-
-    if isinstance(reader, ExtractiveReader):
-        reader = SpanReader.from_model(reader)
-    items: Any = examples
-    if progress:
-        from tqdm.auto import tqdm
-
-        items = tqdm(examples, desc="evaluating reader", unit=" questions")
-    from_positive = no_answer = 0
-    predictions: dict[str, str] = {}
-    for example in items:
-        gold = example.positives[0].passage
-        passages = [gold]
-        if with_negatives:
-            negatives = example.negatives[:max_negatives] if max_negatives is not None \
-                else example.negatives
-            passages = list(negatives)
-            digest = hashlib.sha256(f"{seed}:{example.id}".encode()).digest()
-            position = int(np.random.default_rng(list(digest[:8])).integers(len(passages) + 1))
-            passages.insert(position, gold)
-        answer = reader.read(example.question, example.history_turns(), passages)
-        text = answer.text if answer is not None else ""
-        no_answer += answer is None
-        from_positive += answer is not None and answer.passage_id == gold.id
-        predictions[example.id] = text
-    em, f1 = summed_scores(examples, predictions, convention)
-    count = len(examples)
-    result = {"em": 100.0 * em / count if count else 0.0,
-              "f1": 100.0 * f1 / count if count else 0.0,
-              "count": count, "no_answer": no_answer, "with_negatives": with_negatives,
-              "convention": convention, "predictions": predictions}
-    if with_negatives:
-        result["passage_accuracy"] = 100.0 * from_positive / count if count else 0.0
-    return result

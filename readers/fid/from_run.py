@@ -24,7 +24,7 @@ from .data import FiDExample
 def examples_from_run(benchmark: str | os.PathLike, run_file: str | os.PathLike, n: int = 20,
                       split: str = "train", answerable_only: bool = False
                       ) -> Iterator[FiDExample]:
-    from convqa.evaluation.runs import read_run
+    from convqa.runs import read_run
 
     if n < 1:
         raise ConfigError(f"n must be at least 1, got {n}")

@@ -1,7 +1,7 @@
 """Training and evaluating the FiD reader under `accelerate`: one CPU process to many GPUs, same
 code, with the conventions of the dual-encoder trainer (retrievers/training/trainer.py).
 
-    accelerate launch --num_processes 4 -m convqa.cli.main train fid ...   # or plain `convqa`
+    accelerate launch --num_processes 4 -m convqa.front.cli.main train fid ...   # or plain `convqa`
 
 - Batches: `batch_size` examples per process per micro-step, taken from a seeded permutation of
   the examples per epoch (the ragged tail is dropped); each process builds its own slice, so

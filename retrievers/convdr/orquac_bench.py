@@ -276,8 +276,8 @@ def score_benchmark(folder: str | os.PathLike, retriever: Any,
                     progress: bool = False) -> dict[str, Any]:
     """Retrieve for every query with `retriever` (a spec or a built retriever) fed
     `query_input`, and score each label set (see module doc)."""
-    from convqa.evaluation.retrieval import retrieve_all
-    from convqa.evaluation.specs import build_retriever
+    from convqa.runs import retrieve_all
+    from convqa.specs import build_retriever
     from convqa.history import build_history_strategy
     from convqa.metrics import evaluate_run
 
@@ -351,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(meta["counts"]))
             print(meta["labels"])
             return 0
-        from convqa.evaluation.specs import parse_spec
+        from convqa.specs import parse_spec
 
         spec, _ = parse_spec(args.retriever)
         history: Any = args.history

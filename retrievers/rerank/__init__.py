@@ -7,8 +7,8 @@ so the passage that answers can rise above its siblings of the same article.
 - `data`: training examples (JSONL format) from a TopiOCQA x Wikipedia benchmark and from
   SQuAD-format files, and the one-file examples export;
 - `train`: the listwise loss, the accelerate trainer and the held-out MRR / Hits@1;
-- `run`: one resumable run, examples -> training -> held-out scores;
-- `cli`: `convqa train reranker` and `convqa train reranker-examples`.
+- `run`: one resumable run, examples -> training -> held-out scores (`convqa train reranker`
+  and `convqa train reranker-examples`: convqa/front/cli/train_reranker.py).
 
 Names are exported lazily so that importing the package does not import torch.
 """

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+CARD_FILE = "README.md"
+
 
 def model_card(meta: Mapping[str, Any], facts: Mapping[str, Any]) -> str:
     """Markdown from the folder's metadata and the training facts (may be empty)."""
@@ -65,14 +67,12 @@ def _spec(history: Any) -> str:
     return str(history)
 
 
-def rewrite_card(folder: Any, facts: Mapping[str, Any]) -> None:
-    """Replace the card of a saved folder (atomically), e.g. once held-out scores exist."""
+def rewrite_card(folder: Any, meta: Mapping[str, Any], facts: Mapping[str, Any]) -> None:
+    """Replace the card of a saved folder (atomically) from its metadata `meta`, e.g. once
+    held-out scores exist."""
     from pathlib import Path
 
-    from convqa.io import atomic_write, load_json
+    from convqa.io import atomic_write
 
-    from .model import CARD_FILE, META_FILE
-
-    folder = Path(folder)
-    with atomic_write(folder / CARD_FILE) as handle:
-        handle.write(model_card(load_json(folder / META_FILE), facts))
+    with atomic_write(Path(folder) / CARD_FILE) as handle:
+        handle.write(model_card(meta, facts))

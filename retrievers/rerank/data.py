@@ -275,12 +275,12 @@ def _benchmark_rankings(turns: Sequence[Any], data: Any, folder: Path, store: An
     if not turns:
         return []
     if run is not None:
-        from convqa.evaluation.runs import read_run
+        from convqa.runs import read_run
 
         hits = read_run(run).hits
         return [[h.passage_id for h in hits.get(turn.qid, ())][:SEARCH_DEPTH] for turn in turns]
     from convqa.history import build_history_strategy
-    from readers.extractive.train import DEFAULT_HISTORY
+    from readers.extractive.model import DEFAULT_HISTORY
     from retrievers.bm25 import BM25Retriever
 
     index = folder / "indexes" / "bm25"

@@ -30,9 +30,10 @@ from convqa.towers import (ADAPTER_CONFIG, adapted_encoder, hash_state, hash_tow
                            load_encoder_tokenizer, load_heads, new_head, save_heads, save_tower)
 from convqa.types import Passage
 
+from .card import CARD_FILE, model_card
+
 META_FILE = "convqa_reranker.json"
 HEAD_FILE = "reranker_head.safetensors"
-CARD_FILE = "README.md"
 FORMAT = "convqa-cross-encoder-reranker"
 VERSION = 1
 POOLINGS = ("cls", "mean")
@@ -200,8 +201,6 @@ class CrossEncoder(ModelBase):
     # -- saving -----------------------------------------------------------------------------
     def _save_files(self, folder: Path, adapter_only: bool, meta: dict) -> None:
         """Encoder (or its adapter), head and the model card."""
-        from .card import model_card
-
         save_tower(self.encoder, folder, adapter_only, self.config.model, self.tokenizer)
         save_heads(self._head_state(), folder / HEAD_FILE)
         (folder / CARD_FILE).write_text(model_card(meta, self.card_facts), encoding="utf-8")

@@ -70,7 +70,7 @@ class CrossEncoderReranker(MeasuredPrecision):
 
     def __init__(self, model: CrossEncoder, options: CrossEncoderRerankerOptions | None = None):
         from convqa.history import build_history_strategy
-        from readers.extractive.train import DEFAULT_HISTORY
+        from readers.extractive.model import DEFAULT_HISTORY
 
         self.options = options or CrossEncoderRerankerOptions()
         self.model = model

@@ -168,7 +168,7 @@ def run_reranker_training(config: RerankRunConfig, out: str | os.PathLike,
         from .card import rewrite_card
 
         record = result.info
-        rewrite_card(result.model_dir, {
+        rewrite_card(result.model_dir, load_json(result.model_dir / META_FILE), {
             "data": counts, "heldout": scores,
             "training": {"steps": record.get("steps"), "processes": record.get("processes"),
                          "questions per step": config.train.batch_size * config.train.grad_accum

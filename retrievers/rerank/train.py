@@ -1,7 +1,7 @@
 """Training the cross-encoder under `accelerate` (one CPU process, several, or a GPU: the same
 code), and its held-out ranking score.
 
-    torchrun --nproc_per_node 2 -m convqa.cli.main train reranker ...   # or plain `convqa`
+    torchrun --nproc_per_node 2 -m convqa.front.cli.main train reranker ...   # or plain `convqa`
 
 - A micro-batch is `batch_size` questions per process, each scored against 1 positive (one of
   its positives, seeded) and up to `negatives` K negatives: its article and mined negatives
@@ -44,7 +44,7 @@ from convqa.training.schedule import (bucketed_batches, check_counts, check_sche
                                       example_rng, schedule_key)
 from convqa.training_log import append_log
 from convqa.types import Passage
-from readers.extractive.train import DEFAULT_HISTORY
+from readers.extractive.model import DEFAULT_HISTORY
 
 from .data import RerankExample
 from .model import CrossEncoder

@@ -1,6 +1,6 @@
 """The dual-encoder training loop under `accelerate`: one CPU process to many GPUs, same code.
 
-    accelerate launch --num_processes 4 -m convqa.cli.main train dpr ...   # or plain `convqa`
+    accelerate launch --num_processes 4 -m convqa.front.cli.main train dpr ...   # or plain `convqa`
 
 - Batches: `batch_size` examples per process per micro-step; the global batch is
   batch_size x processes, every query is scored against all its passages (loss.py).
