@@ -13,7 +13,9 @@ from html import escape
 from typing import Any
 
 from .chat import TurnView, ask
-from .pipelines import EMBEDDED_READERS, EMBEDDED_RETRIEVERS, BuildFn, PipelineCache
+from convqa.front.embedded import RETRIEVER_CHOICES
+
+from .pipelines import EMBEDDED_READERS, BuildFn, PipelineCache
 from .session import ChatSession
 
 TITLE = "convqa: conversational question answering"
@@ -73,7 +75,7 @@ def build_demo(pipelines: PipelineCache | BuildFn, *, title: str = TITLE,
     import gradio as gr
 
     if not isinstance(pipelines, PipelineCache):
-        pipelines = PipelineCache(pipelines, EMBEDDED_RETRIEVERS, EMBEDDED_READERS)
+        pipelines = PipelineCache(pipelines, RETRIEVER_CHOICES, EMBEDDED_READERS)
     top_k = max(1, min(top_k, max_top_k))
     respond = functools.partial(respond_outputs, pipelines)
 

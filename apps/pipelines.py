@@ -6,8 +6,10 @@ can take seconds (reader weights) to minutes (the first dense index), so it happ
 wait for one build, and a build never blocks answers on the other paths.
 
 The choice lists are data, not code: a new answering path is one more name in `retrievers` and
-a `build` function that knows it. A path may allow only some readers: a phrase index answers
-without one, so its only reader choice is "none" (`with_phrase_indexes`).
+a `build` function that knows it; the paths themselves are built by convqa/front/paths.py, and
+named as there (a phrase index is `phrase:<folder name>`). A path may allow only some readers:
+a phrase index answers without one, so its only reader choice is "none"
+(`with_phrase_indexes`).
 """
 from __future__ import annotations
 
@@ -18,20 +20,22 @@ from pathlib import Path
 from typing import Any
 
 from convqa.errors import ConfigError, DataError
+from convqa.front.embedded import DEFAULT_READER, DEFAULT_RETRIEVER, RETRIEVER_CHOICES
+from convqa.front.paths import (PhraseIndexPath, build as build_path, configured_path,
+                                embedded_path, spec_name)
 
 NO_READER = "none"
-EMBEDDED_RETRIEVERS = ("dense", "bm25", "hybrid")
-EMBEDDED_READERS = ("extractive", NO_READER)
+EXTRACTIVE = spec_name(DEFAULT_READER)
+EMBEDDED_READERS = (EXTRACTIVE, NO_READER)
 
 BuildFn = Callable[[str, str], Any]  # (retriever choice, reader choice) -> Pipeline
-PHRASE_INDEX = "phrase index"
 
 
 class PipelineCache:
     """`get(retriever, reader)` returns the pipeline for that choice, building it once.
 
     `readers` is either the reader choices of every retriever, or {retriever: its readers}
-    when they differ (a phrase index takes no reader: {"phrase index": ("none",)})."""
+    when they differ (a phrase index takes no reader: {"phrase:v1": ("none",)})."""
 
     def __init__(self, build: BuildFn, retrievers: Sequence[str],
                  readers: Sequence[str] | Mapping[str, Sequence[str]],
@@ -90,56 +94,42 @@ class PipelineCache:
 
 
 def embedded_pipelines(cache_dir: str | os.PathLike | None = None, progress: bool = True,
-                       retriever: str = "dense", reader: str = "extractive") -> PipelineCache:
-    """The embedded vital-article corpus with the shipped models
-    (`convqa.front.embedded.default_pipeline`): every retriever of `convqa answer`, with the
-    shipped extractive reader or none."""
-    from convqa.front.embedded import default_pipeline
-
+                       retriever: str = DEFAULT_RETRIEVER,
+                       reader: str = EXTRACTIVE) -> PipelineCache:
+    """The embedded vital-article corpus with the shipped models (`embedded_path`): every
+    retriever of `convqa answer`, with the shipped extractive reader or none."""
     def build(retriever: str, reader: str):
-        return default_pipeline(cache_dir=cache_dir, progress=progress, retriever=retriever,
-                                reader=None if reader == NO_READER else "default")
+        path = embedded_path(retriever, None if reader == NO_READER else "default", cache_dir)
+        return build_path(path, progress)
 
-    return PipelineCache(build, EMBEDDED_RETRIEVERS, EMBEDDED_READERS, (retriever, reader))
+    return PipelineCache(build, RETRIEVER_CHOICES, EMBEDDED_READERS, (retriever, reader))
 
 
 def config_pipelines(config: str | os.PathLike | dict, name: str | None = None,
                      reader: str | None = None) -> PipelineCache:
     """One configured pipeline (a YAML file or a dict, see `Pipeline.from_config`): its
-    retriever is the only retriever choice (named `name`, default the file's name or
+    retriever is the only retriever choice (named `name`, default after the file, or
     "configured"); its reader, if it has one, can be switched off."""
-    from convqa.config import load_yaml
-    from convqa.pipeline import Pipeline
-
-    if not isinstance(config, dict):
-        name = name or Path(config).name
-        config = load_yaml(config)
-    name = name or "configured"
-    has_reader = bool(config.get("reader"))
-    reader_name = _reader_name(config.get("reader")) if has_reader else NO_READER
-    readers = (reader_name, NO_READER) if has_reader else (NO_READER,)
+    path = configured_path(config, name=name)
+    readers = (path.reader_name, NO_READER) if path.reader_name else (NO_READER,)
 
     def build(_retriever: str, chosen: str):
-        chosen_config = dict(config)
-        if chosen == NO_READER:
-            chosen_config.pop("reader", None)
-        return Pipeline.from_config(chosen_config)
+        return build_path(path.without_reader() if chosen == NO_READER else path)
 
-    return PipelineCache(build, (name,), readers, (name, reader or readers[0]))
+    return PipelineCache(build, (path.retriever_name,), readers,
+                         (path.retriever_name, reader or readers[0]))
 
 
-def phrase_index_names(folders: Sequence[str | os.PathLike]) -> dict[str, Path]:
-    """{choice name: folder}: "phrase index" for one, "phrase index: <folder name>" for
-    several (a name given twice is an error)."""
-    if len(folders) == 1:
-        return {PHRASE_INDEX: Path(folders[0])}
-    names: dict[str, Path] = {}
+def phrase_index_paths(folders: Sequence[str | os.PathLike]) -> dict[str, PhraseIndexPath]:
+    """{choice name: path}: the paths' own names, `phrase:<folder name>` (a name given twice
+    is an error)."""
+    paths: dict[str, PhraseIndexPath] = {}
     for folder in folders:
-        name = f"{PHRASE_INDEX}: {Path(folder).name}"
-        if name in names:
+        path = PhraseIndexPath(folder)
+        if path.name in paths:
             raise ConfigError(f"demo: two phrase indexes are named {Path(folder).name!r}")
-        names[name] = Path(folder)
-    return names
+        paths[path.name] = path
+    return paths
 
 
 def with_phrase_indexes(cache: PipelineCache | None,
@@ -147,12 +137,12 @@ def with_phrase_indexes(cache: PipelineCache | None,
     """`cache`'s paths (None: none) plus one per phrase index folder (`convqa index
     --phrase`), each answering without a reader (its only reader choice is "none"); the
     first phrase index is selected at start."""
-    indexes = phrase_index_names(folders)
+    indexes = phrase_index_paths(folders)
     if not indexes:
         raise ConfigError("demo: no phrase index given")
-    for folder in indexes.values():
-        if not folder.is_dir():
-            raise DataError("no such phrase index folder", folder)
+    for path in indexes.values():
+        if not Path(path.index).is_dir():
+            raise DataError("no such phrase index folder", Path(path.index))
     readers = {name: cache.readers_for(name) for name in cache.retrievers} if cache else {}
     clash = sorted(set(readers) & set(indexes))
     if clash:
@@ -161,17 +151,7 @@ def with_phrase_indexes(cache: PipelineCache | None,
 
     def build(retriever: str, reader: str):
         if retriever in indexes:
-            from phrase_index.answerer import PhrasePipeline
-
-            return PhrasePipeline.from_folder(indexes[retriever])
+            return build_path(indexes[retriever])
         return cache._build(retriever, reader)
 
     return PipelineCache(build, list(readers), readers, (next(iter(indexes)), NO_READER))
-
-
-def _reader_name(spec: Any) -> str:
-    if isinstance(spec, str):
-        return spec
-    if isinstance(spec, dict) and isinstance(spec.get("name"), str):
-        return spec["name"]
-    return "configured"

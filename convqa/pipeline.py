@@ -4,7 +4,7 @@
     >>> result = pipe.answer("Who directed Casablanca?", history=[])  # doctest: +SKIP
     >>> result.passages[0].title                                    # doctest: +SKIP
 
-The embedded default with the shipped models is `convqa.front.embedded.default_pipeline()`.
+The embedded default with the shipped models is `convqa.front.paths.default_pipeline()`.
 Until a reader is configured the pipeline is retrieval-only: `result.answer` is None and the
 evidence is the ranked passages.
 """
@@ -14,7 +14,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, ClassVar, Protocol, Sequence
 
 from .config import load_yaml
 from .errors import ConfigError, ConvQAError
@@ -42,7 +42,31 @@ class PipelineResult:
     timings_ms: dict[str, float] = field(default_factory=dict)
 
 
+# The kinds of answering path: a retriever (+ reader), or a phrase index that answers alone.
+RETRIEVER_READER = "retriever"
+PHRASE_INDEX = "phrase index"
+
+
+class Answerer(Protocol):
+    """What every answering path offers its callers (CLI, demo, serve, evaluation): `Pipeline`
+    here, `phrase_index.answerer.PhrasePipeline` for a phrase index. `kind` says which
+    (RETRIEVER_READER or PHRASE_INDEX); `history_strategy` formats the conversation."""
+
+    kind: ClassVar[str]
+    top_k: int
+
+    @property
+    def history_strategy(self) -> Any: ...
+
+    def answer(self, question: str, history: Sequence[Turn] = (), top_k: int | None = None
+               ) -> PipelineResult: ...
+
+
 class Pipeline:
+    """A retriever, its history strategy, the passage store and optionally a reader."""
+
+    kind: ClassVar[str] = RETRIEVER_READER
+
     def __init__(self, retriever, history, passages, reader=None, top_k: int = 5,
                  config: dict | None = None):
         self.retriever = retriever
@@ -52,6 +76,10 @@ class Pipeline:
         self.top_k = top_k
         self.config = config or {}
         self.history.format("warm up", [])  # load the tokenizer now, not inside the first turn
+
+    @property
+    def history_strategy(self) -> Any:
+        return self.history
 
     @classmethod
     def from_config(cls, config: dict[str, Any] | str | os.PathLike) -> "Pipeline":

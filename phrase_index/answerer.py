@@ -23,15 +23,15 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Any, ClassVar, Sequence
 
 import numpy as np
 import torch
 
 from convqa.errors import ConfigError, ConvQAError
+from convqa.pipeline import PHRASE_INDEX, PipelineResult
 from convqa.precision import (VECTOR_AGREEMENT, MeasuredPrecision, PrecisionChoice,
                               PrecisionOnFirstUse, autocast, choose_precision, min_cosine, prepare)
-from convqa.pipeline import PipelineResult
 from convqa.types import Answer, Hit, Turn
 
 from .index import PhraseIndex
@@ -72,6 +72,8 @@ class PhraseQuery(str):
 
 class PhrasePipeline(MeasuredPrecision):
     """Phrase model (query side) + phrase index + passage store."""
+
+    kind: ClassVar[str] = PHRASE_INDEX
 
     def __init__(self, model, index: PhraseIndex, store, top_k: int = 5,
                  candidates: int | None = None, max_answer_tokens: int | None = None,
@@ -156,6 +158,11 @@ class PhrasePipeline(MeasuredPrecision):
                                     precision=precision, device=device)
         return cls(phrase_model, index, store, top_k, candidates, precision=precision,
                    sparse=sparse, overlap_weight=overlap_weight, dense=dense)
+
+    @property
+    def history_strategy(self) -> Any:
+        """The phrase model's own: it formats the conversation (no retriever's strategy)."""
+        return self.model.history_strategy
 
     def format_query(self, question: str, history: Sequence[Turn]) -> PhraseQuery:
         """The phrase model's query text, carrying the sparse and dense sides' and the

@@ -65,9 +65,11 @@ def topiocqa_turns(data_dir: str, count: int):
 
 
 def main(argv: list[str] | None = None) -> int:
+    from convqa.front.embedded import DEFAULT_RETRIEVER, RETRIEVER_CHOICES
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", help="pipeline YAML (default: the embedded default)")
-    parser.add_argument("--retriever", default="dense", choices=("dense", "bm25", "hybrid"))
+    parser.add_argument("--retriever", default=DEFAULT_RETRIEVER, choices=RETRIEVER_CHOICES)
     parser.add_argument("--no-reader", action="store_true", help="embedded default without reader")
     parser.add_argument("--benchmark", help="benchmark folder whose turns to ask")
     parser.add_argument("--split", default="dev", choices=("dev", "train", "all"),

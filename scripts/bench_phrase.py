@@ -8,7 +8,7 @@ questions per second, index bytes per passage, and EM/F1 on the turns asked.
     python scripts/bench_phrase.py --phrase-index runs/phrase-index-vital \\
         --phrase-model runs/phrase-v1/model --build --benchmark /tmp/bench/vital
 
-The retriever + reader is `default_pipeline()` (convqa.front.embedded): the shipped DPR-IHN adapter
+The retriever + reader is `default_pipeline()` (convqa.front.paths): the shipped DPR-IHN adapter
 over the vital corpus (Flat FAISS), the top `--top-k` passages (default 5), the shipped extractive
 reader as `convqa answer` configures it. `--dense-index` reuses an index of that encoder over the
 same passages instead of building the embedded one (the retriever checks encoder fingerprint and
@@ -104,7 +104,7 @@ def dense_config(index: str | None, top_k: int = 5) -> dict:
 def open_system(name: str, options: dict, progress: bool = False):
     """One of the two systems compared, as `options` (main's arguments) describe it, opened
     as `convqa answer` opens it."""
-    from convqa.front.embedded import default_pipeline
+    from convqa.front.paths import default_pipeline
     from convqa.pipeline import Pipeline
     from phrase_index.answerer import PhrasePipeline
 

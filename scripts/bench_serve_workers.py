@@ -82,8 +82,10 @@ def run_layout(replicas, workers: int, threads: int, turns, group: int = 1) -> f
 
 
 def main(argv: list[str] | None = None) -> int:
+    from convqa.front.embedded import DEFAULT_RETRIEVER, RETRIEVER_CHOICES
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--retriever", default="dense", choices=("dense", "bm25", "hybrid"))
+    parser.add_argument("--retriever", default=DEFAULT_RETRIEVER, choices=RETRIEVER_CHOICES)
     parser.add_argument("--no-reader", action="store_true")
     parser.add_argument("--data-dir", type=Path, default=Path("../shared/data"))
     parser.add_argument("--requests", type=int, default=32)

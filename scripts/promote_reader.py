@@ -135,7 +135,8 @@ def failed_checks(folder: str | Path, checks: list[tuple[str, str]]) -> list[str
     `folder` in place of the shipped one, is not exactly the expected text (a sanity check
     that held-out F1 does not make: a reader can gain F1 and still answer the README's
     question with a clause too long)."""
-    from convqa.front.embedded import DEFAULT_READER, default_pipeline
+    from convqa.front.embedded import DEFAULT_READER
+    from convqa.front.paths import default_pipeline
 
     if not checks:
         return []

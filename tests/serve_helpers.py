@@ -32,7 +32,8 @@ class GatedPipeline:
 
     def __init__(self, pipeline):
         self.pipeline = pipeline
-        self.history = pipeline.history
+        self.kind = pipeline.kind
+        self.history = self.history_strategy = pipeline.history
         self.top_k = pipeline.top_k
         self.config = pipeline.config
         self.reader = pipeline.reader
@@ -65,7 +66,8 @@ class DelayedPipeline:
 
     def __init__(self, pipeline, delay_s: float):
         self.pipeline = pipeline
-        self.history = pipeline.history
+        self.kind = pipeline.kind
+        self.history = self.history_strategy = pipeline.history
         self.top_k = pipeline.top_k
         self.config = pipeline.config
         self.reader = pipeline.reader

@@ -3,9 +3,9 @@ import json
 
 import pytest
 
-from convqa.front.cli.main import main
 from convqa.errors import ConvQAError
-from convqa.front.embedded import default_pipeline
+from convqa.front.cli.main import main
+from convqa.front.paths import default_pipeline
 from convqa.types import Turn
 
 

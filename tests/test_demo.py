@@ -23,10 +23,9 @@ from demo_helpers import (
 from apps.chat import EMPTY_QUESTION, ask, reply_text
 from apps.pipelines import (
                             NO_READER,
-                            PHRASE_INDEX,
                             PipelineCache,
                             config_pipelines,
-                            phrase_index_names,
+                            phrase_index_paths,
                             with_phrase_indexes,
                             )
 from apps.render import (
@@ -38,8 +37,9 @@ from apps.render import (
                          timings_text,
                          )
 from apps.session import ChatSession
-from convqa.front.cli.main import build_parser, main
 from convqa.errors import ConfigError, DataError
+from convqa.front.cli.main import build_parser, main
+from convqa.front.embedded import RETRIEVER_CHOICES
 from convqa.types import Answer, Hit, Passage, Turn
 
 MARK = re.compile(r'<mark class="convqa-answer">(.*?)</mark>', re.DOTALL)
@@ -288,9 +288,9 @@ def test_config_pipelines_from_yaml(tmp_path, film_config):
     path = tmp_path / "films.yaml"
     path.write_text(yaml.safe_dump(film_config), encoding="utf-8")
     cache = config_pipelines(path)
-    assert cache.retrievers == ("films.yaml",) and cache.readers == ("extractive", NO_READER)
-    assert cache.default == ("films.yaml", "extractive")
-    assert cache.get("films.yaml", NO_READER).reader is None
+    assert cache.retrievers == ("films",) and cache.readers == ("extractive", NO_READER)
+    assert cache.default == ("films", "extractive")
+    assert cache.get("films", NO_READER).reader is None
     no_reader = {k: v for k, v in film_config.items() if k != "reader"}
     assert config_pipelines(no_reader).readers == (NO_READER,)
 
@@ -348,7 +348,7 @@ def test_command_launches_locally_without_share_or_analytics(monkeypatch, tmp_pa
     assert launched["share"] is False and launched["inbrowser"] is False
     assert launched["blocks"].analytics_enabled is False
     assert os.environ["GRADIO_ANALYTICS_ENABLED"] == "False"
-    assert "preparing the films.yaml + none pipeline" in capsys.readouterr().err
+    assert "preparing the films + none pipeline" in capsys.readouterr().err
 
 
 def test_port_in_use_is_one_line(monkeypatch, tmp_path, film_config, capsys):
@@ -380,19 +380,25 @@ def phrase_dir(film_config, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def phrase(phrase_dir):
+    """The phrase index's path name: its choice in the page."""
+    return f"phrase:{Path(phrase_dir).resolve().name}"
+
+
+@pytest.fixture(scope="module")
 def with_phrase(film_config, phrase_dir):
     """bm25 (reader extractive or none) and the phrase index (no reader)."""
     return with_phrase_indexes(config_pipelines(film_config, name="bm25"), [phrase_dir])
 
 
-def test_phrase_index_answers_without_a_reader_and_marks_its_phrase(with_phrase):
-    assert with_phrase.retrievers == ("bm25", PHRASE_INDEX)
-    assert with_phrase.default == (PHRASE_INDEX, NO_READER)
+def test_phrase_index_answers_without_a_reader_and_marks_its_phrase(with_phrase, phrase):
+    assert with_phrase.retrievers == ("bm25", phrase)
+    assert with_phrase.default == (phrase, NO_READER)
     assert with_phrase.readers_for("bm25") == ("extractive", NO_READER)
-    assert with_phrase.readers_for(PHRASE_INDEX) == (NO_READER,)
-    first = ask(with_phrase, ChatSession(), FIRST_QUESTION, PHRASE_INDEX, NO_READER, 3)
+    assert with_phrase.readers_for(phrase) == (NO_READER,)
+    first = ask(with_phrase, ChatSession(), FIRST_QUESTION, phrase, NO_READER, 3)
     assert not first.notice
-    pipeline = with_phrase.get(PHRASE_INDEX, NO_READER)
+    pipeline = with_phrase.get(phrase, NO_READER)
     expected = pipeline.answer(FIRST_QUESTION, [], 3)
     answer = expected.answer
     assert first.session.history() == [Turn(FIRST_QUESTION, answer.text)]
@@ -412,23 +418,23 @@ def test_phrase_index_answers_without_a_reader_and_marks_its_phrase(with_phrase)
     assert "encode" in first.latency and "search" in first.latency
     assert " read " not in first.latency
     # the follow-up is asked with this session's history, formatted by the phrase model
-    follow = ask(with_phrase, first.session, FOLLOW_UP, PHRASE_INDEX, NO_READER, 3)
+    follow = ask(with_phrase, first.session, FOLLOW_UP, phrase, NO_READER, 3)
     assert follow.query == pipeline.format_query(FOLLOW_UP, [Turn(FIRST_QUESTION, answer.text)])
     assert follow.query.startswith(FOLLOW_UP) and answer.text in follow.query
     # a reader for the phrase index is refused (the page does not offer one), nothing changes
-    refused = ask(with_phrase, first.session, FOLLOW_UP, PHRASE_INDEX, "extractive", 3)
+    refused = ask(with_phrase, first.session, FOLLOW_UP, phrase, "extractive", 3)
     assert refused.session is first.session
-    assert refused.notice == ("Error: demo: 'phrase index' takes no reader 'extractive' "
+    assert refused.notice == (f"Error: demo: '{phrase}' takes no reader 'extractive' "
                               "(choices: none)")
     assert not with_phrase.is_built("bm25", "extractive")  # other paths: built when chosen
 
 
-def test_reader_dropdown_follows_the_retriever(with_phrase):
+def test_reader_dropdown_follows_the_retriever(with_phrase, phrase):
     gr = pytest.importorskip("gradio", reason='needs gradio (pip install "convqa[demo]")')
 
     from apps.demo import build_demo, reader_choices
 
-    assert reader_choices(with_phrase, PHRASE_INDEX, "extractive") == {
+    assert reader_choices(with_phrase, phrase, "extractive") == {
         "choices": [NO_READER], "value": NO_READER}
     assert reader_choices(with_phrase, "bm25", NO_READER) == {
         "choices": ["extractive", NO_READER], "value": NO_READER}  # kept when allowed
@@ -436,8 +442,8 @@ def test_reader_dropdown_follows_the_retriever(with_phrase):
     by_id = {block.elem_id: block for block in demo.blocks.values()
              if getattr(block, "elem_id", None)}
     retriever, reader = by_id["convqa-retriever"], by_id["convqa-reader"]
-    assert [v for _, v in retriever.choices] == ["bm25", PHRASE_INDEX]
-    assert retriever.value == PHRASE_INDEX
+    assert [v for _, v in retriever.choices] == ["bm25", phrase]
+    assert retriever.value == phrase
     assert [v for _, v in reader.choices] == [NO_READER] and reader.value == NO_READER
     changes = [f for f in demo.fns.values() if f.targets == [(retriever._id, "change")]]
     assert len(changes) == 1 and changes[0].outputs == [reader] and changes[0].queue is False
@@ -462,13 +468,14 @@ def test_cache_with_readers_per_retriever(tmp_path):
     with pytest.raises(ConfigError, match="at least one retriever and one reader"):
         PipelineCache(lambda r, d: None, ("bm25", "phrase"), {"bm25": ("none",)})
     # several phrase indexes are told apart by their folder names
-    assert list(phrase_index_names(["a/v1", "b/v2"])) == ["phrase index: v1", "phrase index: v2"]
+    assert list(phrase_index_paths(["a/v1", "b/v2"])) == ["phrase:v1", "phrase:v2"]
     with pytest.raises(ConfigError, match="two phrase indexes are named 'v1'"):
-        phrase_index_names(["a/v1", "b/v1"])
+        phrase_index_paths(["a/v1", "b/v1"])
     with pytest.raises(DataError, match="no such phrase index folder"):
         with_phrase_indexes(None, [tmp_path / "missing"])
-    taken = PipelineCache(lambda r, d: None, (PHRASE_INDEX,), ("none",))
-    with pytest.raises(ConfigError, match="a retriever is already named 'phrase index'"):
+    name = f"phrase:{tmp_path.name}"
+    taken = PipelineCache(lambda r, d: None, (name,), ("none",))
+    with pytest.raises(ConfigError, match=f"a retriever is already named '{name}'"):
         with_phrase_indexes(taken, [tmp_path])
 
 
@@ -483,12 +490,12 @@ def test_phrase_index_flag_errors_are_one_line(tmp_path, capsys):
     assert main(["demo", "--phrase-index", str(tmp_path / "empty")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("convqa demo: error: ") and "not a phrase index" in err[-1]
-    assert len(err) == 2 and "preparing the phrase index + none pipeline" in err[0]
+    assert len(err) == 2 and "preparing the phrase:empty + none pipeline" in err[0]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty"]  # nothing embedded built
 
 
 def test_command_offers_the_phrase_index_with_config_or_embedded_paths(
-        monkeypatch, tmp_path, film_config, phrase_dir, capsys):
+        monkeypatch, tmp_path, film_config, phrase_dir, phrase, capsys):
     gr = pytest.importorskip("gradio", reason='needs gradio (pip install "convqa[demo]")')
     import yaml
 
@@ -505,12 +512,12 @@ def test_command_offers_the_phrase_index_with_config_or_embedded_paths(
 
     capsys.readouterr()
     assert main(["demo", "--config", str(path), "--phrase-index", str(phrase_dir)]) == 0
-    assert choices(launched[-1]) == (["films.yaml", PHRASE_INDEX], PHRASE_INDEX)
+    assert choices(launched[-1]) == (["films", phrase], phrase)
     err = capsys.readouterr().err  # both paths loaded before serving
-    assert "preparing the phrase index + none pipeline" in err
-    assert "preparing the films.yaml + none pipeline" in err
+    assert f"preparing the {phrase} + none pipeline" in err
+    assert "preparing the films + none pipeline" in err
     cache = tmp_path / "cache"
     assert main(["demo", "--phrase-index", str(phrase_dir), "--cache-dir", str(cache)]) == 0
-    assert choices(launched[-1]) == (["dense", "bm25", "hybrid", PHRASE_INDEX], PHRASE_INDEX)
+    assert choices(launched[-1]) == ([*RETRIEVER_CHOICES, phrase], phrase)
     err = capsys.readouterr().err
     assert err.count("preparing") == 1 and not cache.exists()  # embedded: built when chosen

@@ -16,7 +16,8 @@ from conftest import shared_file
 from convqa.front.cli.main import main
 from convqa.corpus import PassageStore, iter_article_passages
 from convqa.errors import ConfigError, ConvQAError
-from convqa.front.evaluation.phrase import PhraseSystem, phrase_spec
+from convqa.front.evaluation.phrase import PhraseSystem
+from convqa.front.paths import phrase_spec
 from convqa.history import build_history_strategy
 from convqa.types import Turn
 from phrase_index.answerer import PhrasePipeline, PhraseQuery

@@ -10,7 +10,7 @@ from conftest import shared_file
 from convqa.front.cli.main import main
 from convqa.corpus import PassageStore
 from convqa.errors import ConfigError
-from convqa.front.evaluation.phrase import phrase_spec
+from convqa.front.paths import phrase_spec
 from convqa.types import Answer
 from phrase_index.overlap import DEFAULT_WEIGHT, check_weight, content_words, question_overlap, \
     rerank

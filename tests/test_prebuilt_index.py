@@ -46,7 +46,7 @@ def test_shipped_vectors_are_installed_and_equal_a_fresh_fp32_encoding(cache):
 
 
 def test_default_pipeline_answers_from_the_shipped_index(cache):
-    from convqa.front.embedded import default_pipeline
+    from convqa.front.paths import default_pipeline
 
     result = default_pipeline(cache_dir=cache, progress=False).answer(
         "Who directed 2001: A Space Odyssey?")

@@ -178,7 +178,7 @@ def test_demo_is_quiet(tiny_config):
     out, err = _demo_output(tiny_config, ready="serving on")
     assert "convqa demo: serving on http://127.0.0.1:" in out
     assert "share=True" not in out  # Gradio's share-link hint: the demo never shares
-    assert err.splitlines() == ["convqa demo: preparing the pipeline.yaml + extractive pipeline"]
+    assert err.splitlines() == ["convqa demo: preparing the pipeline + extractive pipeline"]
 
 
 def test_demo_verbose_shows_third_party_output(tiny_config):

@@ -15,9 +15,9 @@ from fastapi.testclient import TestClient
 from serve_helpers import GatedPipeline, wait_for, wait_ready
 
 from convqa.errors import ConvQAError
-from convqa.pipeline import Pipeline
 from convqa.front.serve import ServeConfig, create_app
 from convqa.front.serve.pipelines import PathInfo, PipelineSource
+from convqa.pipeline import RETRIEVER_READER, Pipeline
 
 LIMITS = ServeConfig(max_question_chars=60, max_history_turns=3, max_history_chars=300,
                      max_top_k=10, max_body_bytes=2000, workers=2, queue_size=4)
@@ -270,7 +270,9 @@ def test_bad_paths_and_methods_are_one_line(client, bug_log):
 
 def test_a_bug_is_a_one_line_500_and_logged(film_config, bug_log):
     class Broken:
-        history = top_k = None
+        kind = RETRIEVER_READER
+        history_strategy = top_k = reader = None
+        config: dict = {}
 
         def answer(self, question, history=(), top_k=None):
             raise ZeroDivisionError("a bug")

@@ -279,8 +279,8 @@ def test_config_path_with_and_without_its_reader_shares_the_retriever(tmp_path):
     built = pipeline_source(serve_args("--config", str(plain), "--set", "top_k=3")).build()
     assert list(built) == ["plain"] and built["plain"].top_k == 3
 
+    from convqa.front.paths import without_reader
     from convqa.pipeline import Pipeline
-    from convqa.front.serve.pipelines import without_reader
 
     pipeline = Pipeline.from_config(values)
     bare = without_reader(pipeline)

@@ -12,7 +12,6 @@ from typing import Any
 
 from ..cache import cache_dir
 from ..errors import ConfigError
-from ..pipeline import Pipeline
 
 EMBEDDED_VERSION = "vital-w100-v1"
 
@@ -103,13 +102,3 @@ def default_config(cache: str | os.PathLike | None = None,
         "reader": dict(DEFAULT_READER) if reader == "default" else reader,
         "top_k": 5,
     }
-
-
-def default_pipeline(cache_dir: str | os.PathLike | None = None, progress: bool = True,
-                     retriever: str = DEFAULT_RETRIEVER, reader: Any = "default") -> Pipeline:
-    """The embedded vital-article corpus with the shipped models; `retriever` is dense
-    (DPR-IHN adapter), bm25 or hybrid (RRF of both); `reader` "default" (the shipped
-    extractive reader), None (retrieval only) or a reader spec. Indexes are built on
-    first use."""
-    ensure_embedded(cache_dir, progress=progress, retriever=retriever)
-    return Pipeline.from_config(default_config(cache_dir, retriever, reader))

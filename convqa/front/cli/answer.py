@@ -6,6 +6,7 @@ import json
 import textwrap
 
 from convqa.errors import ConvQAError
+from convqa.front.embedded import DEFAULT_RETRIEVER, RETRIEVER_CHOICES
 from convqa.quiet import add_verbose_argument
 from convqa.types import Turn
 
@@ -24,7 +25,7 @@ def add_parser(subparsers) -> None:
                    help="override a config value, e.g. --set retriever.preset=qrecc")
     p.add_argument("--top-k", type=int, default=None, help="passages to retrieve (default 5)")
     p.add_argument("--cache-dir", help="where the embedded index lives (default ~/.cache/convqa)")
-    p.add_argument("--retriever", choices=("dense", "bm25", "hybrid"), default="dense",
+    p.add_argument("--retriever", choices=RETRIEVER_CHOICES, default=DEFAULT_RETRIEVER,
                    help="retriever of the embedded default: dense (DPR-IHN, default), bm25, or "
                         "hybrid (reciprocal-rank fusion of both); ignored with --config")
     p.add_argument("--no-reader", action="store_true",
@@ -47,31 +48,32 @@ def add_parser(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def build_pipeline(args: argparse.Namespace):
-    from convqa.config import apply_overrides, load_yaml
-    from convqa.front.embedded import default_config, ensure_embedded
-    from convqa.pipeline import Pipeline
+def answering_path(args: argparse.Namespace):
+    """The path the flags describe: a phrase index, a pipeline config, or the embedded
+    default (convqa/front/paths.py)."""
+    from convqa.front.paths import PhraseIndexPath, configured_path, embedded_path
 
     if args.phrase_index:
-        from phrase_index.answerer import PhrasePipeline
-
         if args.config or args.overrides:
             raise ConvQAError("--phrase-index does not go with --config or --set")
-        return PhrasePipeline.from_folder(args.phrase_index, sparse_weight=args.sparse_weight,
-                                          overlap_weight=args.overlap_weight,
-                                          dense_weight=args.dense_weight)
+        return PhraseIndexPath(args.phrase_index, sparse_weight=args.sparse_weight,
+                               overlap_weight=args.overlap_weight,
+                               dense_weight=args.dense_weight)
     for flag, value in (("--sparse-weight", args.sparse_weight),
                         ("--dense-weight", args.dense_weight),
                         ("--overlap-weight", args.overlap_weight)):
         if value is not None:
             raise ConvQAError(f"{flag} goes with --phrase-index")
     if args.config:
-        config = load_yaml(args.config)
-    else:
-        ensure_embedded(args.cache_dir, progress=True, retriever=args.retriever)
-        config = default_config(args.cache_dir, args.retriever,
-                                reader=None if args.no_reader else "default")
-    return Pipeline.from_config(apply_overrides(config, args.overrides))
+        return configured_path(args.config, args.overrides)
+    return embedded_path(args.retriever, None if args.no_reader else "default",
+                         args.cache_dir).with_overrides(args.overrides)
+
+
+def build_pipeline(args: argparse.Namespace):
+    from convqa.front.paths import build
+
+    return build(answering_path(args), progress=True)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -6,9 +6,9 @@ import os
 import sys
 
 from convqa.errors import ConvQAError
+from convqa.front.embedded import DEFAULT_RETRIEVER, RETRIEVER_CHOICES
 from convqa.quiet import add_verbose_argument
 
-RETRIEVERS = ("dense", "bm25", "hybrid")
 INSTALL_HINT = 'the demo needs gradio, a convqa dependency missing here: pip install "gradio>=6"'
 
 
@@ -28,7 +28,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--phrase-index", action="append", default=[], metavar="DIR",
                    help="also offer this phrase index (`convqa index --phrase`) as an answering "
                         "path, answering without a reader; the page starts on it; repeatable")
-    p.add_argument("--retriever", choices=RETRIEVERS, default="dense",
+    p.add_argument("--retriever", choices=RETRIEVER_CHOICES, default=DEFAULT_RETRIEVER,
                    help="retriever selected at start (embedded default; the others are built "
                         "when first chosen in the page); ignored with --config")
     p.add_argument("--no-reader", action="store_true",

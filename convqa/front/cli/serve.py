@@ -4,8 +4,7 @@ from __future__ import annotations
 import argparse
 
 from convqa.errors import ConvQAError
-
-RETRIEVERS = ("dense", "bm25", "hybrid")
+from convqa.front.embedded import RETRIEVER_CHOICES
 
 
 def add_parser(subparsers) -> None:
@@ -25,7 +24,7 @@ def add_parser(subparsers) -> None:
                         "embedded collection")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a value of --config, e.g. --set top_k=10")
-    p.add_argument("--retriever", action="append", choices=RETRIEVERS, default=None,
+    p.add_argument("--retriever", action="append", choices=RETRIEVER_CHOICES, default=None,
                    help="embedded retriever to serve, with and without the shipped reader; "
                         "repeatable (default: dense, unless --config or --phrase-index is "
                         "given); the first is the default pipeline")

@@ -4,19 +4,19 @@ own, so a systems-file row may name one instead of a retriever and a reader:
     - label: "PRO-ConvQA phrase index"
       phrase_index: {index: "{corpus}/indexes/phrase-v2", nprobe: 64}
 
-Options: `index` (a folder of `convqa index --phrase`; required), `model` (default: the one the
-index records), `passages` (default: the target's passage store, so that hits carry the
-benchmark's ids; the index checks that it is its corpus), `nprobe` (IVF indexes) and
-`candidates` (FAISS hits per search pass, phrase_index/search.py), `sparse_weight`,
-`sparse_passages` and `sparse_history` (the BM25 side of an index built with `--sparse`,
-phrase_index/sparse.py; weight 0 leaves it out; the history strategy of BM25's query, "phrase"
-for the phrase model's text), `dense_index`, `dense_weight`, `dense_passages` and
-`dense_history` (the dense passage retriever of an index built with `--dense-prior`, or the
-dense index `dense_index`, phrase_index/dense_prior.py; weight 0 leaves it out),
-`overlap_weight` (the question-overlap penalty,
-phrase_index/overlap.py; 0: none) and `precision` of the query encoder (default `auto`; what it
-chose is recorded as `query_precision`). A string is short for `{index: ...}`. The phrase model formats
-the conversation itself, so such a row has no `history` either.
+Options (checked by `convqa.front.paths.phrase_spec`, opened by its `build`): `index` (a folder of
+`convqa index --phrase`; required), `model` (default: the one the index records), `passages`
+(default: the target's passage store, so that hits carry the benchmark's ids; the index checks that
+it is its corpus), `nprobe` (IVF indexes) and `candidates` (FAISS hits per search pass,
+phrase_index/search.py), `sparse_weight`, `sparse_passages` and `sparse_history` (the BM25 side of
+an index built with `--sparse`, phrase_index/sparse.py; weight 0 leaves it out; the history strategy
+of BM25's query, "phrase" for the phrase model's text), `dense_index`, `dense_weight`,
+`dense_passages` and `dense_history` (the dense passage retriever of an index built with
+`--dense-prior`, or the dense index `dense_index`, phrase_index/dense_prior.py; weight 0 leaves it
+out), `overlap_weight` (the question-overlap penalty, phrase_index/overlap.py; 0: none) and
+`precision` of the query encoder (default `auto`; what it chose is recorded as `query_precision`). A
+string is short for `{index: ...}`. The phrase model formats the conversation itself, so such a row
+has no `history` either.
 
 The row goes through the same machinery as a retriever + reader row (runs cached by
 configuration, predictions cached next to the run), with one adapter, `PhraseSystem`, in both
@@ -40,71 +40,12 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
-from convqa.errors import ConfigError
 from convqa.history import HistoryStrategy
 
-OPTIONS = ("index", "model", "passages", "nprobe", "candidates", "sparse_weight",
-           "sparse_passages", "sparse_history", "precision", "overlap_weight", "dense_index",
-           "dense_weight", "dense_passages", "dense_history")
+from ..paths import PhraseIndexPath, build, phrase_spec
+
 TOP_KS = (1,)  # the one prediction of a phrase row: its best phrase
 CACHE_VERSION = 1
-
-
-def phrase_spec(spec: Any) -> dict[str, Any]:
-    """`spec` as a checked dict of OPTIONS (nothing is loaded); ConfigError otherwise."""
-    if isinstance(spec, str):
-        spec = {"index": spec}
-    if not isinstance(spec, dict):
-        raise ConfigError(f"phrase_index must be a folder or a mapping with 'index', got {spec!r}")
-    unknown = sorted(set(spec) - set(OPTIONS))
-    if unknown:
-        raise ConfigError(f"phrase_index: unknown option '{unknown[0]}' (options: "
-                          f"{', '.join(OPTIONS)})")
-    if not isinstance(spec.get("index"), str) or not spec["index"].strip():
-        raise ConfigError("phrase_index needs 'index': the folder of `convqa index --phrase`")
-    for name in ("model", "passages", "dense_index"):
-        if spec.get(name) is not None and (not isinstance(spec[name], str) or not spec[name]):
-            raise ConfigError(f"phrase_index: {name} must be a path, got {spec[name]!r}")
-    for name in ("nprobe", "candidates"):
-        value = spec.get(name)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                  or value < 1):
-            raise ConfigError(f"phrase_index: {name} must be a positive integer, got {value!r}")
-    if spec.get("sparse_weight") is not None or spec.get("sparse_passages") is not None:
-        from phrase_index.sparse import check_settings
-
-        try:
-            check_settings(spec.get("sparse_weight"), spec.get("sparse_passages"))
-        except ConfigError as exc:
-            raise ConfigError(f"phrase_index: {exc}") from None
-    if spec.get("dense_weight") is not None or spec.get("dense_passages") is not None:
-        from phrase_index.dense_prior import check_dense_settings
-
-        try:
-            check_dense_settings(spec.get("dense_weight"), spec.get("dense_passages"))
-        except ConfigError as exc:
-            raise ConfigError(f"phrase_index: {exc}") from None
-    if spec.get("overlap_weight") is not None:
-        from phrase_index.overlap import check_weight
-
-        try:
-            check_weight(spec["overlap_weight"])
-        except ConfigError as exc:
-            raise ConfigError(f"phrase_index: {exc}") from None
-    if spec.get("precision") is not None:
-        from convqa.precision import normalize_precision
-
-        normalize_precision(spec["precision"], "phrase_index: precision")
-    for name, plain in (("sparse_history", (None, "phrase")), ("dense_history", (None,))):
-        if spec.get(name) in plain:
-            continue
-        from convqa.history import build_history_strategy
-
-        try:
-            build_history_strategy(spec[name])
-        except (ConfigError, ValueError, TypeError) as exc:
-            raise ConfigError(f"phrase_index: {name}: {exc}") from None
-    return dict(spec)
 
 
 class PhraseQueries(HistoryStrategy):
@@ -142,23 +83,8 @@ class PhraseSystem:
     def load(cls, spec: Any, passages: str | os.PathLike | None = None) -> "PhraseSystem":
         """Open the index of `spec` (placeholders resolved) with `passages` as the default
         passage store."""
-        from phrase_index.answerer import PhrasePipeline
-
         spec = phrase_spec(spec)
-        store = spec.get("passages") or (str(passages) if passages is not None else None)
-        pipeline = PhrasePipeline.from_folder(spec["index"], spec.get("model"), store,
-                                              candidates=spec.get("candidates"),
-                                              nprobe=spec.get("nprobe"),
-                                              sparse_weight=spec.get("sparse_weight"),
-                                              sparse_passages=spec.get("sparse_passages"),
-                                              sparse_history=spec.get("sparse_history"),
-                                              precision=spec.get("precision") or "auto",
-                                              overlap_weight=spec.get("overlap_weight"),
-                                              dense_index=spec.get("dense_index"),
-                                              dense_weight=spec.get("dense_weight"),
-                                              dense_passages=spec.get("dense_passages"),
-                                              dense_history=spec.get("dense_history"))
-        return cls(pipeline, spec)
+        return cls(build(PhraseIndexPath.from_options(spec, passages)), spec)
 
     def fingerprint(self) -> str:
         """What the run and the predictions depend on (module doc); computed once."""

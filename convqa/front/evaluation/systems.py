@@ -31,7 +31,7 @@ from convqa.config import load_yaml
 from convqa.errors import ConfigError
 from convqa.specs import load_retriever_modules, spec_names
 
-from .phrase import phrase_spec
+from ..paths import phrase_spec
 
 TOP_KS = [1, 5, 20]
 _BM25 = {"name": "bm25", "index": "{corpus}/indexes/bm25"}
