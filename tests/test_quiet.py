@@ -1,7 +1,7 @@
-"""Quiet by default: `convqa answer`, `retrieve` and `demo` print none of the other libraries'
-progress bars and warnings (transformers' "Loading weights" bars, the FutureWarning about
-`is_gradient_checkpointing` when peft attaches an adapter) unless `--verbose`; our own output
-stays.
+"""Quiet by default: `convqa answer`, `retrieve`, `demo`, `index`, `eval` and `train` print none
+of the other libraries' progress bars and warnings (transformers' "Loading weights" bars, the
+FutureWarning about `is_gradient_checkpointing` when peft attaches an adapter) unless
+`--verbose`; our own output stays.
 
 The commands run as a user runs them (a fresh interpreter, stderr read whole) over a tiny
 setup: ~40 real film articles of the vital-article summaries, a tiny random BERT with LoRA
@@ -198,3 +198,41 @@ def test_our_progress_bars_stay(tmp_path):
     assert re.search(r"BM25 index: 100%\|.*\| (\d+)/\1 ", err)  # the finished bar
     for noise in THIRD_PARTY_NOISE:
         assert noise not in err
+
+
+def test_index_is_quiet_and_keeps_its_own_bars(tiny_config, tmp_path):
+    """`convqa index --dense` loads the tiny retriever through transformers and peft: their
+    output only with --verbose; the FAISS bar is convqa's and stays."""
+    root = tiny_config.parent
+    command = ["index", "--dense", "--passages", str(root / "passages"),
+               "--model", str(root / "retriever")]
+    out, err = run_convqa(*command, "--out", str(tmp_path / "quiet"))
+    assert out.startswith("dense index (Flat) of ")
+    assert re.search(r"FAISS Flat: 100%\|.*\| (\d+)/\1 ", err)
+    for noise in THIRD_PARTY_NOISE:
+        assert noise not in err
+    _, err = run_convqa(*command, "--out", str(tmp_path / "verbose"), "--verbose")
+    for noise in THIRD_PARTY_NOISE:
+        assert noise in err
+
+
+def test_eval_and_train_commands_are_quiet_unless_verbose():
+    """Every `eval` table and `train` job takes --verbose, off by default: `main` runs it
+    inside `quiet_third_party` as it runs `index` above."""
+    import argparse
+
+    from convqa.front.cli.main import build_parser
+
+    def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+        actions = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        return dict(actions[0].choices) if actions else {}
+
+    commands = subcommands(build_parser())
+    leaves = {f"{name} {job}": sub for name in ("eval", "train")
+              for job, sub in subcommands(commands[name]).items()}
+    assert {"eval retrieval", "eval answers", "train reader", "train fid",
+            "train phrase"} <= set(leaves)
+    for name, parser in leaves.items():
+        flags = {flag for action in parser._actions for flag in action.option_strings}
+        assert "--verbose" in flags, name
+        assert parser.get_default("verbose") is False, name

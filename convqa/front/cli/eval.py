@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from convqa.errors import ConfigError
+from convqa.quiet import add_verbose_argument
 
 DATASETS = ("topiocqa-wiki", "topiocqa", "qrecc")
 TABLES = {"retrieval": "the retrieval table: Hits@k / MRR by question type, shortcut rows",
@@ -73,6 +74,7 @@ def add_parser(subparsers) -> None:
         q.add_argument("--batch-size", type=int, default=64, help="queries per retriever call")
         q.add_argument("--no-plots", action="store_true", help="no PNG files")
         q.add_argument("--quiet", action="store_true", help="no progress bars")
+        add_verbose_argument(q)
         q.set_defaults(func=run)
 
 

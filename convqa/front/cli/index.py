@@ -26,6 +26,7 @@ from pathlib import Path
 from convqa.errors import ConvQAError
 from convqa.memory import peak_memory_note
 from convqa.precision import CHOICES
+from convqa.quiet import add_verbose_argument
 
 
 def add_parser(subparsers) -> None:
@@ -48,6 +49,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--overwrite", action="store_true",
                    help="replace an existing index (and store, when building one)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_verbose_argument(p)
     bm25 = p.add_argument_group("BM25 options")
     bm25.add_argument("--preset", default="default",
                       help="k1/b of a paper: default or topiocqa (0.9/0.4), qrecc (0.82/0.68)")

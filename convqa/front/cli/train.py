@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 
 from convqa.errors import ConvQAError
+from convqa.quiet import add_verbose_argument
 
 from .train_args import (add_example_sources, add_process_args, add_schedule_args,
                          add_training_precision_arg, count, fraction, int_at_least,
@@ -59,6 +60,8 @@ def add_parser(subparsers) -> None:
 
     add_fid_parser(jobs)
     add_reranker_parsers(jobs)
+    for job in jobs.choices.values():  # other libraries' bars and warnings only with --verbose
+        add_verbose_argument(job)
 
 
 def _add_dpr(jobs) -> None:
