@@ -26,7 +26,8 @@ from .embedded import DEFAULT_RETRIEVER, RETRIEVER_CHOICES, default_config, ensu
 
 __all__ = ["PHRASE_INDEX", "RETRIEVER_CHOICES", "RETRIEVER_READER", "PathConfig",
            "PhraseIndexPath", "RerankerConfig", "RetrieverReaderPath", "build",
-           "configured_path", "default_pipeline", "embedded_path", "phrase_spec", "spec_name", "without_reader"]
+           "configured_path", "default_pipeline", "embedded_path", "phrase_spec", "spec_name",
+           "without_reader"]
 
 PHRASE_PREFIX = "phrase:"
 PIPELINE_KEYS = ("passages", "retriever", "history", "reader", "top_k")

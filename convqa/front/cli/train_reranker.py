@@ -27,8 +27,8 @@ def add_reranker_parsers(jobs) -> None:
         description="Train the cross-encoder reranker: build examples (OUT/data) from "
         "benchmark turns and SQuAD-format files, or read prepared ones, train (OUT/model, "
         "resumable from OUT/checkpoint), then rank held-out questions (OUT/eval.json). Rerun "
-        "the same command to resume. Several processes: torchrun ... -m convqa.front.cli.main train "
-        "reranker ... (the same flags).")
+        "the same command to resume. Several processes: torchrun ... -m convqa.front.cli.main "
+        "train reranker ... (the same flags).")
     p.add_argument("--out", required=True, metavar="DIR", help="output folder")
     _add_sources(p)
     p.add_argument("--examples", action="append", default=[], metavar="FILE",
