@@ -18,8 +18,11 @@ from typing import Any, ClassVar, Protocol, Sequence
 
 from .config import load_yaml
 from .errors import ConfigError, ConvQAError
-from .registry import HISTORY_STRATEGIES, READERS, RETRIEVERS
+from .registry import HISTORY_STRATEGIES, READERS, RERANKERS, RETRIEVERS
 from .types import Answer, Hit, Passage, Turn
+
+# the keys of a pipeline config (YAML or dict)
+PIPELINE_KEYS = ("passages", "retriever", "history", "reranker", "reader", "top_k")
 
 
 def read_passages(reader: Any, question: str, history: Sequence[Turn],
@@ -68,8 +71,9 @@ class Pipeline:
     kind: ClassVar[str] = RETRIEVER_READER
 
     def __init__(self, retriever, history, passages, reader=None, top_k: int = 5,
-                 config: dict | None = None):
+                 config: dict | None = None, reranker=None):
         self.retriever = retriever
+        self.reranker = reranker
         self.history = history
         self.passages = passages
         self.reader = reader
@@ -90,17 +94,18 @@ class Pipeline:
         for key in ("passages", "retriever"):
             if not config.get(key):
                 raise ConfigError(f"pipeline config: missing '{key}'")
-        unknown = set(config) - {"passages", "retriever", "history", "reader", "top_k"}
+        unknown = set(config) - set(PIPELINE_KEYS)
         if unknown:
             raise ConfigError(f"pipeline config: unknown key '{sorted(unknown)[0]}'")
         retriever = RETRIEVERS.build(config["retriever"])
         history = HISTORY_STRATEGIES.build(config.get("history") or "current_first")
         reader = READERS.build(config["reader"]) if config.get("reader") else None
+        reranker = RERANKERS.build(config["reranker"]) if config.get("reranker") else None
         top_k = int(config.get("top_k", 5))
         if top_k < 1:
             raise ConfigError("pipeline config: 'top_k' must be at least 1")
         store = PassageStore.open(Path(config["passages"]))
-        return cls(retriever, history, store, reader, top_k, dict(config))
+        return cls(retriever, history, store, reader, top_k, dict(config), reranker)
 
     def answer(self, question: str, history: Sequence[Turn] = (), top_k: int | None = None
                ) -> PipelineResult:
@@ -113,11 +118,20 @@ class Pipeline:
         query_text = self.history.format(question, list(history))
         timings["history"] = (time.perf_counter() - start) * 1000
         start = time.perf_counter()
-        hits = self.retriever.retrieve(query_text, k)
+        depth = max(k, self.reranker.options.top_n) if self.reranker is not None else k
+        hits = self.retriever.retrieve(query_text, depth)
         timings["retrieve"] = (time.perf_counter() - start) * 1000
         start = time.perf_counter()
         passages = [self.passages.get(hit.passage_id) for hit in hits]
         timings["fetch"] = (time.perf_counter() - start) * 1000
+        if self.reranker is not None:
+            # retriever -> reranker -> reader: the reader sees the reranker's top k, in its
+            # order and with its scores
+            start = time.perf_counter()
+            by_id = {hit.passage_id: passage for hit, passage in zip(hits, passages)}
+            hits = self.reranker.rerank_turn(question, list(history), hits, passages)[:k]
+            passages = [by_id[hit.passage_id] for hit in hits]
+            timings["rerank"] = (time.perf_counter() - start) * 1000
         answer = None
         if self.reader is not None:
             start = time.perf_counter()

@@ -2,7 +2,6 @@
 `convqa answer`, the demo and serve. Real BM25 over film articles; no reader is loaded."""
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -85,13 +84,31 @@ def test_config_errors_keep_their_messages(film_yaml, tmp_path):
         phrase_source(tmp_path / "nowhere")
 
 
-def test_the_reranker_slot_is_typed_and_refused_until_wired(film_yaml):
-    path = configured_path(film_yaml)
-    assert path.reranker is None
-    reranked = replace(path, reranker=RerankerConfig("cross-encoder"))
-    assert reranked.with_overrides(["top_k=2"]).reranker == RerankerConfig("cross-encoder")
-    with pytest.raises(ConfigError, match="reranker 'cross-encoder'"):
-        build(reranked)
+def test_a_reranker_sits_between_retriever_and_reader(film_yaml, tmp_path):
+    from reranker_helpers import tiny_cross_encoder
+    from retrievers.rerank.reranker import CrossEncoderReranker
+
+    folder = tmp_path / "reranker"
+    tiny_cross_encoder(seed=4).save_pretrained(folder)
+    spec = {"name": "cross_encoder", "model": str(folder), "top_n": 4, "precision": "fp32",
+            "device": "cpu"}
+    path = configured_path(film_yaml, [f"reranker.{k}={v}" for k, v in spec.items()])
+    assert path.reranker == RerankerConfig.from_spec(spec) and path.reranker.name == \
+        "cross_encoder"
+    assert path.with_overrides(["top_k=2"]).reranker == path.reranker
+    pipeline = build(path.without_reader())
+    assert isinstance(pipeline.reranker, CrossEncoderReranker)
+    plain = build(configured_path(film_yaml).without_reader())
+    question = "Who directed the film?"
+    retrieved = plain.answer(question, top_k=4)
+    reranked = pipeline.answer(question, top_k=2)
+    # the reader's passages are the reranker's best 2 of the retriever's top 4, in its order
+    own = pipeline.reranker.rerank_turn(question, [], retrieved.hits, retrieved.passages)
+    assert [h.passage_id for h in reranked.hits] == [h.passage_id for h in own[:2]]
+    assert [p.id for p in reranked.passages] == [h.passage_id for h in own[:2]]
+    assert reranked.hits[0].score >= reranked.hits[1].score and "rerank" in reranked.timings_ms
+    with pytest.raises(ConfigError, match="'reranker' must name a reranker"):
+        RerankerConfig.from_spec({"model": "x"})
 
 
 def test_phrase_paths_from_a_systems_file_entry(tmp_path):
@@ -103,3 +120,22 @@ def test_phrase_paths_from_a_systems_file_entry(tmp_path):
         PhraseIndexPath.from_spec({"index": "runs/v2", "nprob": 8})
     with pytest.raises(ConfigError, match="answers without a reader already"):
         without_reader(type("Phrase", (), {"kind": PHRASE_INDEX})())
+
+
+def test_answer_flags_put_a_reranker_on_the_path(film_yaml):
+    import argparse
+
+    from convqa.front.cli import answer
+
+    parser = argparse.ArgumentParser()
+    answer.add_parser(parser.add_subparsers())
+    args = parser.parse_args(["answer", "q", "--config", str(film_yaml), "--rerank", "RR",
+                              "--rerank-top-n", "50"])
+    path = answer.answering_path(args)
+    assert path.reranker == RerankerConfig("cross_encoder", {"model": "RR", "top_n": 50})
+    assert path.pipeline_config()["reranker"] == {"name": "cross_encoder", "model": "RR",
+                                                  "top_n": 50}
+    from convqa.errors import ConvQAError
+
+    with pytest.raises(ConvQAError, match="--rerank-top-n goes with --rerank"):
+        answer.answering_path(parser.parse_args(["answer", "q", "--rerank-top-n", "5"]))

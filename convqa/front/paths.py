@@ -1,7 +1,7 @@
 """Answering paths: one typed config and one builder, for `convqa answer`, the demo, serve and
 the phrase rows of the evaluation tables.
 
-A path is a retriever (+ a reranker, once one is wired) + a reader (`RetrieverReaderPath`), or
+A path is a retriever (+ a reranker) + a reader (`RetrieverReaderPath`), or
 a phrase index that answers alone (`PhraseIndexPath`). `build(path)` opens it as an `Answerer`
 (convqa/pipeline.py): callers ask its `kind` instead of probing its attributes.
 
@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Mapping, Sequence, Union
 
 from convqa.config import apply_overrides, load_yaml
 from convqa.errors import ConfigError
-from convqa.pipeline import PHRASE_INDEX, RETRIEVER_READER, Answerer, Pipeline
+from convqa.pipeline import PHRASE_INDEX, PIPELINE_KEYS, RETRIEVER_READER, Answerer, Pipeline
 
 from .embedded import DEFAULT_RETRIEVER, RETRIEVER_CHOICES, default_config, ensure_embedded
 
@@ -30,7 +30,6 @@ __all__ = ["PHRASE_INDEX", "RETRIEVER_CHOICES", "RETRIEVER_READER", "PathConfig"
            "without_reader"]
 
 PHRASE_PREFIX = "phrase:"
-PIPELINE_KEYS = ("passages", "retriever", "history", "reader", "top_k")
 
 
 def spec_name(spec: Any) -> str:
@@ -45,11 +44,25 @@ def path_name(retriever: str, reader: str | None) -> str:
 
 @dataclass(frozen=True)
 class RerankerConfig:
-    """A reranker between retrieval and reading (the components of retrievers/rerank/): the
-    slot a path keeps for it. Not wired yet: `build` refuses a path that sets one."""
+    """A reranker between retrieval and reading (a RERANKERS component, retrievers/rerank/):
+    it rescores the retriever's first `top_n` hits and the reader reads its best `top_k`."""
 
     name: str
     options: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_spec(cls, spec: Any) -> "RerankerConfig | None":
+        """`{name: cross_encoder, model: DIR, top_n: 20}` (or a bare name); None for none."""
+        if spec is None or isinstance(spec, RerankerConfig):
+            return spec
+        if isinstance(spec, str):
+            return cls(spec)
+        if not isinstance(spec, Mapping) or not isinstance(spec.get("name"), str):
+            raise ConfigError(f"pipeline config: 'reranker' must name a reranker, got {spec!r}")
+        return cls(spec["name"], {k: v for k, v in spec.items() if k != "name"})
+
+    def to_spec(self) -> dict[str, Any]:
+        return {"name": self.name, **self.options}
 
 
 @dataclass(frozen=True)
@@ -82,7 +95,8 @@ class RetrieverReaderPath:
                     embedded: EmbeddedIndexes | None = None) -> "RetrieverReaderPath":
         """The path of a pipeline config as read (it is checked when the path is built)."""
         return cls(retriever_name, config.get("retriever"), config.get("passages"),
-                   config.get("history"), config.get("reader"), None, config.get("top_k"),
+                   config.get("history"), config.get("reader"),
+                   RerankerConfig.from_spec(config.get("reranker")), config.get("top_k"),
                    {k: v for k, v in config.items() if k not in PIPELINE_KEYS}, embedded)
 
     @property
@@ -101,13 +115,13 @@ class RetrieverReaderPath:
         if not overrides:
             return self
         changed = apply_overrides(self.pipeline_config(), list(overrides))
-        return replace(RetrieverReaderPath.from_config(changed, self.retriever_name,
-                                                       self.embedded), reranker=self.reranker)
+        return RetrieverReaderPath.from_config(changed, self.retriever_name, self.embedded)
 
     def pipeline_config(self) -> dict[str, Any]:
         """The config `Pipeline.from_config` reads (keys left unset are left out)."""
         values = {"passages": self.passages, "retriever": self.retriever,
-                  "history": self.history, "reader": self.reader, "top_k": self.top_k}
+                  "history": self.history, "reader": self.reader, "top_k": self.top_k,
+                  "reranker": self.reranker.to_spec() if self.reranker else None}
         return {**{k: v for k, v in values.items() if v is not None}, **self.extra}
 
 
@@ -208,9 +222,6 @@ def build(path: PathConfig, progress: bool = True) -> Answerer:
     progress bar unless `progress` is False)."""
     if isinstance(path, PhraseIndexPath):
         return _build_phrase(path)
-    if path.reranker is not None:
-        raise ConfigError(f"reranker '{path.reranker.name}': rerankers are not available in "
-                          "answering paths yet")
     if path.embedded is not None:
         ensure_embedded(path.embedded.cache_dir, progress=progress,
                         retriever=path.embedded.retriever)
@@ -232,7 +243,7 @@ def without_reader(pipeline: Pipeline) -> Pipeline:
     if pipeline.kind != RETRIEVER_READER:
         raise ConfigError(f"a {pipeline.kind} answers without a reader already")
     return Pipeline(pipeline.retriever, pipeline.history, pipeline.passages, None,
-                    pipeline.top_k, {**pipeline.config, "reader": None})
+                    pipeline.top_k, {**pipeline.config, "reader": None}, pipeline.reranker)
 
 
 def phrase_spec(spec: Any) -> dict[str, Any]:

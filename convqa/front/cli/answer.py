@@ -42,6 +42,11 @@ def add_parser(subparsers) -> None:
     p.add_argument("--overlap-weight", type=float, default=None, metavar="W",
                    help="with --phrase-index: how much a phrase loses for repeating the "
                         "question's words (default 4; 0: none)")
+    p.add_argument("--rerank", metavar="MODEL",
+                   help="a cross-encoder reranker folder (`convqa train reranker`): it rescores "
+                        "the retriever's top --rerank-top-n and the reader reads its best --top-k")
+    p.add_argument("--rerank-top-n", type=int, default=None, metavar="N",
+                   help="retriever hits the reranker rescores (default: the model's, 20)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--prepare", action="store_true", help="build the embedded index and exit")
     add_verbose_argument(p)
@@ -51,11 +56,16 @@ def add_parser(subparsers) -> None:
 def answering_path(args: argparse.Namespace):
     """The path the flags describe: a phrase index, a pipeline config, or the embedded
     default (convqa/front/paths.py)."""
-    from convqa.front.paths import PhraseIndexPath, configured_path, embedded_path
+    from dataclasses import replace
 
+    from convqa.front.paths import (PhraseIndexPath, RerankerConfig, configured_path,
+                                    embedded_path)
+
+    if args.rerank_top_n is not None and not args.rerank:
+        raise ConvQAError("--rerank-top-n goes with --rerank")
     if args.phrase_index:
-        if args.config or args.overrides:
-            raise ConvQAError("--phrase-index does not go with --config or --set")
+        if args.config or args.overrides or args.rerank:
+            raise ConvQAError("--phrase-index does not go with --config, --set or --rerank")
         return PhraseIndexPath(args.phrase_index, sparse_weight=args.sparse_weight,
                                overlap_weight=args.overlap_weight,
                                dense_weight=args.dense_weight)
@@ -65,9 +75,16 @@ def answering_path(args: argparse.Namespace):
         if value is not None:
             raise ConvQAError(f"{flag} goes with --phrase-index")
     if args.config:
-        return configured_path(args.config, args.overrides)
-    return embedded_path(args.retriever, None if args.no_reader else "default",
-                         args.cache_dir).with_overrides(args.overrides)
+        path = configured_path(args.config, args.overrides)
+    else:
+        path = embedded_path(args.retriever, None if args.no_reader else "default",
+                             args.cache_dir).with_overrides(args.overrides)
+    if args.rerank:
+        options = {"model": args.rerank}
+        if args.rerank_top_n is not None:
+            options["top_n"] = args.rerank_top_n
+        path = replace(path, reranker=RerankerConfig("cross_encoder", options))
+    return path
 
 
 def build_pipeline(args: argparse.Namespace):
