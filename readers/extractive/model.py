@@ -33,8 +33,8 @@ from convqa.models import DEFAULT_MODEL, resolve_model, shipped_model_path
 from convqa.model_folder import writing_folder
 from convqa.towers import (ADAPTER_CONFIG, adapted_encoder, hash_state, hash_tower, head_from,
                            hidden_size, init_std, is_peft, keep_layers, load_encoder,
-                           load_encoder_tokenizer, load_heads, merged, new_head, save_heads,
-                           save_tower)
+                           load_encoder_tokenizer, load_heads, lora_targets, merged, new_head,
+                           save_heads, save_tower)
 
 META_FILE = "convqa_reader.json"
 HEADS_FILE = "reader_heads.safetensors"
@@ -297,16 +297,17 @@ class ExtractiveReader(torch.nn.Module):
 
     # -- LoRA -----------------------------------------------------------------------------
     def add_lora(self, r: int = 8, alpha: int = 16, dropout: float = 0.1,
-                 target_modules: Sequence[str] = ("query", "key", "value", "dense")
-                 ) -> "ExtractiveReader":
+                 target_modules: Sequence[str] | None = None) -> "ExtractiveReader":
         """peft LoRA adapters on the encoder (its base weights frozen); the heads stay fully
-        trainable and are saved with the adapter."""
+        trainable and are saved with the adapter. `target_modules=None`: every Linear layer of
+        the encoder's transformer layers, named as its architecture names them (BERT: query,
+        key, value, dense; MPNet: q, k, v, o, dense)."""
         from peft import LoraConfig, get_peft_model
 
         if self.has_adapters:
             raise ConvQAError("this reader already has LoRA adapters")
         lora = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout,
-                          target_modules=list(target_modules))
+                          target_modules=list(target_modules or lora_targets(self.encoder)))
         self.encoder = get_peft_model(self.encoder, lora)
         return self
 
