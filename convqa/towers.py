@@ -107,6 +107,18 @@ def is_peft(module: torch.nn.Module) -> bool:
     return hasattr(module, "peft_config")
 
 
+def lora_targets(encoder: torch.nn.Module) -> list[str]:
+    """LoRA's target module names for `encoder`, read from its architecture: the names of the
+    Linear layers inside its transformer layers (`...layer.N...`). BERT and MiniLM give query,
+    key, value, dense (the names every convqa model used so far); MPNet q, k, v, o, dense."""
+    names = {name.rsplit(".", 1)[-1] for name, module in encoder.named_modules()
+             if isinstance(module, torch.nn.Linear) and "layer" in name.split(".")}
+    if not names:
+        raise ConfigError(f"no Linear layers inside transformer layers of "
+                          f"{type(encoder).__name__} to put LoRA adapters on")
+    return sorted(names)
+
+
 def merged(tower: torch.nn.Module) -> torch.nn.Module:
     """The tower with its LoRA folded into the base weights (a plain tower: itself)."""
     return tower.merge_and_unload() if is_peft(tower) else tower

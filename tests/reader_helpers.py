@@ -93,3 +93,31 @@ def single_thread():
     """Every test of a module that imports this fixture runs under `one_thread()`."""
     with one_thread():
         yield
+
+
+def mpnet_tokenizer():
+    """An MPNet tokenizer (<s> A </s></s> B </s>, no token type ids) over MiniLM's word pieces:
+    all-mpnet-base-v2's layout without its files."""
+    from transformers import MPNetTokenizerFast
+
+    from convqa.models import load_tokenizer
+
+    vocab = {"<s>": 0, "<pad>": 1, "</s>": 2}
+    for token, _ in sorted(load_tokenizer().get_vocab().items(), key=lambda item: item[1]):
+        vocab.setdefault(token, len(vocab))
+    vocab["<mask>"] = len(vocab)
+    return MPNetTokenizerFast(vocab=vocab)
+
+
+def save_tiny_mpnet(folder: Path, seed: int = 0) -> Path:
+    """A plain HF checkpoint of a random 2-layer, 32-d MPNetModel and its tokenizer."""
+    import torch
+    from transformers import MPNetConfig, MPNetModel
+
+    tokenizer = mpnet_tokenizer()
+    torch.manual_seed(seed)
+    config = MPNetConfig(vocab_size=len(tokenizer), hidden_dropout_prob=0.0,
+                         attention_probs_dropout_prob=0.0, **TINY)
+    MPNetModel(config, add_pooling_layer=False).save_pretrained(str(folder))
+    tokenizer.save_pretrained(str(folder))
+    return folder

@@ -8,7 +8,7 @@ import pytest
 from convqa.front.cli.main import main
 
 SUBCOMMANDS = ["data", "index", "retrieve", "train", "answer", "eval", "reproduce", "demo",
-               "serve"]
+               "serve", "models"]
 
 
 def test_help_lists_every_subcommand(capsys):

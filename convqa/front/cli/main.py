@@ -28,6 +28,7 @@ BUILT = {
     "eval": ("convqa.front.cli.eval",
              "produce the QReCC / TopiOCQA retrieval and end-to-end tables"),
     "reproduce": ("convqa.front.cli.reproduce", "rerun a named run of the reproduction matrix"),
+    "models": ("convqa.front.cli.models", "install larger pretrained models and list models"),
 }
 # Planned subcommands: listed in --help, and they say plainly that they do not exist yet.
 PLANNED: dict[str, tuple[str, str]] = {}
@@ -46,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"convqa {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in ("data", "index", "retrieve", "train", "answer", "eval", "reproduce", "demo",
-                 "serve"):
+                 "serve", "models"):
         if name in BUILT:
             module, _ = BUILT[name]
             importlib.import_module(module).add_parser(subparsers)

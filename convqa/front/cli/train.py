@@ -209,9 +209,10 @@ def _add_reader(jobs) -> None:
         "train reader ... (the same flags).")
     p.add_argument("--out", required=True, metavar="DIR", help="output folder")
     add_example_sources(p)
-    p.add_argument("--init-model", default="all-MiniLM-L6-v2", metavar="ID_OR_PATH",
+    p.add_argument("--init-model", "--model", default="all-MiniLM-L6-v2", metavar="ID_OR_PATH",
                    help="encoder, question-answering checkpoint or reader folder to start from "
-                        "(default all-MiniLM-L6-v2)")
+                        "(default all-MiniLM-L6-v2; all-mpnet-base-v2 once installed with "
+                        "`convqa models install`)")
     p.add_argument("--start-step", type=count, default=0, metavar="N",
                    help="continue a run whose checkpoint is lost: --init-model is its reader at "
                         "step N (e.g. the promoted convqa-reader), the same flags give the same "
