@@ -1,4 +1,4 @@
-"""scripts/bench_answer.py: per-stage latency over the turns of one benchmark split; a split
+"""convqa/front/tools/bench_answer.py: per-stage latency over the turns of one benchmark split; a split
 without enough turns is a one-line error naming the file and the splits it holds."""
 from __future__ import annotations
 

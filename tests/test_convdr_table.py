@@ -1,4 +1,4 @@
-"""scripts/convdr_table.py: rows of models not trained yet are skipped with a note, the page's
+"""convqa/front/tools/convdr_table.py: rows of models not trained yet are skipped with a note, the page's
 prose around the generated block is kept, and the tables show what score_benchmark measured."""
 from __future__ import annotations
 

@@ -315,7 +315,7 @@ def test_qrecc_dispatch(fixtures_dir, tmp_path):
 
 
 def test_answer_table_script(bench, tmp_path):
-    """scripts/answer_table.py keeps its flags and writes through the same code."""
+    """convqa/front/tools/answer_table.py keeps its flags and writes through the same code."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(

@@ -88,7 +88,7 @@ def test_shipped_retriever_adapter_loads_by_alias():
 
 
 def test_reader_export_keeps_heads_and_reproduces_logits(tmp_path):
-    """scripts/export_lora.py on a fine-tuned (here: perturbed) tiny extractive reader."""
+    """convqa/front/tools/export_lora.py on a fine-tuned (here: perturbed) tiny extractive reader."""
     import importlib.util
     from pathlib import Path
 
@@ -129,7 +129,7 @@ def test_reader_export_keeps_heads_and_reproduces_logits(tmp_path):
 
 
 def test_convdr_student_export_reloads_as_adapter_and_keeps_its_queries(tmp_path):
-    """scripts/export_lora.py on a ConvDR folder: the student becomes a LoRA adapter over the
+    """convqa/front/tools/export_lora.py on a ConvDR folder: the student becomes a LoRA adapter over the
     teacher's query tower, and the reloaded adapter encodes queries like the full student."""
     import subprocess
     import sys
@@ -167,7 +167,7 @@ def test_convdr_student_export_reloads_as_adapter_and_keeps_its_queries(tmp_path
 
 
 def test_phrase_model_export_reproduces_both_towers_and_heads(tmp_path):
-    """scripts/export_lora.py on a phrase model: both towers become adapters, the heads are
+    """convqa/front/tools/export_lora.py on a phrase model: both towers become adapters, the heads are
     kept, and the reloaded adapter gives the tuned model's phrase and query vectors; the
     position-embedding change is kept only with --exact-embeddings."""
     import importlib.util

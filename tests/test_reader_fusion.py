@@ -1,6 +1,6 @@
 """The retriever's evidence in the extractive reader's choice: the fused score, the options and
 the fingerprint, the pipeline and `convqa eval answers` passing hit scores, and the choice of
-weights on held-out turns (readers/extractive/fusion_tuning.py, scripts/tune_reader_fusion.py)."""
+weights on held-out turns (readers/extractive/fusion_tuning.py, convqa/front/tools/tune_reader_fusion.py)."""
 from __future__ import annotations
 
 import importlib.util
