@@ -1,5 +1,5 @@
-"""Nothing the project ships or drives changes the import path: every module imports through the
-installed packages, and no file under scripts/ loads another by its path. Read with `ast` (for
+"""Nothing the project ships, drives or tests changes the import path: every module imports
+through the installed packages, and no file loads another by its path. Read with `ast` (for
 Python) and as text (for the shell drivers), not run."""
 from __future__ import annotations
 
@@ -29,7 +29,9 @@ def _touches_sys_path(path: Path) -> list[int]:
 
 def _python_files() -> list[Path]:
     files = [path for package in PACKAGES for path in (ROOT / package).rglob("*.py")]
-    return sorted(files + list((ROOT / "scripts").rglob("*.py")))
+    for folder in ("scripts", "tests", "benchmarks", "examples"):
+        files += (ROOT / folder).rglob("*.py")
+    return sorted(files)
 
 
 def test_the_check_sees_a_sys_path_insert(tmp_path):
