@@ -19,7 +19,7 @@ reads the conversation as the pipeline's dense rows do (`history`, default `olde
     search_phrases(index, q_start, q_end, 5, priors=priors)
 
 The weight is on the scale of the shipped model's phrase scores; DEFAULT_WEIGHT was chosen on
-the vital corpus's 728 train turns (scripts/phrase_dense_prior.py); 0 turns it off.
+the vital corpus's 728 train turns (convqa/front/tools/phrase_dense_prior.py); 0 turns it off.
 """
 from __future__ import annotations
 

@@ -36,13 +36,13 @@ done
 
 # EM/F1 and Hits@k on the vital dev turns: with / without query-side fine-tuning (the phrase
 # stage's model searches the same index), without L_turn (its own index)
-python scripts/phrase_ablation.py --index "$WORK/bench/vital/indexes/phrase-v2" \
+python -m convqa.front.tools.phrase_ablation --index "$WORK/bench/vital/indexes/phrase-v2" \
     --model "with=$WORK/phrase-v2/model" --model "without query-side=$WORK/phrase-v2/phrase/model" \
     --benchmark "$WORK/bench/vital" --json "$WORK/ablation-v2.json"
-python scripts/phrase_ablation.py --index "$WORK/bench/vital/indexes/phrase-v2-noturn" \
+python -m convqa.front.tools.phrase_ablation --index "$WORK/bench/vital/indexes/phrase-v2-noturn" \
     --model "without L_turn=$WORK/phrase-v2-noturn/model" --benchmark "$WORK/bench/vital" \
     --json "$WORK/ablation-v2-noturn.json"
 # speed and size against DPR-IHN + the extractive reader, same turns, one run, one thread
-python scripts/bench_phrase.py --phrase-index "$WORK/bench/vital/indexes/phrase-v2" \
+python -m convqa.front.tools.bench_phrase --phrase-index "$WORK/bench/vital/indexes/phrase-v2" \
     --phrase-model "$WORK/phrase-v2/model" --dense-index "$WORK/bench/vital/indexes/dpr-ihn" \
     --benchmark "$WORK/bench/vital" --turns 90 --threads 1 --json "$WORK/bench-v2.json"

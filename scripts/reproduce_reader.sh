@@ -19,7 +19,7 @@ OMP_NUM_THREADS=1 convqa train reader --out "$WORK/reader" --benchmark "$WORK/be
     --squad "$DATA/squad/dev-v2.0.json" --squad "$DATA/squad/squadshifts_new_wiki_v1.0.json" \
     --max-examples 3500 --passages-per-question 4 --batch-size 4 --max-steps 900 --lr 5e-5 \
     --bf16 --checkpoint-every 100 --eval-examples 300
-python scripts/export_lora.py --tuned "$WORK/reader/model" --rank 64 --exact-embeddings \
+python -m convqa.front.tools.export_lora --tuned "$WORK/reader/model" --rank 64 --exact-embeddings \
     --out "$WORK/reader-extractive"
 convqa train reader-eval --model "$WORK/reader-extractive" --examples "$WORK/reader/data/heldout.jsonl" \
     --out "$WORK/reader-extractive-heldout.json"

@@ -19,7 +19,7 @@ convqa train dpr --benchmark "$WORK/bench/full" --out "$WORK/dpr-ihn" --iteratio
 convqa train dpr --benchmark "$WORK/bench/full" --out "$WORK/dpr-shortcut" --iterations 1 \
     --history history_only --bf16 --batch-size 16 --epochs 1
 # the shipped adapter: rank-32 SVD of iteration 3's weight changes
-python scripts/export_lora.py --tuned "$WORK/dpr-ihn/iter3/model" --rank 32 \
+python -m convqa.front.tools.export_lora --tuned "$WORK/dpr-ihn/iter3/model" --rank 32 \
     --out "$WORK/retriever-dpr-ihn"
 for name in ibn:iter1 ihn2:iter2 ihn3:iter3 shortcut:; do
     label=${name%%:*}; iter=${name#*:}
@@ -31,5 +31,5 @@ convqa index --dense --model all-MiniLM-L6-v2 --passages "$WORK/bench/vital/pass
     --out "$WORK/bench/vital/indexes/minilm" --quiet
 convqa index --dense --model "$WORK/retriever-dpr-ihn" --passages "$WORK/bench/vital/passages" \
     --out "$WORK/bench/vital/indexes/dpr-ihn3-lora32" --quiet
-python scripts/retrieval_table.py --corpus vital="$WORK/bench/vital" \
+python -m convqa.front.tools.retrieval_table --corpus vital="$WORK/bench/vital" \
     --corpus full="$WORK/bench/full" --systems benchmarks/retrieval_systems.yaml

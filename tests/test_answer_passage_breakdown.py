@@ -1,13 +1,12 @@
-"""scripts/answer_passage_breakdown.py: end-to-end F1 split by whether the answer passage was read."""
+"""convqa/front/tools/answer_passage_breakdown.py: end-to-end F1 split by whether the answer passage was read."""
 from __future__ import annotations
 
 import json
-
-from script_helpers import load_script
+from importlib import import_module
 
 
 def test_turns_are_split_by_the_answer_passage_among_the_top_k(tmp_path):
-    script = load_script("answer_passage_breakdown")
+    script = import_module("convqa.front.tools.answer_passage_breakdown")
     turns = {"c_1": {"qid": "c_1", "answers": ["Stanley Kubrick"], "answer_passage_ids": ["k#0"]},
              "c_2": {"qid": "c_2", "answers": ["1968"], "answer_passage_ids": ["k#1"]}}
     hits = {"c_1": ["x#0", "k#0"], "c_2": ["y#0", "y#1"]}

@@ -1,8 +1,7 @@
-"""scripts/bench_answer.py: per-stage latency over the turns of one benchmark split; a split
+"""convqa/front/tools/bench_answer.py: per-stage latency over the turns of one benchmark split; a split
 without enough turns is a one-line error naming the file and the splits it holds."""
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -10,16 +9,13 @@ import yaml
 
 from training_helpers import TURNS, make_benchmark, passages
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_answer.py"
 TRAIN_ONLY = [t for t in TURNS if t[6] == "train"]  # 9 train turns, no dev turn
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_answer", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from convqa.front.tools import bench_answer
+    return bench_answer
 
 
 @pytest.fixture(scope="module")

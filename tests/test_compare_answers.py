@@ -1,17 +1,17 @@
-"""scripts/compare_answers.py: two systems of one answer evaluation compared turn by turn."""
+"""convqa/front/tools/compare_answers.py: two systems of one answer evaluation compared turn by turn."""
 from __future__ import annotations
 
 import json
+from importlib import import_module
 
 import pytest
-from script_helpers import load_script
 
 TURNS = [("c_1", "first", ["Stanley Kubrick"]), ("c_2", "no-switch", ["1968"]),
          ("c_3", "switch", ["Arthur C. Clarke"]), ("c_4", "no-switch", ["HAL 9000"])]
 
 
 def test_paired_bootstrap_of_equal_shifted_and_mixed_scores():
-    script = load_script("compare_answers")
+    script = import_module("convqa.front.tools.compare_answers")
     same = script.paired_bootstrap([50, 0, 100], [50, 0, 100])
     assert same == {"mean": 0.0, "low": 0.0, "high": 0.0, "wins": 0, "losses": 0, "ties": 3}
     shifted = script.paired_bootstrap([60, 10, 100], [50, 0, 90])
@@ -43,7 +43,7 @@ def _eval_folder(tmp_path, phrase_answers):
 
 
 def test_compare_scores_each_turn_against_the_benchmark(tmp_path, capsys):
-    script = load_script("compare_answers")
+    script = import_module("convqa.front.tools.compare_answers")
     out = _eval_folder(tmp_path, ["Stanley Kubrick", "1969", "Arthur C. Clarke", "HAL"])
     result = script.compare(out, "vital", "phrase", "DPR-IHN@1")
     assert result["turns"] == 4
@@ -58,7 +58,7 @@ def test_compare_scores_each_turn_against_the_benchmark(tmp_path, capsys):
 
 
 def test_bad_names_are_one_line_errors(tmp_path, capsys):
-    script = load_script("compare_answers")
+    script = import_module("convqa.front.tools.compare_answers")
     out = _eval_folder(tmp_path, ["Kubrick", "1968", "Clarke", "HAL"])
     assert script.main([str(out), "--benchmark", "full", "--a", "phrase", "--b", "DPR"]) == 2
     assert "no benchmark 'full'" in capsys.readouterr().err
@@ -80,7 +80,7 @@ def test_bad_names_are_one_line_errors(tmp_path, capsys):
 def test_a_full_label_picks_its_row_beside_longer_labels_it_begins(tmp_path):
     """'DPR-IHN + reader' names that row exactly, even beside 'DPR-IHN + reader, fusion';
     a bare prefix of both stays an error."""
-    script = load_script("compare_answers")
+    script = import_module("convqa.front.tools.compare_answers")
     out = _eval_folder(tmp_path, ["Stanley Kubrick", "1969", "Arthur C. Clarke", "HAL"])
     report = json.loads(out.read_text())
     fusion = dict(report["vital"][0], label="DPR-IHN + reader, fusion")

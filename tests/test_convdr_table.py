@@ -1,10 +1,8 @@
-"""scripts/convdr_table.py: rows of models not trained yet are skipped with a note, the page's
+"""convqa/front/tools/convdr_table.py: rows of models not trained yet are skipped with a note, the page's
 prose around the generated block is kept, and the tables show what score_benchmark measured."""
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
@@ -12,15 +10,10 @@ from retrievers.convdr.orquac_bench import score_benchmark
 
 from test_convdr_bench import Echo, _tiny_bench
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "convdr_table.py"
-
-
 @pytest.fixture(scope="module")
 def table():
-    spec = importlib.util.spec_from_file_location("convdr_table", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from convqa.front.tools import convdr_table
+    return convdr_table
 
 
 def test_missing_models_are_skipped_with_a_note(table, tmp_path):

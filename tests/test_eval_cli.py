@@ -315,13 +315,9 @@ def test_qrecc_dispatch(fixtures_dir, tmp_path):
 
 
 def test_answer_table_script(bench, tmp_path):
-    """scripts/answer_table.py keeps its flags and writes through the same code."""
-    import importlib.util
+    """convqa/front/tools/answer_table.py keeps its flags and writes through the same code."""
+    from convqa.front.tools import answer_table as script
 
-    spec = importlib.util.spec_from_file_location(
-        "answer_table", Path(__file__).resolve().parents[1] / "scripts" / "answer_table.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
     rows = (BM25_QT + "    reader: {name: test-eval-cli-oracle, benchmark: '{corpus}'}\n")
     systems = systems_file(tmp_path, rows, head="top_ks: [1]\n")
     out = tmp_path / "answers.md"

@@ -241,12 +241,8 @@ def test_parse_spec(tmp_path):
 
 def test_retrieval_table_script(bench, tmp_path):
     """Builds the missing BM25 index, writes the tables, keeps the notes around the markers."""
-    import importlib.util
+    from convqa.front.tools import retrieval_table as script
 
-    spec = importlib.util.spec_from_file_location(
-        "retrieval_table", Path(__file__).resolve().parents[1] / "scripts" / "retrieval_table.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
     systems = tmp_path / "systems.yaml"
     systems.write_text(
         "systems:\n"

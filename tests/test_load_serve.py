@@ -1,15 +1,13 @@
-"""scripts/load_serve.py on a small real setup: a `convqa serve --config` server over the
+"""convqa/front/tools/load_serve.py on a small real setup: a `convqa serve --config` server over the
 film passages (BM25, no reader) and real TopiOCQA conversations from ../shared/data."""
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, shared_file
+from conftest import shared_file
 from demo_helpers import build_film_config
 
 from convqa.registry import HISTORY_STRATEGIES
@@ -17,11 +15,8 @@ from convqa.types import Turn
 
 
 def load_script():
-    spec = importlib.util.spec_from_file_location("load_serve", REPO / "scripts/load_serve.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["load_serve"] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    from convqa.front.tools import load_serve
+    return load_serve
 
 
 def test_checker_recomputes_the_query_and_spots_other_conversations():

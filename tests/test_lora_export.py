@@ -88,10 +88,7 @@ def test_shipped_retriever_adapter_loads_by_alias():
 
 
 def test_reader_export_keeps_heads_and_reproduces_logits(tmp_path):
-    """scripts/export_lora.py on a fine-tuned (here: perturbed) tiny extractive reader."""
-    import importlib.util
-    from pathlib import Path
-
+    """convqa/front/tools/export_lora.py on a fine-tuned (here: perturbed) tiny extractive reader."""
     from reader_helpers import reader_config, save_tiny_encoder
 
     from readers.extractive.model import ExtractiveReader
@@ -107,10 +104,7 @@ def test_reader_export_keeps_heads_and_reproduces_logits(tmp_path):
             elif name.endswith(".bias") or "LayerNorm" in name:
                 param += torch.randn(param.shape, generator=generator) * 0.05
     tuned.save_pretrained(tmp_path / "tuned")
-    script = Path(__file__).resolve().parents[1] / "scripts" / "export_lora.py"
-    spec = importlib.util.spec_from_file_location("export_lora", script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    from convqa.front.tools import export_lora as module
     assert module.main(["--tuned", str(tmp_path / "tuned"), "--rank", "2",
                         "--out", str(tmp_path / "adapter")]) == 0
     adapter = ExtractiveReader.from_pretrained(tmp_path / "adapter").eval()
@@ -129,12 +123,10 @@ def test_reader_export_keeps_heads_and_reproduces_logits(tmp_path):
 
 
 def test_convdr_student_export_reloads_as_adapter_and_keeps_its_queries(tmp_path):
-    """scripts/export_lora.py on a ConvDR folder: the student becomes a LoRA adapter over the
+    """convqa/front/tools/export_lora.py on a ConvDR folder: the student becomes a LoRA adapter over the
     teacher's query tower, and the reloaded adapter encodes queries like the full student."""
     import subprocess
     import sys
-    from pathlib import Path
-
     from convdr_helpers import make_teacher
     from retrievers.convdr.model import ConvDR
 
@@ -148,8 +140,8 @@ def test_convdr_student_export_reloads_as_adapter_and_keeps_its_queries(tmp_path
                 param += (torch.randn(out_dim, 2, generator=generator) * 0.05
                           @ torch.randn(2, in_dim, generator=generator))
     model.save_pretrained(tmp_path / "full")
-    script = Path(__file__).resolve().parents[1] / "scripts" / "export_lora.py"
-    done = subprocess.run([sys.executable, str(script), "--tuned", str(tmp_path / "full"),
+    done = subprocess.run([sys.executable, "-m", "convqa.front.tools.export_lora",
+                           "--tuned", str(tmp_path / "full"),
                            "--rank", "2", "--out", str(tmp_path / "adapter")],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
@@ -167,12 +159,9 @@ def test_convdr_student_export_reloads_as_adapter_and_keeps_its_queries(tmp_path
 
 
 def test_phrase_model_export_reproduces_both_towers_and_heads(tmp_path):
-    """scripts/export_lora.py on a phrase model: both towers become adapters, the heads are
+    """convqa/front/tools/export_lora.py on a phrase model: both towers become adapters, the heads are
     kept, and the reloaded adapter gives the tuned model's phrase and query vectors; the
     position-embedding change is kept only with --exact-embeddings."""
-    import importlib.util
-    from pathlib import Path
-
     from phrase_model_helpers import phrase_config, tiny_base
 
     from phrase_index.model import PhraseModel
@@ -190,10 +179,7 @@ def test_phrase_model_export_reproduces_both_towers_and_heads(tmp_path):
                     param += torch.randn(param.shape, generator=generator) * 0.05
         tuned.filter_head.weight += 0.3
     tuned.save(tmp_path / "tuned")
-    script = Path(__file__).resolve().parents[1] / "scripts" / "export_lora.py"
-    spec = importlib.util.spec_from_file_location("export_lora", script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    from convqa.front.tools import export_lora as module
 
     def vectors(model):
         model.eval()

@@ -315,11 +315,11 @@ def _queries(model, questions):
 
 
 def test_bench_counts_a_compact_index_without_the_dump_it_keeps(tmp_path):
-    """scripts/bench_phrase.py reports what answering reads: a compact build keeps its dump in
+    """convqa/front/tools/bench_phrase.py reports what answering reads: a compact build keeps its dump in
     OUT/dump (for rebuilding), which is counted apart."""
-    from script_helpers import load_script
+    from importlib import import_module
 
-    bench = load_script("bench_phrase")
+    bench = import_module("convqa.front.tools.bench_phrase")
     dump, *_ = planted_dump(tmp_path)
     index = build_compact_index(dump, tmp_path / "compact", **BUILD)
     alone = bench.phrase_index_bytes(tmp_path / "compact")

@@ -1,16 +1,17 @@
-"""scripts/phrase_dense_prior.py: the dense passage prior at each weight, summed with BM25's
+"""convqa/front/tools/phrase_dense_prior.py: the dense passage prior at each weight, summed with BM25's
 at its own (the prior itself: tests/test_phrase_dense_side.py)."""
 from __future__ import annotations
 
+from importlib import import_module
+
 import numpy as np
-from script_helpers import load_script
 
 from phrase_index.dense_prior import scaled_prior
 from phrase_index.search import PassagePrior
 
 
 def test_the_dense_prior_adds_its_passages_and_weighted_scores_to_bm25s():
-    script = load_script("phrase_dense_prior")
+    script = import_module("convqa.front.tools.phrase_dense_prior")
     sparse = PassagePrior(np.array([1, 2]), lambda rows: rows.astype(np.float32) / 10)
     dense = scaled_prior(np.array([2, 5, 9]), np.array([3.0, 2.0, 1.0]), weight=1.0)
     prior = script.combined(sparse, dense, sparse_weight=8.0, dense_weight=4.0)
@@ -51,7 +52,7 @@ class _Prior:
 
 
 def test_bench_dense_side_times_each_turn_alone():
-    script = load_script("bench_dense_side")
+    script = import_module("convqa.front.tools.bench_dense_side")
     prior = _Prior()
     row = script.stage_ms(prior, ["a", "b", "c"])
     assert prior.warmed == [["a"]]

@@ -99,15 +99,15 @@ def test_the_shipped_model_answers_instead_of_naming_the_subject(tmp_path):
 
 
 def test_gold_reading_leaves_out_the_open_domain_test_turns(tmp_path, capsys):
-    """scripts/phrase_overlap_gold.py --exclude-dev-of: the held-out turns that are another
+    """convqa/front/tools/phrase_overlap_gold.py --exclude-dev-of: the held-out turns that are another
     benchmark's answer-evaluable dev turns (the open-domain test) are not read."""
     import json
 
     from phrase_model_helpers import tiny_phrase_model
-    from script_helpers import load_script
+    from importlib import import_module
     from training_helpers import TURNS, make_benchmark
 
-    script = load_script("phrase_overlap_gold")
+    script = import_module("convqa.front.tools.phrase_overlap_gold")
     bench = make_benchmark(tmp_path / "bench")
     # the other corpus holds c4's first turn only (its second has no answer passage there)
     other = make_benchmark(tmp_path / "other",

@@ -1,4 +1,4 @@
-"""scripts/promote_phrase.py on a real (tiny-model) phrase run over real SQuAD questions: the
+"""convqa/front/tools/promote_phrase.py on a real (tiny-model) phrase run over real SQuAD questions: the
 export is compared with the shipped model on the same held-out questions and installed only when
 better and when it passes the check, with a card that keeps the previous card under History."""
 from __future__ import annotations
@@ -10,11 +10,11 @@ import pytest
 
 from conftest import shared_file
 from convqa.errors import ConvQAError, DataError
+from convqa.front.tools import export_lora, promote_phrase
 from phrase_index.data import squad_phrase_examples
 from phrase_index.model import PhraseModel
 from phrase_index.train import PhraseTrainConfig, train_phrase_model
 from phrase_model_helpers import phrase_config, tiny_base
-from script_helpers import load_script as script
 from reader_helpers import single_thread  # noqa: F401 (autouse fixture: one thread)
 
 OLD_CARD = "# convqa-phrase: old\n\n## Scores\n\n| source | F1 |\n|---|---|\n| squad | 12.3 |\n"
@@ -46,7 +46,7 @@ def data(squad_file) -> dict:
 
 def shipped_copy(run: Path, folder: Path) -> Path:
     """An 'assets' folder holding the run's own model as a LoRA export, and an old card."""
-    export = script("export_lora")
+    export = export_lora
     export.export_phrase(str(run / "phrase" / "model"), 4, str(folder), None,
                          export.EXACT_MODULES + export.SMALL_EMBEDDINGS)
     (folder / "README.md").write_text(OLD_CARD)
@@ -56,7 +56,7 @@ def shipped_copy(run: Path, folder: Path) -> Path:
 def test_an_equal_model_is_not_promoted(run, tmp_path, squad_file):
     assets = shipped_copy(run, tmp_path / "assets")
     before = {p.name: p.read_bytes() for p in assets.iterdir() if p.is_file()}
-    result = script("promote_phrase").promote(run, assets, data(squad_file), 4, 4, 0.0,
+    result = promote_phrase.promote(run, assets, data(squad_file), 4, 4, 0.0,
                                               say=lambda _: None)
     assert not result["promoted"] and result["stage"] == "phrase" and result["steps"] == 4
     assert result["candidate"]["f1"] == result["shipped"]["f1"]   # the same export
@@ -67,7 +67,7 @@ def test_an_equal_model_is_not_promoted(run, tmp_path, squad_file):
 
 def test_a_better_model_is_installed_with_its_card_and_history(run, tmp_path, squad_file):
     assets = shipped_copy(run, tmp_path / "assets")
-    result = script("promote_phrase").promote(run, assets, data(squad_file), 4, 4, -100.0,
+    result = promote_phrase.promote(run, assets, data(squad_file), 4, 4, -100.0,
                                               check=False, say=lambda _: None)
     assert result["promoted"]
     card = (assets / "README.md").read_text()
@@ -81,7 +81,7 @@ def test_a_better_model_is_installed_with_its_card_and_history(run, tmp_path, sq
 
 
 def test_a_failed_check_blocks_the_promotion(run, tmp_path, squad_file, monkeypatch):
-    promote = script("promote_phrase")
+    promote = promote_phrase
     monkeypatch.setattr(promote, "failed_check", lambda folder, work: "answered 'Everest'")
     assets = shipped_copy(run, tmp_path / "assets")
     result = promote.promote(run, assets, data(squad_file), 4, 4, -100.0, say=lambda _: None)
@@ -92,12 +92,12 @@ def test_a_failed_check_blocks_the_promotion(run, tmp_path, squad_file, monkeypa
 def test_the_shipped_model_passes_the_check(tmp_path):
     from convqa.models import shipped_model_path
 
-    assert script("promote_phrase").failed_check(shipped_model_path("convqa-phrase"),
+    assert promote_phrase.failed_check(shipped_model_path("convqa-phrase"),
                                                  tmp_path) is None
 
 
 def test_refusals(run, tmp_path, squad_file):
-    promote = script("promote_phrase")
+    promote = promote_phrase
     assets = shipped_copy(run, tmp_path / "assets")
     with pytest.raises(DataError, match="no held-out examples"):
         promote.promote(run, assets, {**data(squad_file), "squad": []}, 4, 4, 0.0)
@@ -112,7 +112,7 @@ def test_refusals(run, tmp_path, squad_file):
 def test_open_domain_gate_refuses_a_model_that_retrieves_worse(run, tmp_path, squad_file,
                                                                 monkeypatch):
     """A better gold-passage reader that answers worse from a whole-corpus index is refused."""
-    promote = script("promote_phrase")
+    promote = promote_phrase
     scores = {"candidate": 20.0, "shipped": 25.0}
 
     def fake_open_domain(folder, benchmark, work, index=None):
@@ -136,7 +136,7 @@ def test_open_domain_answers_the_dev_turns_from_a_corpus_index(tmp_path):
 
     bench = make_benchmark(tmp_path / "bench")
     tiny_phrase_model(seed=2).save(tmp_path / "model")
-    promote = script("promote_phrase")
+    promote = promote_phrase
     row = promote.open_domain(tmp_path / "model", str(bench), tmp_path / "work")
     assert row["turns"] > 0 and 0.0 <= row["f1"] <= 100.0 and "hits@5" in row
     built = list((tmp_path / "work").iterdir())
@@ -182,7 +182,7 @@ def test_a_query_only_run_is_promoted_with_the_shipped_phrase_side(query_run, tm
     assets = shutil.copytree(source, tmp_path / "assets")
     phrase_adapter = (assets / "adapter_model.safetensors").read_bytes()
     before = PhraseModel.load(assets)
-    result = script("promote_phrase").promote(run, assets, data(squad_file), 4, 4, -100.0,
+    result = promote_phrase.promote(run, assets, data(squad_file), 4, 4, -100.0,
                                               check=False, say=lambda _: None)
     assert result["promoted"] and result["stage"] == "query" and result["steps"] == 2
     after = PhraseModel.load(assets)
@@ -209,7 +209,7 @@ def test_a_query_only_checkpoint_is_decided_by_open_domain_f1(query_run, tmp_pat
     model, train, config = query_stage_inputs(source, squad_file, max_steps=3)
     with pytest.raises(Killed):
         train_stage(model, train, live / "query", config, on_step=kill_after(2))
-    promote = script("promote_phrase")
+    promote = promote_phrase
     scores = {"candidate": 30.0, "shipped": 30.0}
     seen_indexes = []
 
@@ -239,5 +239,5 @@ def test_a_query_only_run_of_another_model_is_refused(query_run, run, tmp_path, 
     model.add_lora(r=4, alpha=8)
     model.save(other)
     with pytest.raises(DataError, match="another phrase model than the shipped one"):
-        script("promote_phrase").promote(query_run[0], other, data(squad_file), 4, 4, -100.0,
+        promote_phrase.promote(query_run[0], other, data(squad_file), 4, 4, -100.0,
                                          check=False, say=lambda _: None)

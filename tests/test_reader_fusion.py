@@ -1,9 +1,8 @@
 """The retriever's evidence in the extractive reader's choice: the fused score, the options and
 the fingerprint, the pipeline and `convqa eval answers` passing hit scores, and the choice of
-weights on held-out turns (readers/extractive/fusion_tuning.py, scripts/tune_reader_fusion.py)."""
+weights on held-out turns (readers/extractive/fusion_tuning.py, convqa/front/tools/tune_reader_fusion.py)."""
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -155,10 +154,7 @@ def test_read_turns_and_script_on_the_tiny_benchmark(tmp_path, minilm_tokenizer)
                                                    ("A#0", "J#0", "B#0")])
     assert answer_at(read[0], 3, None) == direct.text
 
-    script = Path(__file__).resolve().parents[1] / "scripts" / "tune_reader_fusion.py"
-    spec = importlib.util.spec_from_file_location("tune_reader_fusion", script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    from convqa.front.tools import tune_reader_fusion as module
     out = tmp_path / "fusion.json"
     code = module.main(["--benchmark", str(bench), "--retriever",
                         json.dumps({"name": "bm25", "index": str(tmp_path / "bm25")}),

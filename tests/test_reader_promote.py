@@ -1,4 +1,4 @@
-"""scripts/promote_reader.py and scripts/plot_reader_curve.py on a real (tiny-model) training
+"""convqa/front/tools/promote_reader.py and convqa/front/tools/plot_reader_curve.py on a real (tiny-model) training
 run over real SQuAD questions: the export is compared with the shipped reader on the same
 held-out questions and installed only when better, with a model card that keeps the previous
 card under History; the curve PNG is drawn from the run's log."""
@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from conftest import shared_file
+from convqa.front.tools import plot_reader_curve, promote_reader
 from readers.extractive.model import ExtractiveReader
 from readers.extractive.run import ReaderRunConfig, run_reader_training
 from readers.extractive.train import ReaderTrainConfig
 from reader_helpers import save_tiny_encoder
-from script_helpers import load_script as script
 from reader_helpers import single_thread  # noqa: F401 (autouse fixture: one thread)
 
 OLD_CARD = "# convqa-reader: old\n\n## Scores\n\n| source | F1 |\n|---|---|\n| squad | 12.3 |\n"
@@ -38,14 +38,14 @@ def run(tmp_path_factory):
 
 def shipped_copy(run: Path, folder: Path) -> Path:
     """An 'assets' folder holding the run's own model as a LoRA export, and an old card."""
-    script("promote_reader").export_candidate(run / "model", folder, rank=4)
+    promote_reader.export_candidate(run / "model", folder, rank=4)
     (folder / "README.md").write_text(OLD_CARD)
     return folder
 
 
 def test_curve_plot(run, tmp_path):
     out = tmp_path / "curve.png"
-    assert script("plot_reader_curve").main([str(run), "--out", str(out)]) == 0
+    assert plot_reader_curve.main([str(run), "--out", str(out)]) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     points = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()
               if "heldout" in line]
@@ -53,14 +53,14 @@ def test_curve_plot(run, tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     (empty / "log.jsonl").write_text(json.dumps({"step": 1, "loss": 1.0}) + "\n")
-    assert script("plot_reader_curve").main([str(empty), "--out", str(tmp_path / "x.png")]) == 2
+    assert plot_reader_curve.main([str(empty), "--out", str(tmp_path / "x.png")]) == 2
 
 
 
 def test_curve_history_keeps_points_of_earlier_run_folders(run, tmp_path):
     """A run continued on another machine starts a new folder: the history file keeps the
     earlier points; the run's records win where both have a step."""
-    plot = script("plot_reader_curve")
+    plot = plot_reader_curve
     history = tmp_path / "curve.jsonl"
     earlier = [{"step": 0, "heldout": {"f1": 1.5, "sources": {}, "count": 8}, "from": "old"},
                {"step": 2, "heldout": {"f1": 99.0, "sources": {}, "count": 8}, "from": "old"},
@@ -87,7 +87,7 @@ def test_curve_history_keeps_points_of_earlier_run_folders(run, tmp_path):
     assert history.read_text() == before  # merging again changes nothing
 
 def test_an_equal_reader_is_not_promoted(run, tmp_path):
-    promote = script("promote_reader")
+    promote = promote_reader
     assets = shipped_copy(run, tmp_path / "reader-extractive")
     before = {p.name: p.read_bytes() for p in assets.iterdir()}
     result = promote.promote(run, assets, per_source=8, seed=0, rank=4, min_gain=0.0,
@@ -99,7 +99,7 @@ def test_an_equal_reader_is_not_promoted(run, tmp_path):
 
 
 def test_a_better_reader_is_installed_with_its_card_and_history(run, tmp_path):
-    promote = script("promote_reader")
+    promote = promote_reader
     assets = shipped_copy(run, tmp_path / "reader-extractive")
     old_fingerprint = json.loads((assets / "convqa_reader.json").read_text())["fingerprint"]
     curve = tmp_path / "docs" / "reader-curve.png"
@@ -128,7 +128,7 @@ def test_a_better_reader_is_installed_with_its_card_and_history(run, tmp_path):
 
 
 def test_refusals(run, tmp_path):
-    promote = script("promote_reader")
+    promote = promote_reader
     assert promote.main([str(tmp_path), "--assets", str(tmp_path)]) == 2  # no run there
     not_reader = tmp_path / "assets"
     not_reader.mkdir()
@@ -138,7 +138,7 @@ def test_refusals(run, tmp_path):
 def test_a_run_in_progress_is_read_from_its_checkpoint(run, tmp_path):
     import shutil
 
-    promote = script("promote_reader")
+    promote = promote_reader
     live = tmp_path / "live"
     shutil.copytree(run / "data", live / "data")
     shutil.copytree(run / "model", live / "checkpoint" / "model")
@@ -168,7 +168,7 @@ def test_checks_run_the_readme_question_through_the_default_pipeline(run, tmp_pa
                                                                       embedded_cache,
                                                                       monkeypatch):
     monkeypatch.setenv("CONVQA_CACHE", str(embedded_cache))
-    promote = script("promote_reader")
+    promote = promote_reader
     assert promote.parse_check(promote.README_CHECK) == README_QUESTION
     with pytest.raises(promote.ConvQAError, match="expected QUESTION=ANSWER"):
         promote.parse_check("no answer given")
@@ -184,7 +184,7 @@ def test_checks_run_the_readme_question_through_the_default_pipeline(run, tmp_pa
 def test_a_better_reader_that_fails_a_check_is_not_promoted(run, tmp_path, embedded_cache,
                                                             monkeypatch):
     monkeypatch.setenv("CONVQA_CACHE", str(embedded_cache))
-    promote = script("promote_reader")
+    promote = promote_reader
     assets = shipped_copy(run, tmp_path / "reader-extractive")
     before = {p.name: p.read_bytes() for p in assets.iterdir()}
     said = []
@@ -196,7 +196,7 @@ def test_a_better_reader_that_fails_a_check_is_not_promoted(run, tmp_path, embed
 
 
 def test_card_of_a_continued_run_says_where_its_time_starts(run):
-    promote = script("promote_reader")
+    promote = promote_reader
     schedule = json.loads((run / "training.json").read_text())["config"]["schedule"]
     scores = {"fingerprint": "f", "count": 1, "em": 1.0, "f1": 2.0,
               "sources": {"squad:dev-v2.0": {"em": 1.0, "f1": 2.0, "count": 1}}}

@@ -10,7 +10,7 @@ version changes the passages, another adapter or base model changes the digest);
 caller encodes the corpus as before. The retriever still checks the index's recorded encoder
 fingerprint against the loaded model, so a stale prebuilt index can never answer silently.
 
-    python scripts/export_prebuilt_index.py --index DENSE_INDEX_DIR   # regenerate the asset
+    python -m convqa.front.tools.export_prebuilt_index --index DENSE_INDEX_DIR   # regenerate the asset
 """
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ Strategies over the passages of one question:
   passage without any valid span (empty text) is passed over for the next one;
 - "global": the passage maximising best span score + selection logit.
 Without a selection head (a plain HF QA checkpoint) both rank passages by span score alone.
-- a `Fusion` (weights set in the reader options, chosen by scripts/tune_reader_fusion.py):
+- a `Fusion` (weights set in the reader options, chosen by convqa/front/tools/tune_reader_fusion.py):
   the passage maximising  w_sel * selection + w_span * span score + w_ret * retriever evidence,
   the evidence being the retriever's score of the passage standardised over the passages read
   ((score - best) / standard deviation: 0 for the retriever's best, scale-free, so one weight

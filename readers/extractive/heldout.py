@@ -1,6 +1,6 @@
 """Held-out scores of a reader per source: the sample a training run scores every N steps (its
 curve, readers/extractive/train.py) and the comparison of a run with the shipped reader
-(scripts/promote_reader.py). Each question is read with its gold passage alone, scored under
+(convqa/front/tools/promote_reader.py). Each question is read with its gold passage alone, scored under
 its source's convention (`scoring_convention`)."""
 from __future__ import annotations
 

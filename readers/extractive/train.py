@@ -36,7 +36,7 @@ and scoring it on held-out examples.
   (`eval_per_source` per source, heldout.py) is read with its gold passages at step 0 and every
   N steps, and its EM/F1 per source written into log.jsonl as `{"step", "heldout": {...}}`
   (before the step's checkpoint, so a resumed run redoes exactly the scores it lost);
-  scripts/plot_reader_curve.py draws it.
+  convqa/front/tools/plot_reader_curve.py draws it.
 """
 from __future__ import annotations
 

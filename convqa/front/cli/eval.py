@@ -144,7 +144,7 @@ def make_table(table: str, targets: list, systems_path: str | None, out: str, *,
                batch_size: int = 64, use_cache: bool = True, progress: bool = True,
                plots: bool = True, levels: list[str] | None = None) -> list[Path]:
     """Check the systems file, run every system on every target, write the outputs.
-    Shared by `convqa eval` and scripts/retrieval_table.py / answer_table.py."""
+    Shared by `convqa eval` and convqa/front/tools/retrieval_table.py / answer_table.py."""
     from convqa.front.evaluation import tables
     from convqa.front.evaluation.systems import (DEFAULT_RETRIEVAL_SYSTEMS, check_components,
                                                  load_systems)

@@ -6,7 +6,7 @@
 - `answer_curve`: EM and F1 against the number of passages read, one line per system (a
   phrase-index row, which reads no passages, as a dashed level);
 - `training_curve`: a training run's held-out F1 per source (and their mean) against optimizer
-  steps, next to its training loss (scripts/plot_reader_curve.py).
+  steps, next to its training loss (convqa/front/tools/plot_reader_curve.py).
 
 Each takes the result dicts of `convqa.front.evaluation` (as in the tables' JSON) and writes one PNG
 atomically. matplotlib is imported on first use, so importing this module is cheap.

@@ -1,0 +1,78 @@
+#!/usr/bin/env python
+"""End-to-end F1 split by whether the answer passage was among the passages read, from the
+cached run of `convqa eval answers --cache-dir DIR` (retrieval run + answers at each k): what
+limits a corpus, recall or the choice of passage.
+
+    python -m convqa.front.tools.answer_passage_breakdown --benchmark /tmp/work/bench/full \\
+        --cache-dir /tmp/work/cache-full
+
+Each cached retrieval run (DIR/RUN.jsonl) and its answer files (DIR/RUN.jsonl.answers-*-kK.jsonl)
+are read; per k: turns whose answer passage was read, their F1, how often the answer came from
+an answer passage, and the F1 of the other turns (TopiOCQA scoring).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+from convqa.errors import ConvQAError, DataError
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    from convqa.io import iter_jsonl
+
+    return [row for _, row in iter_jsonl(path)]
+
+
+def breakdown(turns: dict[str, dict], hits: dict[str, list[str]], answers: list[dict],
+              k: int) -> dict[str, float]:
+    from convqa.metrics.answer import score_answer
+
+    read, other = [], []
+    for row in answers:
+        turn = turns.get(row["qid"])
+        if turn is None:
+            continue
+        gold = set(turn["answer_passage_ids"])
+        f1 = score_answer(row.get("prediction") or "", turn["answers"], "topiocqa")["f1"]
+        if gold & set(hits.get(row["qid"], [])[:k]):
+            read.append((f1, row.get("passage_id") in gold))
+        else:
+            other.append(f1)
+    count = len(read) + len(other)
+    mean = lambda values: round(100 * sum(values) / len(values), 1) if values else None  # noqa: E731
+    return {"k": k, "turns": count, "read": len(read),
+            "read_percent": round(100 * len(read) / count, 1) if count else None,
+            "f1_read": mean([f for f, _ in read]),
+            "from_answer_passage_percent": mean([float(g) for _, g in read]),
+            "f1_other": mean(other)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--benchmark", required=True, help="`convqa data topiocqa-wiki` corpus folder")
+    parser.add_argument("--cache-dir", required=True, help="`convqa eval answers --cache-dir`")
+    args = parser.parse_args(argv)
+    try:
+        turns = {t["qid"]: t for t in read_jsonl(Path(args.benchmark) / "turns.jsonl")
+                 if t.get("split") == "dev" and t.get("answer_evaluable")}
+        runs = [p for p in sorted(Path(args.cache_dir).glob("*.jsonl")) if ".answers-" not in p.name]
+        if not runs:
+            raise DataError("no cached retrieval run (*.jsonl)", args.cache_dir)
+        for run in runs:
+            hits = {r["qid"]: [h["passage_id"] for h in r["hits"]] for r in read_jsonl(run)}
+            for path in sorted(run.parent.glob(run.name + ".answers-*-k*.jsonl")):
+                k = int(re.search(r"-k(\d+)\.jsonl$", path.name).group(1))
+                print(json.dumps({"run": run.name, "answers": path.name,
+                                  **breakdown(turns, hits, read_jsonl(path), k)}))
+    except (ConvQAError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

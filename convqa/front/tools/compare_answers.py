@@ -1,0 +1,128 @@
+#!/usr/bin/env python
+"""Two systems of one `convqa eval answers` run compared turn by turn: the mean F1 difference,
+how many turns each wins, and a paired bootstrap 95% interval, so a gap of a turn or two on a
+small benchmark is read as what it is.
+
+    python -m convqa.front.tools.compare_answers OUT.json --benchmark vital \\
+        --a "phrase + BM25 (8) + overlap penalty (4)@1" --b "DPR-IHN + reader@1"
+
+A system is named by the start of its label and `@k` (the top-k row; default 1). The answer
+files the eval JSON records (its `predictions` per k) are scored against the benchmark's turns
+(`turns.jsonl`, with the row's scoring convention), so the eval's cache must still hold them.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from convqa.errors import ConvQAError, DataError
+
+
+def paired_bootstrap(a: Sequence[float], b: Sequence[float], samples: int = 10000,
+                     seed: int = 0) -> dict[str, float]:
+    """Mean of `a - b` (paired per turn) and its percentile-bootstrap 95% interval."""
+    diff = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
+    if len(a) != len(b) or not len(diff):
+        raise ConvQAError(f"paired scores need two equally long non-empty lists, got "
+                          f"{len(a)} and {len(b)}")
+    rng = np.random.default_rng(seed)
+    means = diff[rng.integers(0, len(diff), (samples, len(diff)))].mean(axis=1)
+    low, high = np.percentile(means, [2.5, 97.5])
+    return {"mean": float(diff.mean()), "low": float(low), "high": float(high),
+            "wins": int((diff > 0).sum()), "losses": int((diff < 0).sum()),
+            "ties": int((diff == 0).sum())}
+
+
+def find_row(rows: list[dict], name: str, where: str) -> tuple[dict, str]:
+    """The eval row whose label is `name` (before `@k`), else the one label that starts with
+    it, and its k."""
+    label, _, k = name.partition("@")
+    k = k or "1"
+    found = [row for row in rows if row.get("label", "") == label] or \
+        [row for row in rows if row.get("label", "").startswith(label)]
+    if len(found) != 1:
+        labels = "; ".join(row.get("label", "") for row in rows)
+        raise DataError(f"{len(found)} systems' labels start with {label!r} (labels: {labels})",
+                        where)
+    if k not in found[0].get("by_k", {}):
+        raise DataError(f"system {found[0]['label']!r} has no top-{k} row "
+                        f"(has {', '.join(found[0].get('by_k', {}))})", where)
+    if not found[0]["by_k"][k].get("predictions"):
+        raise DataError(f"system {found[0]['label']!r} records no answer file at top {k}", where)
+    return found[0], k
+
+
+def turn_f1(predictions: Path, turns: dict[str, dict], convention: str) -> dict[str, float]:
+    """qid -> F1 of each prediction of an answer file, for the turns given."""
+    from convqa.io import iter_jsonl
+    from convqa.metrics.answer import score_answer
+
+    if not predictions.is_file():
+        raise DataError("answer file gone (rerun the eval with its --cache-dir)", predictions)
+    return {row["qid"]: 100 * score_answer(row.get("prediction") or "",
+                                           turns[row["qid"]]["answers"], convention)["f1"]
+            for _, row in iter_jsonl(predictions) if row["qid"] in turns}
+
+
+def compare(eval_json: Path, benchmark: str, first: str, second: str,
+            bench_dir: str | None = None) -> dict:
+    report = json.loads(eval_json.read_text(encoding="utf-8"))
+    if benchmark not in report:
+        raise DataError(f"no benchmark {benchmark!r} (has {', '.join(report)})", eval_json)
+    rows = report[benchmark]
+    systems = [find_row(rows, name, str(eval_json)) for name in (first, second)]
+    folder = Path(bench_dir or systems[0][0]["benchmark"])
+    from convqa.io import iter_jsonl
+
+    turns = {t["qid"]: t for _, t in iter_jsonl(folder / "turns.jsonl")}
+    scores = [turn_f1(Path(row["by_k"][k]["predictions"]), turns,
+                      row.get("convention") or "topiocqa") for row, k in systems]
+    qids = sorted(set(scores[0]) & set(scores[1]))
+    if len(qids) != len(scores[0]) or len(qids) != len(scores[1]):
+        raise DataError(f"the systems answered different turns ({len(scores[0])} and "
+                        f"{len(scores[1])}, {len(qids)} shared)", eval_json)
+    a, b = (np.array([per_turn[q] for q in qids]) for per_turn in scores)
+    kinds = np.array([turns[q].get("question_type") or "all" for q in qids])
+    return {"a": f"{systems[0][0]['label']}@{systems[0][1]}",
+            "b": f"{systems[1][0]['label']}@{systems[1][1]}", "turns": len(qids),
+            "f1_a": float(a.mean()), "f1_b": float(b.mean()),
+            "a_minus_b": paired_bootstrap(a, b),
+            "by_type": {str(kind): {"turns": int((kinds == kind).sum()),
+                               **paired_bootstrap(a[kinds == kind], b[kinds == kind])}
+                        for kind in sorted(set(kinds))}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("eval_json", help="OUT.json of `convqa eval answers --out OUT`")
+    parser.add_argument("--benchmark", required=True, help="its benchmark name (NAME=FOLDER)")
+    parser.add_argument("--a", required=True, help="label prefix[@k] of the first system")
+    parser.add_argument("--b", required=True, help="label prefix[@k] of the second system")
+    parser.add_argument("--bench-dir", help="the benchmark folder, if it moved since the eval")
+    parser.add_argument("--json", help="also write the comparison here")
+    args = parser.parse_args(argv)
+    try:
+        result = compare(Path(args.eval_json), args.benchmark, args.a, args.b, args.bench_dir)
+    except (ConvQAError, OSError, ValueError, KeyError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    d = result["a_minus_b"]
+    print(f"{result['turns']} turns: F1 {result['f1_a']:.2f} ({result['a']}) against "
+          f"{result['f1_b']:.2f} ({result['b']})")
+    print(f"a - b: {d['mean']:+.2f} F1, 95% CI [{d['low']:+.2f}, {d['high']:+.2f}]; a wins "
+          f"{d['wins']} turns, loses {d['losses']}, ties {d['ties']}")
+    for kind, row in result["by_type"].items():
+        print(f"  {kind} ({row['turns']}): {row['mean']:+.2f} [{row['low']:+.2f}, "
+              f"{row['high']:+.2f}], {row['wins']}/{row['losses']}/{row['ties']}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

