@@ -3,7 +3,7 @@
 The fast test serves BM25 over ~40 film articles with the server code of `convqa serve`,
 each answer held 0.3 s so that a SIGTERM arrives while requests are in flight: they must all
 be answered before the process ends. The slow one runs the `convqa serve` command itself with
-the shipped extractive reader and asks the conversation of issue 16 ("Who directed 2001: A
+the shipped extractive reader and asks the README's conversation ("Who directed 2001: A
 Space Odyssey?" then "When was it released?").
 """
 from __future__ import annotations

@@ -19,7 +19,7 @@ history the server no longer had (after a restart) is counted as "history lost",
 
 In the same run, the single-process `Pipeline` (built in this process from the same
 `--serve-args`) answers the same sequence of requests for as long, one after another: its
-throughput is the yardstick of issue 16 (the server within 20% of it).
+throughput is the yardstick (the server within 20% of it).
 
 The server is started here (`convqa serve --port P ARGS`, from this checkout) unless --url
 names one already running (on 127.0.0.1); --kill-restart needs the server started here.
