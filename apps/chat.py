@@ -34,6 +34,8 @@ class TurnView:
 
 def reply_text(result) -> str:
     """The assistant's chat message for a pipeline result."""
+    if result.answer is not None and result.answer.no_answer:
+        return "No answer in the collection."
     if result.answer is not None:
         return result.answer.text
     if result.passages:

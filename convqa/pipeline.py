@@ -26,13 +26,18 @@ PIPELINE_KEYS = ("passages", "retriever", "history", "reranker", "reader", "top_
 
 
 def read_passages(reader: Any, question: str, history: Sequence[Turn],
-                  passages: Sequence[Passage], hits: Sequence[Hit]) -> Answer | None:
+                  passages: Sequence[Passage], hits: Sequence[Hit],
+                  always_answer: bool = False) -> Answer | None:
     """`reader.read` of retrieved passages, with the retriever's scores for a reader that
-    weighs them in (`reads_retriever_scores`, e.g. the extractive reader with a fusion)."""
+    weighs them in (`reads_retriever_scores`, e.g. the extractive reader with a fusion).
+    `always_answer`: a reader that can answer "no answer in the collection" (`abstains`) is
+    told not to (evaluation on questions that all have an answer)."""
+    options: dict[str, Any] = {}
     if getattr(reader, "reads_retriever_scores", False):
-        return reader.read(question, history, passages,
-                           scores=[hit.score for hit in hits[:len(passages)]])
-    return reader.read(question, history, passages)
+        options["scores"] = [hit.score for hit in hits[:len(passages)]]
+    if always_answer and getattr(reader, "abstains", False):
+        options["always_answer"] = True
+    return reader.read(question, history, passages, **options)
 
 
 @dataclass

@@ -121,7 +121,11 @@ class RerankedHit(Hit):
 @dataclass
 class Answer:
     """An answer with its evidence: `start`/`end` are character offsets into the passage text
-    (end exclusive), so `evidence.text[start:end] == text` for extractive answers."""
+    (end exclusive), so `evidence.text[start:end] == text` for extractive answers.
+
+    `no_answer`: the reader judged that the collection holds no answer (text "", no span); the
+    passage it would have answered from is still its evidence. `confidence`: the reader's
+    calibrated probability that its answer is right, when it has a calibration."""
 
     text: str
     score: float = 0.0
@@ -129,6 +133,8 @@ class Answer:
     start: int | None = None
     end: int | None = None
     evidence: Passage | None = None
+    no_answer: bool = False
+    confidence: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -140,4 +146,6 @@ class Answer:
         evidence = data.get("evidence")
         return cls(text=data["text"], score=float(data.get("score", 0.0)),
                    passage_id=data.get("passage_id"), start=data.get("start"), end=data.get("end"),
-                   evidence=Passage.from_dict(evidence) if evidence else None)
+                   evidence=Passage.from_dict(evidence) if evidence else None,
+                   no_answer=bool(data.get("no_answer", False)),
+                   confidence=data.get("confidence"))

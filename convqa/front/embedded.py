@@ -23,12 +23,9 @@ def embedded_dir(cache: str | os.PathLike | None = None) -> Path:
 RETRIEVER_CHOICES = ("dense", "bm25", "hybrid")
 DEFAULT_RETRIEVER = "dense"
 DEFAULT_DENSE_MODEL = "convqa-dpr-ihn"   # the shipped DPR-IHN LoRA adapter (convqa/assets)
-# The shipped extractive reader (LoRA adapter + heads), in the precision `auto` measures here.
-# Its answer passage is chosen by a fusion of span and retriever scores, weights tuned on half of
-# the vital dev conversations with this reader (docs/readers.md, convqa/front/tools/tune_reader_fusion.py):
-# reading 5 passages then beats reading 1, which "best passage" did not.
-DEFAULT_READER = {"name": "extractive", "model": "convqa-reader",
-                  "fusion": {"selection": 0.0, "span": 0.1, "retriever": 0.25}}
+# The shipped extractive reader (LoRA adapter + heads), in the precision `auto` measures here,
+# with the decoding defaults its folder carries (readers/extractive/decoding.py).
+DEFAULT_READER = {"name": "extractive", "model": "convqa-reader"}
 
 
 def _check_choice(retriever: str) -> None:

@@ -209,18 +209,38 @@ def decode_answer(start: Tensor, end: Tensor, selection: Tensor | None,
     return span_answer(spans, passages, strategy, fusion, retriever_scores)
 
 
+@dataclass
+class Choice:
+    """The passage span an answer is read from, with what it was chosen by."""
+
+    span: PassageSpan
+    score: float        # the rank score (see `decode_answer`)
+    evidence: float     # the retriever's standardised evidence of its passage (0 without scores)
+
+
+def choose_span(spans: Sequence[PassageSpan | None], strategy: str = "best_passage",
+                fusion: Fusion | None = None,
+                retriever_scores: Sequence[float] | None = None) -> Choice | None:
+    """The chosen passage span under `fusion`, else `strategy` (None: no passage has a span)."""
+    evidence = retriever_evidence(retriever_scores, len(spans))
+    chosen = choose_fused(spans, evidence, fusion) if fusion is not None \
+        else choose(spans, strategy)
+    if chosen is None:
+        return None
+    span, score = chosen
+    return Choice(span, float(score), evidence[span.passage])
+
+
+def choice_answer(choice: Choice, passages: Sequence[Passage]) -> Answer:
+    passage = passages[choice.span.passage]
+    span = choice.span
+    return Answer(text=passage.text[span.start:span.end], score=choice.score,
+                  passage_id=passage.id, start=span.start, end=span.end, evidence=passage)
+
+
 def span_answer(spans: Sequence[PassageSpan | None], passages: Sequence[Passage],
                 strategy: str = "best_passage", fusion: Fusion | None = None,
                 retriever_scores: Sequence[float] | None = None) -> Answer | None:
     """The Answer chosen among the passages' best spans (see `decode_answer`)."""
-    if fusion is not None:
-        chosen = choose_fused(spans, retriever_evidence(retriever_scores, len(passages)),
-                              fusion)
-    else:
-        chosen = choose(spans, strategy)
-    if chosen is None:
-        return None
-    span, score = chosen
-    passage = passages[span.passage]
-    return Answer(text=passage.text[span.start:span.end], score=float(score),
-                  passage_id=passage.id, start=span.start, end=span.end, evidence=passage)
+    choice = choose_span(spans, strategy, fusion, retriever_scores)
+    return choice_answer(choice, passages) if choice is not None else None

@@ -112,9 +112,9 @@ def evaluate_reader(reader: Any, examples: Sequence[ReaderExample], with_negativ
     """EM/F1 (percent, convqa.metrics.answer) of `reader` on `examples`.
 
     `reader` is a `SpanReader` (readers/extractive/reader.py) or an `ExtractiveReader` (read
-    with its training history strategy and the default strategy). Each question is read
-    against its first positive passage alone, or, `with_negatives`, together with its
-    negatives (at most `max_negatives`), the positive at a seeded random position; then
+    with its training history strategy and its decoding defaults); it always answers. Each
+    question is read against its first positive passage alone, or, `with_negatives`, together
+    with its negatives (at most `max_negatives`), the positive at a seeded random position; then
     `passage_accuracy` is the share of answers taken from the positive passage."""
     from .model import ExtractiveReader
     from .reader import SpanReader
@@ -138,7 +138,8 @@ def evaluate_reader(reader: Any, examples: Sequence[ReaderExample], with_negativ
             digest = hashlib.sha256(f"{seed}:{example.id}".encode()).digest()
             position = int(np.random.default_rng(list(digest[:8])).integers(len(passages) + 1))
             passages.insert(position, gold)
-        answer = reader.read(example.question, example.history_turns(), passages)
+        answer = reader.read(example.question, example.history_turns(), passages,
+                             always_answer=True)  # every question here has an answer
         text = answer.text if answer is not None else ""
         no_answer += answer is None
         from_positive += answer is not None and answer.passage_id == gold.id

@@ -7,7 +7,7 @@
   with `selection_head = None` (a warning says so) and passages are ranked by span score.
 
 Saved folders (`save_pretrained`) hold `convqa_reader.json` (format, version, config,
-fingerprint), `reader_heads.safetensors` (the heads) and either the full encoder as a plain HF
+fingerprint, and optionally the decoding defaults the reader applies: decoding.py), `reader_heads.safetensors` (the heads) and either the full encoder as a plain HF
 checkpoint (so Hugging Face tools read it) or, for a reader trained with LoRA, only the peft
 adapter (`adapter_config.json` + `adapter_model.safetensors`) over the base encoder named in
 the config: a trained reader then ships as a few MB. safetensors only; remote code never runs.
@@ -32,6 +32,8 @@ from convqa.models import DEFAULT_MODEL, resolve_model
 from convqa.towers import (ADAPTER_CONFIG, adapted_encoder, hash_state, hash_tower, head_from,
                            hidden_size, init_std, keep_layers, load_encoder,
                            load_encoder_tokenizer, load_heads, new_head, save_heads, save_tower)
+
+from .decoding import Decoding
 
 META_FILE = "convqa_reader.json"
 HEADS_FILE = "reader_heads.safetensors"
@@ -152,6 +154,7 @@ class ExtractiveReader(ModelBase):
         self.span_head = span_head
         self.selection_head = selection_head
         self.source: str | None = None
+        self.decoding: Decoding | None = None  # the folder's decoding defaults (decoding.py)
 
     # -- construction ---------------------------------------------------------------------
     @classmethod
@@ -224,6 +227,8 @@ class ExtractiveReader(ModelBase):
                             "the reverse", heads_path)
         reader = cls(config, encoder, tokenizer, span, selection)
         reader.source = str(folder)
+        if meta.get("decoding") is not None:
+            reader.decoding = Decoding.from_dict(meta["decoding"], folder / META_FILE)
         return reader
 
     def add_selection_head(self) -> "ExtractiveReader":
@@ -286,6 +291,9 @@ class ExtractiveReader(ModelBase):
         save_heads(self._head_state(), folder / HEADS_FILE)
 
     def _meta(self, adapter_only: bool) -> dict:
-        return {"config": asdict(self.config), "adapter": adapter_only,
+        meta = {"config": asdict(self.config), "adapter": adapter_only,
                 "selection_head": self.has_selection_head, "hidden_size": self.hidden_size,
                 "fingerprint": self.fingerprint()}
+        if self.decoding is not None and self.decoding.to_dict():
+            meta["decoding"] = self.decoding.to_dict()
+        return meta

@@ -15,6 +15,13 @@ With `fusion: {selection: 1, span: 0.1, retriever: 0.5}` the passage to answer f
 by a weighted sum of the reader's selection logit, its span score and the retriever's evidence
 (decode.py); the retriever's scores come with `read(..., scores=[hit.score, ...])`, as the
 pipeline and `convqa eval answers` pass them (`reads_retriever_scores`).
+
+Options left unset take the reader folder's decoding defaults (decoding.py): its fusion (unless
+a `strategy` is given, which then decides alone), strategy and answer length, so a spec naming
+only the model reads as the model was calibrated to. With a calibrated confidence in the folder
+the reader answers "no answer in the collection" (`Answer.no_answer`, its best passage kept as
+evidence) below the folder's threshold (or `no_answer_threshold`); `always_answer: true`, or
+`read(..., always_answer=True)` as evaluation on answerable questions does, never abstains.
 """
 from __future__ import annotations
 
@@ -30,7 +37,9 @@ from convqa.precision import (MeasuredPrecision, PrecisionChoice, PrecisionOnFir
 from convqa.registry import READERS
 from convqa.types import Answer, Passage, Turn
 
-from .decode import STRATEGIES, Fusion, PassageSpan, passage_spans, span_answer
+from .decode import (STRATEGIES, Fusion, PassageSpan, choice_answer, choose_span,
+                     passage_spans)
+from .decoding import Decoding, NoAnswer, confidence_features
 from .inputs import build_features
 from .model import DEFAULT_HISTORY, ExtractiveReader
 
@@ -44,16 +53,21 @@ PROBE_WINDOWS = 4
 class ExtractiveReaderOptions:
     model: str = ""                     # reader folder (`convqa train reader`) or HF QA checkpoint
     history: str | dict | None = None   # None: the reader's training strategy, else current_first
-    strategy: str = "best_passage"      # best_passage (DPR) | global
-    max_answer_length: int | None = None  # tokens; None: the model's setting
+    strategy: str | None = None         # best_passage (DPR) | global; None: the folder's, else
+                                        # best_passage
+    max_answer_length: int | None = None  # tokens; None: the folder's decoding, else the model's
     max_length: int | None = None       # tokens per window; None: the model's setting
     batch_size: int = 16                # windows per forward pass
     precision: str = "auto"             # auto (measured on the first read) | fp32 | bf16 | int8
     device: str = "auto"                # auto (GPU if there is one) | cpu | cuda | cuda:N
-    fusion: dict | None = None          # {selection, span, retriever} weights; None: `strategy`
+    fusion: dict | None = None          # {selection, span, retriever} weights; None: the
+                                        # folder's (unless `strategy` is set), else `strategy`
+    always_answer: bool = False         # never answer "no answer in the collection"
+    no_answer_threshold: float | None = None  # confidence under which there is no answer;
+                                        # None: the folder's calibrated one
 
     def __post_init__(self) -> None:
-        if self.strategy not in STRATEGIES:
+        if self.strategy is not None and self.strategy not in STRATEGIES:
             raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, "
                              f"got {self.strategy!r}")
         self.precision = normalize_precision(self.precision, "reader precision")
@@ -63,6 +77,39 @@ class ExtractiveReaderOptions:
                                       or value < 1):
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         Fusion.from_value(self.fusion)  # a ConfigError naming the bad weight
+        if not isinstance(self.always_answer, bool):
+            raise ValueError(f"always_answer must be true or false, got {self.always_answer!r}")
+        threshold = self.no_answer_threshold
+        if threshold is not None and (isinstance(threshold, bool)
+                                      or not isinstance(threshold, (int, float))
+                                      or not 0.0 <= threshold <= 1.0):
+            raise ValueError(f"no_answer_threshold must be a probability in [0, 1], "
+                             f"got {threshold!r}")
+
+
+def _passage_choice(options: ExtractiveReaderOptions, defaults: Decoding
+                    ) -> tuple[Fusion | None, str]:
+    """(fusion, strategy): the options' fusion; else a strategy the options name, alone; else
+    the folder's decoding defaults; else "best_passage"."""
+    if options.fusion is not None:
+        return Fusion.from_value(options.fusion), options.strategy or "best_passage"
+    if options.strategy is not None:
+        return None, options.strategy
+    return defaults.fusion, defaults.strategy or "best_passage"
+
+
+def _no_answer(options: ExtractiveReaderOptions, defaults: Decoding) -> NoAnswer | None:
+    """The folder's calibrated confidence with the options' threshold, if any (None: the
+    reader always answers, whatever the threshold)."""
+    if defaults.no_answer is None:
+        if options.no_answer_threshold is not None and not options.always_answer:
+            raise ConfigError("reader 'extractive': no_answer_threshold needs a reader folder "
+                              "with a calibrated confidence (`convqa train reader-decoding`)")
+        return None
+    if options.no_answer_threshold is None:
+        return defaults.no_answer
+    return dataclasses.replace(defaults.no_answer,
+                               threshold=float(options.no_answer_threshold))
 
 
 @READERS.register("extractive", config=ExtractiveReaderOptions)
@@ -70,14 +117,17 @@ class SpanReader(MeasuredPrecision):
     """Reads passages with an `ExtractiveReader` and returns the best span as an `Answer`."""
 
     reads_retriever_scores = True  # `read` takes the retriever's scores (convqa/pipeline.py)
+    abstains = True  # `read` may answer "no answer" and takes `always_answer` (the same)
 
     def __init__(self, model: ExtractiveReader, options: ExtractiveReaderOptions | None = None):
         from convqa.history import build_history_strategy
 
         self.options = options or ExtractiveReaderOptions()
         self.model = model
+        defaults = getattr(model, "decoding", None) or Decoding()
+        answer_length = self.options.max_answer_length or defaults.max_answer_length
         changes = {k: v for k, v in (("max_length", self.options.max_length),
-                                     ("max_answer_length", self.options.max_answer_length))
+                                     ("max_answer_length", answer_length))
                    if v is not None}
         try:
             self.config = dataclasses.replace(model.config, **changes)
@@ -85,7 +135,8 @@ class SpanReader(MeasuredPrecision):
             raise ConfigError(f"reader 'extractive': {exc}") from None
         history = self.options.history or model.config.history or DEFAULT_HISTORY
         self.history = build_history_strategy(history)
-        self.fusion = Fusion.from_value(self.options.fusion)
+        self.fusion, self.strategy = _passage_choice(self.options, defaults)
+        self.no_answer = _no_answer(self.options, defaults)
         self._precision = PrecisionOnFirstUse(self.options.precision)
 
     @classmethod
@@ -103,10 +154,12 @@ class SpanReader(MeasuredPrecision):
         import json
 
         settings = {"model": self.model.fingerprint(), "config": dataclasses.asdict(self.config),
-                    "history": self.history.to_dict(), "strategy": self.options.strategy,
+                    "history": self.history.to_dict(), "strategy": self.strategy,
                     "precision": self.options.precision}  # auto: an agreeing choice
         if self.fusion is not None:
             settings["fusion"] = self.fusion.to_dict()
+        if self.no_answer is not None and not self.options.always_answer:
+            settings["no_answer"] = self.no_answer.to_dict()
         text = json.dumps(settings, sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:24]
 
@@ -116,22 +169,41 @@ class SpanReader(MeasuredPrecision):
         return cls(model, ExtractiveReaderOptions(**options))
 
     def read(self, question: str, history: Sequence[Turn], passages: Sequence[Passage],
-             scores: Sequence[float] | None = None) -> Answer | None:
+             scores: Sequence[float] | None = None, always_answer: bool = False
+             ) -> Answer | None:
         """The answer to `question` asked after `history`, from `passages` (None if there is
         no passage, or none has text to answer from); `scores`: the retriever's, one per
-        passage, used by a `fusion`."""
+        passage, used by a `fusion`; `always_answer`: never a no-answer."""
         if not passages:
             return None
-        return self.read_query(self.history.format(question, list(history)), passages, scores)
+        return self.read_query(self.history.format(question, list(history)), passages, scores,
+                               always_answer)
 
     def read_query(self, query: str, passages: Sequence[Passage],
-                   scores: Sequence[float] | None = None) -> Answer | None:
+                   scores: Sequence[float] | None = None, always_answer: bool = False
+                   ) -> Answer | None:
         """The answer for a query text already formatted."""
         if not passages:
             return None
         passages = list(passages)
-        return span_answer(self.passage_spans(query, passages), passages, self.options.strategy,
-                           self.fusion, scores)
+        return self.answer_from(self.passage_spans(query, passages), passages, scores,
+                                always_answer)
+
+    def answer_from(self, spans: Sequence[PassageSpan | None], passages: Sequence[Passage],
+                    scores: Sequence[float] | None = None, always_answer: bool = False
+                    ) -> Answer | None:
+        """The answer chosen among passages' best spans, as `read` decides it."""
+        choice = choose_span(spans, self.strategy, self.fusion, scores)
+        if choice is None:
+            return None
+        answer = choice_answer(choice, passages)
+        if self.no_answer is not None:
+            answer.confidence = self.no_answer.confidence(confidence_features(choice))
+            abstains = not (always_answer or self.options.always_answer)
+            if abstains and answer.confidence < self.no_answer.threshold:
+                answer = dataclasses.replace(answer, text="", start=None, end=None,
+                                             no_answer=True)
+        return answer
 
     def passage_spans(self, query: str, passages: Sequence[Passage]
                       ) -> list[PassageSpan | None]:

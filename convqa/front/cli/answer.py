@@ -47,6 +47,9 @@ def add_parser(subparsers) -> None:
                         "the retriever's top --rerank-top-n and the reader reads its best --top-k")
     p.add_argument("--rerank-top-n", type=int, default=None, metavar="N",
                    help="retriever hits the reranker rescores (default: the model's, 20)")
+    p.add_argument("--always-answer", action="store_true",
+                   help="always give the reader's best answer, never 'no answer in the "
+                        "collection'")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--prepare", action="store_true", help="build the embedded index and exit")
     add_verbose_argument(p)
@@ -84,6 +87,8 @@ def answering_path(args: argparse.Namespace):
         if args.rerank_top_n is not None:
             options["top_n"] = args.rerank_top_n
         path = replace(path, reranker=RerankerConfig("cross_encoder", options))
+    if args.always_answer and isinstance(getattr(path, "reader", None), dict):
+        path = replace(path, reader={**path.reader, "always_answer": True})
     return path
 
 
@@ -139,7 +144,12 @@ def interactive(pipeline, history: list[Turn], args: argparse.Namespace) -> int:
 
 def render(result) -> str:
     lines = []
-    if result.answer is not None:
+    if result.answer is not None and result.answer.no_answer:
+        best = result.answer.evidence
+        lines.append("No answer in the collection.")
+        if best is not None:
+            lines.append(f"best evidence: {best.title or best.id} (id {best.id})")
+    elif result.answer is not None:
         lines.append(f"answer: {result.answer.text}")
     else:
         lines.append("answer: (no reader configured: retrieval only, top passages below)")

@@ -157,7 +157,7 @@ def read_and_score(turns: Sequence[Any], conversations: Mapping[str, Any],
                 passages = [_passage(store, hit.passage_id, run_file) for hit in hits]
                 started = time.perf_counter()
                 answer = read_passages(model, turn.question, conversation.history(turn.turn),
-                                       passages, hits)
+                                       passages, hits, always_answer=True)
                 ms = (time.perf_counter() - started) * 1000
                 predictions[turn.qid] = {
                     "qid": turn.qid, "prediction": answer.text if answer else "",

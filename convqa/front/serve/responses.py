@@ -24,6 +24,7 @@ def answer_response(result: PipelineResult, pipeline: str, conversation_id: str 
                 for hit, p in zip(result.hits, result.passages)]
     return AnswerResponse(
         answer=answer.text if answer is not None else None,
+        no_answer=bool(answer is not None and answer.no_answer),
         score=answer.score if answer is not None else None,
         evidence=evidence, passages=passages, query=result.query_text,
         timings_ms={stage: round(ms, 1) for stage, ms in timings_ms.items()},

@@ -51,6 +51,8 @@ class RetrievedPassage(BaseModel):
 
 class AnswerResponse(BaseModel):
     answer: str | None = Field(description="null when the pipeline has no reader")
+    no_answer: bool = Field(False, description="the collection holds no answer (answer is \"\"; "
+                                                "evidence: the best passage)")
     score: float | None
     evidence: Evidence | None
     passages: list[RetrievedPassage]

@@ -97,6 +97,26 @@ def export_candidate(weights: Path, out: Path, rank: int) -> dict[str, Any]:
     return {"tuned": str(weights), "tuned_fingerprint": fingerprint, "rank": rank, **report}
 
 
+def carry_passage_choice(assets: Path, candidate: Path, say=print) -> None:
+    """Give the candidate the shipped reader's passage choice (fusion, strategy, answer length)
+    when it has none of its own, so it is compared and answers as the shipped one does; its
+    no-answer calibration is not carried (a confidence fits one reader's logits): calibrate
+    the new reader with `convqa train reader-decoding`."""
+    from convqa.io import load_json
+    from readers.extractive.decoding import Decoding, write_decoding
+    from readers.extractive.model import META_FILE
+
+    mine = load_json(candidate / META_FILE).get("decoding")
+    shipped = load_json(assets / META_FILE).get("decoding")
+    if mine or not shipped:
+        return
+    decoding = Decoding.from_dict(shipped, assets / META_FILE)
+    kept = Decoding(decoding.fusion, decoding.strategy, decoding.max_answer_length)
+    if kept.to_dict():
+        write_decoding(candidate, kept)
+        say(f"candidate reads with the shipped passage choice {kept.to_dict()}")
+
+
 def load_reader(folder: str | Path):
     from readers.extractive.model import ExtractiveReader
 
@@ -290,6 +310,7 @@ def promote(run: Path, assets: Path, per_source: int, seed: int, rank: int, min_
         candidate = Path(tmp) / "reader"
         export = {**export_candidate(Path(tmp) / "weights", candidate, rank),
                   "tuned": str(weights)}
+        carry_passage_choice(assets, candidate, say)
         new = score(candidate, sample)
         say(f"candidate export: F1 {new['f1']:.2f} (mean over sources)")
         old = score(assets, sample)

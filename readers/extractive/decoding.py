@@ -1,0 +1,160 @@
+"""The decoding defaults a reader folder carries, so every caller that names only the model reads
+the way it was calibrated to (`convqa answer`, an eval row, `convqa serve` alike).
+
+`convqa_reader.json` may hold a "decoding" block, every key optional:
+
+    "decoding": {"fusion": {"selection": 0.0, "span": 0.1, "retriever": 0.25},
+                 "strategy": "best_passage", "max_answer_length": 30,
+                 "no_answer": {"weights": {"selection": 0.2, "span": 0.3, "evidence": 0.1},
+                               "bias": -4.0, "threshold": 0.35}}
+
+- fusion / strategy / max_answer_length: how the answer passage and span are chosen
+  (decode.py); the reader's options override them, and a folder without the block reads as
+  before (best passage by selection, the model config's answer length);
+- no_answer: a logistic calibration of the chosen span's features (`CONFIDENCE_FEATURES`: its
+  selection logit, its span score, the retriever's standardised evidence of its passage) into
+  the probability that the answer is right, and the threshold under which the reader answers
+  that the collection holds no answer (still showing its best evidence). Both are chosen on
+  training questions by readers/extractive/calibrate.py.
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from convqa.errors import ConfigError, DataError
+
+from .decode import STRATEGIES, Choice, Fusion
+
+CONFIDENCE_FEATURES = ("selection", "span", "evidence")
+_KEYS = ("fusion", "strategy", "max_answer_length", "no_answer")
+
+
+def _number(value: Any) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value))
+
+
+def confidence_features(choice: Choice) -> dict[str, float]:
+    """The chosen span's features the confidence is computed from (selection 0 without a
+    selection head)."""
+    span = choice.span
+    return {"selection": span.selection if span.selection is not None else 0.0,
+            "span": span.span_score, "evidence": choice.evidence}
+
+
+@dataclass(frozen=True)
+class NoAnswer:
+    """confidence = sigmoid(bias + sum(weights[f] * feature f)); below `threshold`: no answer."""
+
+    weights: dict[str, float]
+    bias: float
+    threshold: float
+
+    def confidence(self, features: dict[str, float]) -> float:
+        z = self.bias + sum(w * features[name] for name, w in self.weights.items())
+        return 1.0 / (1.0 + math.exp(-z)) if z >= 0 else math.exp(z) / (1.0 + math.exp(z))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"weights": dict(self.weights), "bias": self.bias, "threshold": self.threshold}
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str) -> "NoAnswer":
+        def fail(message: str, field: str) -> DataError:
+            name = f"decoding.no_answer.{field}" if field else "decoding.no_answer"
+            return DataError(message, where, None, name)
+
+        if not isinstance(data, dict):
+            raise fail("expected a mapping {weights, bias, threshold}", "")
+        unknown = sorted(set(data) - {"weights", "bias", "threshold"})
+        if unknown:
+            raise fail(f"unknown key {unknown[0]!r}", unknown[0])
+        weights = data.get("weights")
+        if not isinstance(weights, dict) or not weights:
+            raise fail(f"expected a mapping of {', '.join(CONFIDENCE_FEATURES)} to numbers",
+                       "weights")
+        for name, value in weights.items():
+            if name not in CONFIDENCE_FEATURES:
+                raise fail(f"unknown feature {name!r} (one of "
+                           f"{', '.join(CONFIDENCE_FEATURES)})", "weights")
+            if not _number(value):
+                raise fail(f"weight of {name!r} must be a number, got {value!r}", "weights")
+        for name in ("bias", "threshold"):
+            if not _number(data.get(name)):
+                raise fail(f"expected a number, got {data.get(name)!r}", name)
+        if not 0.0 <= data["threshold"] <= 1.0:
+            raise fail(f"a probability in [0, 1], got {data['threshold']!r}", "threshold")
+        return cls({k: float(v) for k, v in weights.items()}, float(data["bias"]),
+                   float(data["threshold"]))
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """A reader folder's decoding defaults (see the module docstring); None: not set."""
+
+    fusion: Fusion | None = None
+    strategy: str | None = None
+    max_answer_length: int | None = None
+    no_answer: NoAnswer | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {}
+        if self.fusion is not None:
+            data["fusion"] = self.fusion.to_dict()
+        if self.strategy is not None:
+            data["strategy"] = self.strategy
+        if self.max_answer_length is not None:
+            data["max_answer_length"] = self.max_answer_length
+        if self.no_answer is not None:
+            data["no_answer"] = self.no_answer.to_dict()
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str | os.PathLike) -> "Decoding":
+        """The block of `where` (a reader's convqa_reader.json); bad values are a DataError
+        naming the file and the field."""
+        where = str(where)
+        if not isinstance(data, dict):
+            raise DataError("expected a JSON object", where, None, "decoding")
+        unknown = sorted(set(data) - set(_KEYS))
+        if unknown:
+            raise DataError(f"unknown key {unknown[0]!r} (one of {', '.join(_KEYS)})", where,
+                            None, "decoding")
+        try:
+            fusion = Fusion.from_value(data.get("fusion"))
+        except ConfigError as exc:  # name the file
+            raise DataError(str(exc), where, None, "decoding.fusion") from None
+        strategy = data.get("strategy")
+        if strategy is not None and strategy not in STRATEGIES:
+            raise DataError(f"expected one of {', '.join(STRATEGIES)}, got {strategy!r}",
+                            where, None, "decoding.strategy")
+        length = data.get("max_answer_length")
+        if length is not None and (isinstance(length, bool) or not isinstance(length, int)
+                                   or length < 1):
+            raise DataError(f"expected a positive integer, got {length!r}", where, None,
+                            "decoding.max_answer_length")
+        no_answer = data.get("no_answer")
+        return cls(fusion, strategy, length,
+                   NoAnswer.from_dict(no_answer, where) if no_answer is not None else None)
+
+
+def write_decoding(folder: str | os.PathLike, decoding: Decoding) -> Path:
+    """Set the decoding block of a reader folder's convqa_reader.json (atomically: the file
+    is written beside and renamed); the rest of the file is kept. Returns the file."""
+    from convqa.io import load_format_json, write_json
+
+    from .model import FORMAT, META_FILE, VERSION
+
+    path = Path(folder) / META_FILE
+    meta = load_format_json(path, FORMAT, VERSION, "convqa extractive reader")
+    Decoding.from_dict(decoding.to_dict(), path)  # what is written reads back
+    block = decoding.to_dict()
+    if block:
+        meta["decoding"] = block
+    else:
+        meta.pop("decoding", None)
+    write_json(path, meta)
+    return path
