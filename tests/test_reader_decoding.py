@@ -13,8 +13,8 @@ from convqa.pipeline import read_passages
 from convqa.registry import READERS
 from convqa.types import Answer, Hit, Passage
 from readers.extractive.decode import Fusion
-from readers.extractive.decoding import Decoding, NoAnswer, write_decoding
-from readers.extractive.model import META_FILE, ExtractiveReader
+from readers.extractive.decoding import Decoding, NoAnswer
+from readers.extractive.model import META_FILE, ExtractiveReader, write_decoding
 from reader_helpers import tiny_reader
 from reader_helpers import single_thread  # noqa: F401 (autouse fixture: one thread)
 

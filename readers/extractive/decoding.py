@@ -22,7 +22,6 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from convqa.errors import ConfigError, DataError
@@ -139,22 +138,3 @@ class Decoding:
         no_answer = data.get("no_answer")
         return cls(fusion, strategy, length,
                    NoAnswer.from_dict(no_answer, where) if no_answer is not None else None)
-
-
-def write_decoding(folder: str | os.PathLike, decoding: Decoding) -> Path:
-    """Set the decoding block of a reader folder's convqa_reader.json (atomically: the file
-    is written beside and renamed); the rest of the file is kept. Returns the file."""
-    from convqa.io import load_format_json, write_json
-
-    from .model import FORMAT, META_FILE, VERSION
-
-    path = Path(folder) / META_FILE
-    meta = load_format_json(path, FORMAT, VERSION, "convqa extractive reader")
-    Decoding.from_dict(decoding.to_dict(), path)  # what is written reads back
-    block = decoding.to_dict()
-    if block:
-        meta["decoding"] = block
-    else:
-        meta.pop("decoding", None)
-    write_json(path, meta)
-    return path

@@ -297,3 +297,20 @@ class ExtractiveReader(ModelBase):
         if self.decoding is not None and self.decoding.to_dict():
             meta["decoding"] = self.decoding.to_dict()
         return meta
+
+
+def write_decoding(folder: str | os.PathLike, decoding: Decoding) -> Path:
+    """Set the decoding block of a reader folder's convqa_reader.json (atomically: the file
+    is written beside and renamed); the rest of the file is kept. Returns the file."""
+    from convqa.io import load_format_json, write_json
+
+    path = Path(folder) / META_FILE
+    meta = load_format_json(path, FORMAT, VERSION, "convqa extractive reader")
+    Decoding.from_dict(decoding.to_dict(), path)  # what is written reads back
+    block = decoding.to_dict()
+    if block:
+        meta["decoding"] = block
+    else:
+        meta.pop("decoding", None)
+    write_json(path, meta)
+    return path

@@ -55,11 +55,13 @@ def add_parser(subparsers) -> None:
     _add_convdr(jobs)
     _add_convdr_fidelity(jobs)
     _add_phrase(jobs)
+    from .train_decoding import add_decoding_parser
     from .train_fid import add_fid_parser
     from .train_reranker import add_reranker_parsers
 
     add_fid_parser(jobs)
     add_reranker_parsers(jobs)
+    add_decoding_parser(jobs)
     for job in jobs.choices.values():  # other libraries' bars and warnings only with --verbose
         add_verbose_argument(job)
 

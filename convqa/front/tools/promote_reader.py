@@ -103,8 +103,8 @@ def carry_passage_choice(assets: Path, candidate: Path, say=print) -> None:
     no-answer calibration is not carried (a confidence fits one reader's logits): calibrate
     the new reader with `convqa train reader-decoding`."""
     from convqa.io import load_json
-    from readers.extractive.decoding import Decoding, write_decoding
-    from readers.extractive.model import META_FILE
+    from readers.extractive.decoding import Decoding
+    from readers.extractive.model import META_FILE, write_decoding
 
     mine = load_json(candidate / META_FILE).get("decoding")
     shipped = load_json(assets / META_FILE).get("decoding")

@@ -1,0 +1,535 @@
+"""Calibrating the extractive reader's decoding on training questions, written into its folder's
+decoding block (decoding.py), so a user who changes nothing reads with the measured best.
+
+    python -m readers.extractive.calibrate --reader convqa-reader \\
+        --benchmark /work/bench/full --retriever '{name: bm25, index: /work/bench/full/indexes/bm25}' \\
+        --history '{name: full, max_tokens: 128, keep_first: true}' \\
+        --squad ../shared/data/squad/dev-v2.0.json --cache /tmp/reads --report report.json --write
+
+(also `convqa train reader-decoding`, the same options). Only training questions are used: the
+benchmarks' train turns and the SQuAD v2.0 questions of the articles the reader was trained on.
+
+1. Passage choice. Each answer-evaluable train turn's top k passages are read once
+   (calibration_data.py); the answer at every k and under every weighting is recombined from
+   that reading. The fusion weights (selection, span, retriever: decode.py `Fusion`) are chosen
+   from a grid: the weighting with the best mean F1 over the ks (mean over benchmarks) among
+   those that keep, on every benchmark, F1 non-decreasing in k (F1@k >= F1@k' for 1 < k' < k)
+   and F1 at the second k at least F1@1 - `tolerance`. A grid, not a model fitted to the
+   passages: the fused score only has to rank a question's passages (two directions in weight
+   space once scale is set aside, which a grid covers), and what is asked is an end metric
+   with a constraint (F1 at several k, never worse for reading more), which a grid scores
+   exactly while a per-passage classifier would optimise a surrogate and ignore the constraint.
+   A large retriever weight answers from the retriever's best passage at every k, so some
+   weighting always meets the constraint.
+2. Confidence. With the chosen weights, every question's answer (each benchmark turn at each
+   of `--no-answer-ks`, by default the pipeline's top 5; each SQuAD question from its paragraph) gives the chosen span's features (decoding.py
+   `CONFIDENCE_FEATURES`) and its F1; unanswerable questions (TopiOCQA's UNANSWERABLE turns,
+   SQuAD v2.0's impossible questions) have F1 0 for any answer. A logistic model of the
+   features, fitted with the F1 as a soft target, is the probability the answer is right.
+   Each source's answerable and unanswerable questions weigh the same in the fit and in the
+   threshold (how often users ask what the collection cannot answer is not known).
+3. Threshold. Under it the reader answers "no answer in the collection": the confidence that
+   maximises F1 over all those questions, SQuAD v2.0's way (a no-answer scores 1 on an
+   unanswerable question and 0 on an answerable one; an answer scores its F1, 0 when there is
+   no answer). Without unanswerable questions no threshold is calibrated, and the folder's is
+   dropped (it was fitted to another passage choice).
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from convqa.errors import ConfigError, ConvQAError
+from convqa.metrics.answer import score_answer
+
+from .calibration_data import Source
+from .decode import Fusion, choose_span, retriever_evidence
+from .decoding import CONFIDENCE_FEATURES, Decoding, NoAnswer, confidence_features
+from .fusion_tuning import ReadTurn
+
+SELECTION_WEIGHTS = (0.0, 0.25, 0.5, 1.0)
+SPAN_WEIGHTS = (0.0, 0.05, 0.1, 0.2, 0.35, 0.5, 1.0)
+RETRIEVER_WEIGHTS = (0.0, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 1000.0)
+KS = (1, 5, 20)
+NO_ANSWER_KS = (5,)
+TOLERANCE = 0.5
+
+
+def weight_grid() -> list[Fusion]:
+    """Every combination of the grid's weights but all zeros."""
+    return [Fusion(a, b, c) for a, b, c in
+            itertools.product(SELECTION_WEIGHTS, SPAN_WEIGHTS, RETRIEVER_WEIGHTS)
+            if (a, b, c) != (0.0, 0.0, 0.0)]
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. Passage choice
+
+
+@dataclass
+class Table:
+    """One source's reads at one k as arrays [questions, k] (absent passages: not valid)."""
+
+    selection: np.ndarray
+    span: np.ndarray
+    evidence: np.ndarray
+    valid: np.ndarray           # the passage has a span
+    f1: np.ndarray              # F1 of the passage's span
+    empty_f1: np.ndarray        # [questions] F1 of no answer at all ("")
+
+
+def table(turns: Sequence[ReadTurn], k: int, convention: str) -> Table:
+    n = len(turns)
+    shape = (n, k)
+    selection, span, evidence, f1 = (np.zeros(shape) for _ in range(4))
+    valid = np.zeros(shape, dtype=bool)
+    empty = np.zeros(n)
+    for i, turn in enumerate(turns):
+        spans = turn.spans[:k]
+        evidence[i, :len(spans)] = retriever_evidence(turn.scores[:k], len(spans))
+        empty[i] = score_answer("", turn.answers, convention)["f1"]
+        for j, s in enumerate(spans):
+            if s is None:
+                continue
+            valid[i, j] = True
+            selection[i, j] = s.selection if s.selection is not None else 0.0
+            span[i, j] = s.span_score
+            text = turn.passages[j].text[s.start:s.end]
+            f1[i, j] = score_answer(text, turn.answers, convention)["f1"]
+    return Table(selection, span, evidence, valid, f1, empty)
+
+
+def fused_f1(t: Table, fusion: Fusion) -> float:
+    """Mean F1 (percent) when each question answers from its best fused passage (ties: the
+    earlier passage, as decode.py `choose_fused`)."""
+    if not len(t.empty_f1):
+        return 0.0
+    fused = fusion.selection * t.selection + fusion.span * t.span \
+        + fusion.retriever * t.evidence
+    fused = np.where(t.valid, fused, -np.inf)
+    best = fused.argmax(axis=1)
+    rows = np.arange(len(best))
+    answered = t.valid[rows, best]
+    scores = np.where(answered, t.f1[rows, best], t.empty_f1)
+    return round(100.0 * float(scores.mean()), 3)
+
+
+def meets_constraint(f1: dict[int, float], tolerance: float = TOLERANCE) -> bool:
+    """F1 at the second k >= F1 at the first - tolerance; never lower after that."""
+    ks = sorted(f1)
+    for i in range(1, len(ks)):
+        slack = tolerance if i == 1 else 0.0
+        if f1[ks[i]] < f1[ks[i - 1]] - slack - 1e-9:
+            return False
+    return True
+
+
+def choose_fusion(sources: Sequence[Source], ks: Sequence[int] = KS,
+                  grid: Sequence[Fusion] | None = None, tolerance: float = TOLERANCE,
+                  current: Fusion | None = None) -> dict[str, Any]:
+    """The weighting chosen on the sources' answerable questions (see the module docstring),
+    with its F1 at each k per source, the number of weightings that met the constraint and
+    the best few; `current` (e.g. the folder's weights) is scored beside it."""
+    ks = sorted(set(ks))
+    if len(ks) < 2:
+        raise ConfigError("choosing the passage fusion needs at least two ks")
+    if not sources or not any(s.answerable for s in sources):
+        raise ConfigError("choosing the passage fusion needs answerable benchmark turns")
+    tables = {s.name: {k: table(s.answerable, k, s.convention) for k in ks}
+              for s in sources if s.answerable}
+
+    def scored(fusion: Fusion) -> dict[str, Any]:
+        f1 = {name: {k: fused_f1(t[k], fusion) for k in ks} for name, t in tables.items()}
+        mean = float(np.mean([np.mean(list(v.values())) for v in f1.values()]))
+        return {"fusion": fusion.to_dict(), "mean_f1": round(mean, 3),
+                "meets_constraint": all(meets_constraint(v, tolerance) for v in f1.values()),
+                "f1": {name: {str(k): v for k, v in by_k.items()} for name, by_k in f1.items()}}
+
+    rows = [scored(f) for f in (grid or weight_grid())]
+    eligible = [row for row in rows if row["meets_constraint"]]
+    best = max(eligible or rows, key=lambda row: row["mean_f1"])  # the first of equals
+    ranked = sorted(eligible, key=lambda row: -row["mean_f1"])
+    return {"chosen": best, "eligible": len(eligible), "candidates": len(rows),
+            "ks": ks, "tolerance": tolerance, "best_eligible": ranked[:5],
+            "current": scored(current) if current is not None else None}
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. Confidence and 3. threshold
+
+
+@dataclass
+class Samples:
+    """One answer per question and k: its features, its F1, and what it weighs."""
+
+    features: np.ndarray        # [m, len(CONFIDENCE_FEATURES)]
+    f1: np.ndarray              # F1 of the answer (0 for an unanswerable question)
+    answerable: np.ndarray      # bool
+    weight: np.ndarray
+    group: list[str]            # "{source}:{answerable|unanswerable}"
+
+
+def answer_samples(sources: Sequence[Source], fusion: Fusion | None, ks: Sequence[int],
+                   strategy: str = "best_passage") -> Samples:
+    """Each source's questions answered at each k (SQuAD questions have one passage: k=1
+    only), chosen under `fusion`; each (source, answerable or not) group weighs 1 in all."""
+    rows: list[tuple[list[float], float, bool, str]] = []
+    for source in sources:
+        for answerable, turns in ((True, source.answerable), (False, source.unanswerable)):
+            group = f"{source.name}:{'answerable' if answerable else 'unanswerable'}"
+            for turn in turns:
+                for k in sorted({min(k, len(turn.spans)) for k in ks}):
+                    choice = choose_span(turn.spans[:k], strategy, fusion, turn.scores[:k])
+                    if choice is None:
+                        continue  # nothing to answer from: the reader gives no answer anyway
+                    span = choice.span
+                    f1 = 0.0
+                    if answerable:
+                        text = turn.passages[span.passage].text[span.start:span.end]
+                        f1 = score_answer(text, turn.answers, source.convention)["f1"]
+                    features = confidence_features(choice)
+                    rows.append(([features[name] for name in CONFIDENCE_FEATURES], f1,
+                                 answerable, group))
+    if not rows:
+        raise ConfigError("no answers to calibrate the confidence on")
+    groups = [r[3] for r in rows]
+    sizes = {g: groups.count(g) for g in set(groups)}
+    return Samples(np.array([r[0] for r in rows], dtype=float),
+                   np.array([r[1] for r in rows]), np.array([r[2] for r in rows]),
+                   np.array([1.0 / sizes[g] for g in groups]), groups)
+
+
+def fit_logistic(x: np.ndarray, y: np.ndarray, weight: np.ndarray, l2: float = 1e-3,
+                 steps: int = 50) -> tuple[np.ndarray, float]:
+    """(weights, bias) of sigmoid(x @ w + b) fitted to soft targets `y` in [0, 1] by weighted
+    cross-entropy (Newton's method on standardised features, a small L2 for stability)."""
+    w_sum = weight.sum()
+    mean = (weight[:, None] * x).sum(0) / w_sum
+    std = np.sqrt((weight[:, None] * (x - mean) ** 2).sum(0) / w_sum)
+    std = np.where(std > 0, std, 1.0)
+    z = np.hstack([(x - mean) / std, np.ones((len(x), 1))])
+    theta = np.zeros(z.shape[1])
+    ridge = np.diag([l2] * (z.shape[1] - 1) + [0.0])
+    for _ in range(steps):
+        p = 1.0 / (1.0 + np.exp(-np.clip(z @ theta, -40, 40)))
+        gradient = z.T @ (weight * (p - y)) / w_sum + ridge @ theta
+        hessian = (z.T * (weight * p * (1 - p))) @ z / w_sum + ridge + 1e-9 * np.eye(len(theta))
+        step = np.linalg.solve(hessian, gradient)
+        theta -= step
+        if np.abs(step).max() < 1e-8:
+            break
+    weights = theta[:-1] / std
+    bias = float(theta[-1] - (theta[:-1] * mean / std).sum())
+    return weights, bias
+
+
+def abstention_f1(confidence: np.ndarray, samples: Samples, threshold: float) -> float:
+    """Weighted mean F1 when every answer under `threshold` becomes a no-answer."""
+    abstain = confidence < threshold
+    scores = np.where(abstain, (~samples.answerable).astype(float), samples.f1)
+    return float((samples.weight * scores).sum() / samples.weight.sum())
+
+
+def choose_threshold(confidence: np.ndarray, samples: Samples) -> tuple[float, float]:
+    """(threshold, its weighted F1): among 0 (always answer) and the midpoints between
+    consecutive distinct confidences, the best; of equals, the lowest (answer more)."""
+    values = np.unique(confidence)
+    candidates = [0.0] + [float(v) for v in (values[:-1] + values[1:]) / 2] \
+        + [float(np.nextafter(values[-1], 2.0))]
+    best = (0.0, abstention_f1(confidence, samples, 0.0))
+    for threshold in candidates[1:]:
+        value = abstention_f1(confidence, samples, threshold)
+        if value > best[1] + 1e-12:
+            best = (threshold, value)
+    return best
+
+
+def calibrate_no_answer(sources: Sequence[Source], fusion: Fusion | None,
+                        ks: Sequence[int] = KS, strategy: str = "best_passage"
+                        ) -> dict[str, Any]:
+    """The confidence model and threshold (see the module docstring), with per-group scores:
+    answerable F1 (answering always, and under the threshold), unanswerable questions caught."""
+    if not any(s.unanswerable for s in sources):
+        raise ConfigError("calibrating the no-answer threshold needs unanswerable questions "
+                          "(benchmark turns or SQuAD v2.0 impossible questions)")
+    samples = answer_samples(sources, fusion, ks, strategy)
+    weights, bias = fit_logistic(samples.features, samples.f1, samples.weight)
+    model = NoAnswer({name: round(float(w), 6) for name, w in zip(CONFIDENCE_FEATURES, weights)},
+                     round(bias, 6), 0.0)
+    confidence = np.array([model.confidence(dict(zip(CONFIDENCE_FEATURES, row)))
+                           for row in samples.features])
+    threshold, value = choose_threshold(confidence, samples)
+    model = NoAnswer(model.weights, model.bias, round(threshold, 6))
+    abstain = confidence < model.threshold
+    groups: dict[str, Any] = {}
+    for group in dict.fromkeys(samples.group):
+        mask = np.array([g == group for g in samples.group])
+        entry: dict[str, Any] = {"answers": int(mask.sum()),
+                                 "no_answer_share": round(100.0 * float(abstain[mask].mean()), 2)}
+        if group.endswith(":answerable"):
+            entry["f1_always"] = round(100.0 * float(samples.f1[mask].mean()), 2)
+            entry["f1"] = round(100.0 * float(np.where(abstain, 0.0, samples.f1)[mask].mean()), 2)
+        groups[group] = entry
+    return {"no_answer": model.to_dict(), "f1": round(100.0 * value, 2),
+            "f1_always_answer": round(100.0 * abstention_f1(confidence, samples, 0.0), 2),
+            "groups": groups}
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--reader", default="convqa-reader",
+                   help="reader folder (or the shipped alias) to calibrate (default "
+                        "convqa-reader)")
+    p.add_argument("--benchmark", action="append", default=[], metavar="DIR",
+                   help="`convqa data topiocqa-wiki` folder (repeat for several)")
+    p.add_argument("--retriever", action="append", default=[], metavar="SPEC",
+                   help="retriever of each --benchmark, in order: a name or inline YAML/JSON "
+                        "spec")
+    p.add_argument("--run", action="append", default=[], metavar="FILE",
+                   help="instead of --retriever: a run file holding the turns' rankings")
+    p.add_argument("--history", action="append", default=[], metavar="SPEC",
+                   help="the retriever's query formatting, one per --benchmark or one for all "
+                        "(default oldest_first)")
+    p.add_argument("--split", default="train", help="benchmark turns to use (default train)")
+    p.add_argument("--turns", type=int, default=300,
+                   help="answer-evaluable turns per benchmark (seeded sample; default 300)")
+    p.add_argument("--unanswerable", type=int, default=300,
+                   help="unanswerable turns per benchmark (default 300; 0: none)")
+    p.add_argument("--k", type=int, default=20, help="passages read per turn (default 20)")
+    p.add_argument("--ks", type=int, nargs="+", default=list(KS),
+                   help="ks the choice is scored at (default 1 5 20)")
+    p.add_argument("--no-answer-ks", type=int, nargs="+", default=list(NO_ANSWER_KS),
+                   help="ks the confidence is calibrated at (default 5, the pipeline's top k); "
+                        "unanswerable turns are read this deep")
+    p.add_argument("--tolerance", type=float, default=TOLERANCE,
+                   help="F1 the second k may lose against the first (default 0.5)")
+    p.add_argument("--squad", metavar="FILE",
+                   help="SQuAD v2.0 file: questions of its training articles calibrate the "
+                        "confidence")
+    p.add_argument("--squad-questions", type=int, default=300,
+                   help="answerable and unanswerable SQuAD questions each (default 300)")
+    p.add_argument("--heldout-fraction", type=float, default=0.1,
+                   help="SQuAD articles the reader run held out (default 0.1)")
+    p.add_argument("--heldout-seed", type=int, default=0, help="the reader run's seed")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed")
+    p.add_argument("--keep-fusion", action="store_true",
+                   help="keep the folder's passage choice; calibrate only the confidence")
+    p.add_argument("--cache", metavar="DIR", help="keep the reads here (rerunning reads nothing)")
+    p.add_argument("--report", metavar="FILE", help="write the choice and its scores as JSON")
+    p.add_argument("--write", action="store_true",
+                   help="write the chosen decoding into the reader folder")
+    p.add_argument("--quiet", action="store_true")
+
+
+def parse_spec(text: str, what: str) -> Any:
+    """A component name, or an inline YAML/JSON mapping."""
+    import yaml
+
+    text = text.strip()
+    if not text.startswith("{"):
+        return text
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        raise ConfigError(f"{what}: malformed inline YAML/JSON: {text}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("name"), str):
+        raise ConfigError(f"{what}: a spec needs a 'name', got {text}")
+    return data
+
+
+def reader_folder(name: str) -> Path:
+    from convqa.models import shipped_model_path
+
+    from .model import META_FILE
+
+    folder = shipped_model_path(name) or Path(name)
+    if not (folder / META_FILE).is_file():
+        raise ConfigError(f"{name}: not a reader folder (no {META_FILE}); calibration writes "
+                          "into a folder made by `convqa train reader`")
+    return folder
+
+
+def _per_benchmark(values: list[str], count: int, what: str, default: str | None) -> list:
+    if not values:
+        return [default] * count
+    if len(values) == 1:
+        return values * count
+    if len(values) != count:
+        raise ConfigError(f"{len(values)} {what} for {count} --benchmark")
+    return values
+
+
+def benchmark_sources(args: argparse.Namespace, reader: Any, say) -> list[Source]:
+    """The train turns of every --benchmark, read (through the cache)."""
+    from convqa.benchmark import load_labelled_turns
+
+    from .calibration_data import (benchmark_turns, read_benchmark_turns, retrieve,
+                                   run_file_hits)
+
+    count = len(args.benchmark)
+    if args.run and args.retriever:
+        raise ConfigError("give --retriever or --run, not both")
+    runs = _per_benchmark(args.run, count, "--run", None) if args.run else [None] * count
+    retrievers = _per_benchmark(args.retriever, count, "--retriever", None) \
+        if args.retriever else [None] * count
+    histories = _per_benchmark(args.history, count, "--history", "oldest_first")
+    unanswerable_k = min(args.k, max(getattr(args, "no_answer_ks", None) or [args.k]))
+    sources = []
+    for folder, run_file, retriever, history in zip(args.benchmark, runs, retrievers, histories):
+        if run_file is None and retriever is None:
+            raise ConfigError(f"{folder}: give its --retriever or --run")
+        data = load_labelled_turns(folder)
+        answerable, unanswerable = benchmark_turns(data.turns, args.split, args.turns,
+                                                   args.unanswerable, args.seed)
+        turns = answerable + unanswerable
+        if not answerable:
+            raise ConfigError(f"{folder}: no answer-evaluable turns in split {args.split!r}")
+        hits = run_file_hits(run_file, turns) if run_file is not None else retrieve(
+            turns, data.conversations, parse_spec(retriever, "--retriever"),
+            parse_spec(history, "--history"), args.k, progress=not args.quiet)
+        name = f"{data.meta.get('corpus') or Path(folder).name}"
+        reads = []
+        for group, depth in ((answerable, args.k), (unanswerable, unanswerable_k)):
+            read, cached = read_benchmark_turns(reader, group, data.conversations, hits,
+                                                Path(folder) / "passages", depth, args.cache,
+                                                not args.quiet)
+            reads.append(read)
+            kind = "answerable" if group is answerable else "unanswerable"
+            say(f"{name}: {len(group)} {kind} {args.split} turns, top {depth}"
+                + (" (cached reads)" if cached else ""))
+        sources.append(Source(name, "topiocqa", reads[0], reads[1]))
+    return sources
+
+
+def squad_source(args: argparse.Namespace, reader: Any, side: str, count: int | None,
+                 say) -> Source:
+    from .calibration_data import read_squad_cached, squad_questions
+
+    answerable, unanswerable = squad_questions(args.squad, side, args.heldout_fraction,
+                                               args.heldout_seed, count, args.seed)
+    reads, cached = read_squad_cached(reader, answerable + unanswerable, args.cache,
+                                      not args.quiet)
+    say(f"SQuAD {side} articles: {len(answerable)} answerable + {len(unanswerable)} "
+        "unanswerable questions" + (" (cached reads)" if cached else ""))
+    return Source(f"squad-{side}", "squad", reads[:len(answerable)], reads[len(answerable):])
+
+
+def build_reader(name: str) -> Any:
+    from convqa.registry import READERS
+
+    from . import reader as _  # noqa: F401 (registers "extractive")
+
+    return READERS.build({"name": "extractive", "model": name})
+
+
+def calibrate(args: argparse.Namespace, say=print) -> dict[str, Any]:
+    """Read, choose, and (with --write) write; returns the report."""
+    import torch
+
+    from .model import write_decoding
+
+    if not args.benchmark and not args.squad:
+        raise ConfigError("nothing to calibrate on: give --benchmark and/or --squad")
+    if not 1 <= args.k <= 100 or max(args.ks + args.no_answer_ks) > args.k:
+        raise ConfigError(f"--k must be in 1..100 and at least every --ks and --no-answer-ks, "
+                          f"got {args.k}")
+    folder = reader_folder(args.reader)
+    reader = build_reader(str(folder))
+    existing = reader.model.decoding or Decoding()
+    started = time.perf_counter()
+    sources = benchmark_sources(args, reader, say)
+    squad = squad_source(args, reader, "train", args.squad_questions, say) \
+        if args.squad else None
+    read_seconds = time.perf_counter() - started
+    if args.keep_fusion or not sources:
+        fusion, strategy = existing.fusion, existing.strategy or "best_passage"
+        passage_choice = None
+    else:
+        passage_choice = choose_fusion(sources, args.ks, tolerance=args.tolerance,
+                                       current=existing.fusion)
+        fusion, strategy = Fusion(**passage_choice["chosen"]["fusion"]), "best_passage"
+    everything = sources + ([squad] if squad is not None else [])
+    no_answer = calibrate_no_answer(everything, fusion, args.no_answer_ks, strategy) \
+        if any(s.unanswerable for s in everything) else None
+    decoding = Decoding(fusion, existing.strategy if fusion is None else None,
+                        existing.max_answer_length,
+                        NoAnswer.from_dict(no_answer["no_answer"], "calibration")
+                        if no_answer is not None else None)
+    report = {
+        "reader": args.reader, "folder": str(folder),
+        "reader_fingerprint": reader.model.fingerprint(),
+        "questions": {s.name: {"answerable": len(s.answerable),
+                               "unanswerable": len(s.unanswerable)} for s in everything},
+        "settings": {k: v for k, v in vars(args).items() if k not in ("func", "quiet")},
+        "read_seconds": round(read_seconds, 1), "threads": torch.get_num_threads(),
+        "cpu": torch.backends.cpu.get_cpu_capability(),
+        "passage_choice": passage_choice, "no_answer": no_answer,
+        "decoding": decoding.to_dict(), "written": False}
+    if args.write:
+        write_decoding(folder, decoding)
+        report["written"] = True
+    if args.report:
+        from convqa.io import write_json
+
+        write_json(args.report, report)
+    return report
+
+
+def summary(report: dict[str, Any]) -> str:
+    lines = [f"decoding: {json.dumps(report['decoding'])}"]
+    choice = report["passage_choice"]
+    if choice is not None:
+        lines.append(f"passage choice: {choice['eligible']} of {choice['candidates']} weightings "
+                     f"meet the constraint")
+        for label, row in (("chosen", choice["chosen"]), ("current", choice["current"])):
+            if row is None:
+                continue
+            cells = "; ".join(f"{name} " + " / ".join(f"@{k} {v:.1f}" for k, v in f1.items())
+                              for name, f1 in row["f1"].items())
+            lines.append(f"  {label} {row['fusion']}: F1 {cells}")
+    if report["no_answer"] is not None:
+        na = report["no_answer"]
+        lines.append(f"no answer under confidence {na['no_answer']['threshold']:.3f}: F1 "
+                     f"{na['f1']:.1f} (always answering: {na['f1_always_answer']:.1f})")
+        for group, entry in na["groups"].items():
+            extra = (f", F1 {entry['f1']:.1f} (always {entry['f1_always']:.1f})"
+                     if "f1" in entry else "")
+            lines.append(f"  {group}: {entry['answers']} answers, no answer "
+                         f"{entry['no_answer_share']:.1f}%{extra}")
+    lines.append("written into " + report["folder"] if report["written"]
+                 else "not written (--write writes it)")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    say = (lambda _: None) if args.quiet else (lambda text: print(text, file=sys.stderr))
+    report = calibrate(args, say)
+    print(summary(report))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m readers.extractive.calibrate",
+                                     description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return run(args)
+    except ConvQAError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,233 @@
+"""The questions the reader's decoding is calibrated and checked on, each read once.
+
+- Benchmark turns (`convqa data topiocqa-wiki` folders) of one split: the answer-evaluable ones
+  (a gold answer occurs in the collection) and the unanswerable ones (TopiOCQA's gold answer
+  is UNANSWERABLE), a seeded sample of each; their top k passages come from a retriever spec
+  run here or from a run file (`convqa eval`'s cache, `convqa retrieve`).
+- SQuAD v2.0 questions of one side of the article split the reader was trained with
+  (`data.heldout_keys` over the titles: "train" articles to calibrate on, "heldout" to report
+  on), answerable and unanswerable, each read against its own paragraph alone.
+
+Reading is the slow part (every passage through the reader), so each set of reads is kept in a
+cache file keyed by everything the spans depend on (the reader's weights, window settings and
+history strategy, the questions, the passages and their scores): choosing again, or checking
+after choosing, reads nothing twice.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from convqa.errors import ConfigError, DataError
+from convqa.metrics.answer import normalize_answer
+from convqa.types import Hit, Passage
+
+from .decode import PassageSpan
+from .fusion_tuning import ReadTurn, read_turns
+
+CACHE_VERSION = 1
+
+
+def is_unanswerable(answers: Sequence[str]) -> bool:
+    """No gold answer (SQuAD v2.0), or only TopiOCQA's UNANSWERABLE."""
+    return all(normalize_answer(a) == "unanswerable" for a in answers)
+
+
+@dataclass
+class Source:
+    """The read questions of one collection or file: with an answer and without."""
+
+    name: str
+    convention: str                 # how answers are scored (convqa.metrics.answer)
+    answerable: list[ReadTurn]
+    unanswerable: list[ReadTurn]
+
+
+def seeded_sample(items: Sequence[Any], count: int | None, seed: int, key=lambda x: x.qid
+                  ) -> list[Any]:
+    """At most `count` items: the first in sha256("{seed}:{key}") order, kept in input order."""
+    if count is None or len(items) <= count:
+        return list(items)
+    order = sorted(range(len(items)), key=lambda i: hashlib.sha256(
+        f"{seed}:{key(items[i])}".encode()).hexdigest())
+    return [items[i] for i in sorted(order[:count])]
+
+
+# ---------------------------------------------------------------------------------------------
+# Benchmark turns
+
+
+def benchmark_turns(turns: Sequence[Any], split: str, answerable_count: int | None,
+                    unanswerable_count: int | None, seed: int) -> tuple[list[Any], list[Any]]:
+    """(answer-evaluable, unanswerable) turns of `split`, at most the counts (None: all)."""
+    answerable = [t for t in turns if t.split == split and t.answer_evaluable]
+    unanswerable = [t for t in turns if t.split == split and t.answers
+                    and is_unanswerable(t.answers)]
+    return (seeded_sample(answerable, answerable_count, seed),
+            seeded_sample(unanswerable, unanswerable_count, seed))
+
+
+def retrieve(turns: Sequence[Any], conversations: Mapping[str, Any], retriever: Any,
+             history: Any, k: int, batch_size: int = 32, progress: bool = False
+             ) -> dict[str, list[Hit]]:
+    """{qid: top-k hits} of a retriever spec, the query of each turn made by `history`."""
+    from tqdm.auto import tqdm
+
+    from convqa.history import build_history_strategy
+    from convqa.registry import RETRIEVERS
+
+    model = RETRIEVERS.build(retriever)
+    strategy = build_history_strategy(history)
+    queries = [(t.qid, strategy.format_turn(conversations[t.conversation_id], t.turn))
+               for t in turns]
+    run: dict[str, list[Hit]] = {qid: [] for qid, _ in queries}
+    todo = [(qid, text) for qid, text in queries if text.strip()]
+    for begin in tqdm(range(0, len(todo), batch_size), desc="retrieve", unit=" batch",
+                      disable=not progress):
+        batch = todo[begin:begin + batch_size]
+        for (qid, _), hits in zip(batch, model.retrieve_batch([q for _, q in batch], k)):
+            run[qid] = list(hits)[:k]
+    return run
+
+
+def run_file_hits(path: str | os.PathLike, turns: Sequence[Any]) -> dict[str, list[Hit]]:
+    """The hits of `turns` in a run file (JSONL or TREC, convqa/runs.py)."""
+    from convqa.runs import read_run
+
+    hits = read_run(path).hits
+    missing = [t.qid for t in turns if t.qid not in hits]
+    if missing:
+        raise DataError(f"the run has no ranking for query {missing[0]!r} (and "
+                        f"{len(missing) - 1} more)", path)
+    return {t.qid: list(hits[t.qid]) for t in turns}
+
+
+# ---------------------------------------------------------------------------------------------
+# SQuAD v2.0
+
+
+@dataclass
+class SquadQuestion:
+    qid: str
+    title: str
+    question: str
+    context: str
+    answers: list[str]
+
+
+def squad_questions(path: str | os.PathLike, side: str, fraction: float = 0.1, seed: int = 0,
+                    count: int | None = None, sample_seed: int = 0
+                    ) -> tuple[list[SquadQuestion], list[SquadQuestion]]:
+    """(answerable, unanswerable) questions of the "train" or "heldout" articles of a SQuAD
+    file, split as `data.squad_examples` splits them (`fraction`, `seed`: the reader run's
+    held-out fraction and seed); at most `count` of each, a seeded sample."""
+    from convqa.loaders.squad import read_squad
+
+    from .data import heldout_keys
+
+    if side not in ("train", "heldout"):
+        raise ConfigError(f"SQuAD side must be train or heldout, got {side!r}")
+    examples = read_squad(path, strict=False).examples
+    heldout = heldout_keys({e.title for e in examples}, fraction, seed)
+    chosen = [e for e in examples if (e.title in heldout) == (side == "heldout")]
+    answerable = [SquadQuestion(e.id, e.title, e.question, e.context,
+                                list(dict.fromkeys(a.text for a in e.answers)))
+                  for e in chosen if not e.is_impossible and e.answers]
+    unanswerable = [SquadQuestion(e.id, e.title, e.question, e.context, [])
+                    for e in chosen if e.is_impossible]
+    return (seeded_sample(answerable, count, sample_seed),
+            seeded_sample(unanswerable, count, sample_seed))
+
+
+def read_squad_questions(reader: Any, questions: Sequence[SquadQuestion],
+                         progress: bool = False) -> list[ReadTurn]:
+    """Each question read against its own paragraph alone (no history, no retriever)."""
+    from tqdm.auto import tqdm
+
+    paragraphs: dict[tuple[str, str], Passage] = {}
+    read = []
+    for q in tqdm(questions, desc="reading SQuAD", unit=" q", disable=not progress):
+        key = (q.title, q.context)
+        if key not in paragraphs:
+            paragraphs[key] = Passage(f"{q.title}#{len(paragraphs)}", q.context, q.title)
+        passage = paragraphs[key]
+        query = reader.history.format(q.question, [])
+        read.append(ReadTurn(q.qid, q.title, list(q.answers), [passage], [0.0],
+                             reader.passage_spans(query, [passage])))
+    return read
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading once
+
+
+def reader_key(reader: Any) -> dict[str, Any]:
+    """What a reader's spans depend on (not its decoding: that is what gets chosen)."""
+    return {"model": reader.model.fingerprint(), "config": asdict(reader.config),
+            "history": reader.history.to_dict(), "precision": reader.options.precision}
+
+
+def _turn_to_dict(turn: ReadTurn) -> dict[str, Any]:
+    return {"qid": turn.qid, "conversation_id": turn.conversation_id, "answers": turn.answers,
+            "passages": [p.to_dict() for p in turn.passages], "scores": turn.scores,
+            "spans": [asdict(s) if s is not None else None for s in turn.spans]}
+
+
+def _turn_from_dict(data: dict[str, Any]) -> ReadTurn:
+    return ReadTurn(data["qid"], data["conversation_id"], list(data["answers"]),
+                    [Passage.from_dict(p) for p in data["passages"]],
+                    [float(s) for s in data["scores"]],
+                    [PassageSpan(**s) if s is not None else None for s in data["spans"]])
+
+
+def cached_reads(cache_dir: str | os.PathLike | None, key: dict[str, Any], compute
+                 ) -> tuple[list[ReadTurn], bool]:
+    """(`compute()`'s reads, whether they came from the cache): kept in
+    `cache_dir/reads-{hash of key}.jsonl` (written atomically) when `cache_dir` is set."""
+    from convqa.io import iter_jsonl, write_jsonl
+
+    if cache_dir is None:
+        return compute(), False
+    text = json.dumps({"version": CACHE_VERSION, **key}, sort_keys=True, default=str)
+    path = Path(cache_dir) / f"reads-{hashlib.sha256(text.encode()).hexdigest()[:24]}.jsonl"
+    if path.is_file():
+        rows = [row for _, row in iter_jsonl(path)]
+        if rows and rows[0].get("key") == text:
+            return [_turn_from_dict(row) for row in rows[1:]], True
+    reads = compute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_jsonl(path, [{"key": text}] + [_turn_to_dict(t) for t in reads])
+    return reads, False
+
+
+def read_benchmark_turns(reader: Any, turns: Sequence[Any], conversations: Mapping[str, Any],
+                         run: Mapping[str, Sequence[Hit]], passages: str | os.PathLike, k: int,
+                         cache_dir: str | os.PathLike | None = None, progress: bool = False
+                         ) -> tuple[list[ReadTurn], bool]:
+    """`fusion_tuning.read_turns` of the top `k` of `run`, through the read cache."""
+    from convqa.corpus import PassageStore
+
+    key = {"what": "benchmark", "reader": reader_key(reader), "k": k,
+           "passages": str(Path(passages).resolve()),
+           "turns": [[t.qid, t.question, list(t.answers),
+                      [[h.passage_id, h.score] for h in list(run.get(t.qid, []))[:k]]]
+                     for t in turns]}
+
+    def compute() -> list[ReadTurn]:
+        with PassageStore.open(passages) as store:
+            return read_turns(reader, turns, conversations, run, store, k, progress)
+
+    return cached_reads(cache_dir, key, compute)
+
+
+def read_squad_cached(reader: Any, questions: Sequence[SquadQuestion],
+                      cache_dir: str | os.PathLike | None = None, progress: bool = False
+                      ) -> tuple[list[ReadTurn], bool]:
+    key = {"what": "squad", "reader": reader_key(reader),
+           "questions": [[q.qid, q.question, q.context, q.answers] for q in questions]}
+    return cached_reads(cache_dir, key,
+                        lambda: read_squad_questions(reader, questions, progress))
