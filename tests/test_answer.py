@@ -83,3 +83,24 @@ def test_cli_json_output_and_interactive(cache, capsys, monkeypatch, tmp_path):
     query = next(line for line in out.splitlines() if line.startswith("query: where is it"))
     assert query.endswith("[SEP] who painted the Mona Lisa?") and query.count("[SEP]") == 2
     assert "(new conversation)" in out
+
+
+def test_no_answer_in_the_collection_and_always_answer(cache, capsys):
+    """The embedded collection has no passage that names Canberra: the default `convqa answer`
+    says so and shows its best evidence (the shipped reader's calibrated threshold), while the
+    film question is still answered; --always-answer gives the reader's best span anyway."""
+    args = ["--cache-dir", str(cache)]
+    assert main(["answer", "What is the capital of Australia?", *args]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "No answer in the collection."
+    assert lines[1].startswith("best evidence: ") and "answer:" not in "\n".join(lines)
+    assert main(["answer", "What is the capital of Australia?", "--json", *args]) == 0
+    answer = json.loads(capsys.readouterr().out)["answer"]
+    assert answer["no_answer"] is True and answer["text"] == ""
+    assert answer["evidence"]["id"] == answer["passage_id"]
+    assert 0.0 <= answer["confidence"] < 0.5
+    assert main(["answer", "What is the capital of Australia?", "--always-answer", *args]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("answer: ") and len(first) > len("answer: ")
+    assert main(["answer", "Who directed 2001: A Space Odyssey?", *args]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "answer: Stanley Kubrick"

@@ -195,7 +195,7 @@ def answer_samples(sources: Sequence[Source], fusion: Fusion | None, ks: Sequenc
                     if answerable:
                         text = turn.passages[span.passage].text[span.start:span.end]
                         f1 = score_answer(text, turn.answers, source.convention)["f1"]
-                    features = confidence_features(choice)
+                    features = confidence_features(choice, turn.spans[:k], turn.passages[:k])
                     rows.append(([features[name] for name in CONFIDENCE_FEATURES], f1,
                                  answerable, group))
     if not rows:

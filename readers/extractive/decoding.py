@@ -11,24 +11,27 @@ the way it was calibrated to (`convqa answer`, an eval row, `convqa serve` alike
 - fusion / strategy / max_answer_length: how the answer passage and span are chosen
   (decode.py); the reader's options override them, and a folder without the block reads as
   before (best passage by selection, the model config's answer length);
-- no_answer: a logistic calibration of the chosen span's features (`CONFIDENCE_FEATURES`: its
-  selection logit, its span score, the retriever's standardised evidence of its passage) into
-  the probability that the answer is right, and the threshold under which the reader answers
-  that the collection holds no answer (still showing its best evidence). Both are chosen on
-  training questions by readers/extractive/calibrate.py.
+- no_answer: a logistic calibration of the chosen answer's features (`CONFIDENCE_FEATURES`: its
+  passage's selection logit, its span score, the retriever's standardised evidence of its
+  passage, log(1 + its words), the share of the passages read whose best span is the same
+  answer, and whether more than one passage had a span) into the probability that the answer
+  is right, and the threshold under which the reader answers that the collection holds no
+  answer (still showing its best evidence). Both are chosen on training questions by
+  readers/extractive/calibrate.py; a block may weigh any subset of the features.
 """
 from __future__ import annotations
 
 import math
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 from convqa.errors import ConfigError, DataError
+from convqa.types import Passage
 
-from .decode import STRATEGIES, Choice, Fusion
+from .decode import STRATEGIES, Choice, Fusion, PassageSpan
 
-CONFIDENCE_FEATURES = ("selection", "span", "evidence")
+CONFIDENCE_FEATURES = ("selection", "span", "evidence", "words", "agreement", "several")
 _KEYS = ("fusion", "strategy", "max_answer_length", "no_answer")
 
 
@@ -37,12 +40,25 @@ def _number(value: Any) -> bool:
             and math.isfinite(value))
 
 
-def confidence_features(choice: Choice) -> dict[str, float]:
-    """The chosen span's features the confidence is computed from (selection 0 without a
-    selection head)."""
+def confidence_features(choice: Choice, spans: Sequence[PassageSpan | None],
+                        passages: Sequence[Passage]) -> dict[str, float]:
+    """The features the confidence is computed from (see the module docstring): the chosen
+    span's (selection 0 without a selection head) and how the passages read agree with it."""
+    from convqa.metrics.answer import normalize_answer
+
     span = choice.span
+
+    def text(s: PassageSpan) -> str:
+        return normalize_answer(passages[s.passage].text[s.start:s.end])
+
+    answer = passages[span.passage].text[span.start:span.end]
+    read = [s for s in spans if s is not None]
+    chosen = text(span)
     return {"selection": span.selection if span.selection is not None else 0.0,
-            "span": span.span_score, "evidence": choice.evidence}
+            "span": span.span_score, "evidence": choice.evidence,
+            "words": math.log1p(len(answer.split())),
+            "agreement": sum(text(s) == chosen for s in read) / len(read),
+            "several": float(len(read) > 1)}
 
 
 @dataclass(frozen=True)
@@ -55,6 +71,7 @@ class NoAnswer:
 
     def confidence(self, features: dict[str, float]) -> float:
         z = self.bias + sum(w * features[name] for name, w in self.weights.items())
+        z = max(-700.0, min(700.0, z))
         return 1.0 / (1.0 + math.exp(-z)) if z >= 0 else math.exp(z) / (1.0 + math.exp(z))
 
     def to_dict(self) -> dict[str, Any]:

@@ -198,7 +198,8 @@ class SpanReader(MeasuredPrecision):
             return None
         answer = choice_answer(choice, passages)
         if self.no_answer is not None:
-            answer.confidence = self.no_answer.confidence(confidence_features(choice))
+            answer.confidence = self.no_answer.confidence(
+                confidence_features(choice, spans, passages))
             abstains = not (always_answer or self.options.always_answer)
             if abstains and answer.confidence < self.no_answer.threshold:
                 answer = dataclasses.replace(answer, text="", start=None, end=None,

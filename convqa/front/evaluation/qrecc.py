@@ -426,6 +426,9 @@ def evaluate_qrecc_answers(dataset: QReccEvalData, retriever_spec: Any, reader_s
         "convention": CONVENTION, "turns": len(dataset.queries),
         "num_no_answer": sum(1 for q in dataset.queries if not dataset.answers.get(q)),
         "retrieval_run": done["run_file"], "by_k": {}}
+    # turns that all have an answer are read always answering (no-answer turns: as configured)
+    always = {"always_answer": True} if getattr(model, "abstains", False) \
+        and not out["num_no_answer"] else {}
     with PassageStore.open(dataset.store) as store:
         for top in top_ks:
             cache = (Path(f"{done['run_file']}.answers-{key}-k{top}.jsonl")
@@ -440,7 +443,7 @@ def evaluate_qrecc_answers(dataset: QReccEvalData, retriever_spec: Any, reader_s
                     passages = [store.get(hit.passage_id) for hit in run[qid][:top]]
                     started = time.perf_counter()
                     answer = model.read(conversation.turn(number).question,
-                                        conversation.history(number), passages)
+                                        conversation.history(number), passages, **always)
                     ms = (time.perf_counter() - started) * 1000
                     predictions[qid] = {"qid": qid, "prediction": answer.text if answer else "",
                                         "passage_id": answer.passage_id if answer else None,
