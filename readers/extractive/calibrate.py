@@ -2,7 +2,7 @@
 decoding block (decoding.py), so a user who changes nothing reads with the measured best.
 
     python -m readers.extractive.calibrate --reader convqa-reader \\
-        --benchmark /work/bench/full --retriever '{name: bm25, index: /work/bench/full/indexes/bm25}' \\
+        --benchmark bench/full --retriever '{name: bm25, index: bench/full/indexes/bm25}' \\
         --history '{name: full, max_tokens: 128, keep_first: true}' \\
         --squad ../shared/data/squad/dev-v2.0.json --cache /tmp/reads --report report.json --write
 
@@ -22,9 +22,10 @@ benchmarks' train turns and the SQuAD v2.0 questions of the articles the reader 
    A large retriever weight answers from the retriever's best passage at every k, so some
    weighting always meets the constraint.
 2. Confidence. With the chosen weights, every question's answer (each benchmark turn at each
-   of `--no-answer-ks`, by default the pipeline's top 5; each SQuAD question from its paragraph) gives the chosen span's features (decoding.py
-   `CONFIDENCE_FEATURES`) and its F1; unanswerable questions (TopiOCQA's UNANSWERABLE turns,
-   SQuAD v2.0's impossible questions) have F1 0 for any answer. A logistic model of the
+   of `--no-answer-ks`, by default the pipeline's top 5; each SQuAD question from its
+   paragraph) gives its features (decoding.py `CONFIDENCE_FEATURES`) and its F1; unanswerable
+   questions (TopiOCQA's UNANSWERABLE turns, SQuAD v2.0's impossible questions) have F1 0 for
+   any answer. A logistic model of the
    features, fitted with the F1 as a soft target, is the probability the answer is right.
    Each source's answerable and unanswerable questions weigh the same in the fit and in the
    threshold (how often users ask what the collection cannot answer is not known).

@@ -7,7 +7,8 @@
   with `selection_head = None` (a warning says so) and passages are ranked by span score.
 
 Saved folders (`save_pretrained`) hold `convqa_reader.json` (format, version, config,
-fingerprint, and optionally the decoding defaults the reader applies: decoding.py), `reader_heads.safetensors` (the heads) and either the full encoder as a plain HF
+fingerprint, and optionally the decoding defaults the reader applies: decoding.py),
+`reader_heads.safetensors` (the heads) and either the full encoder as a plain HF
 checkpoint (so Hugging Face tools read it) or, for a reader trained with LoRA, only the peft
 adapter (`adapter_config.json` + `adapter_model.safetensors`) over the base encoder named in
 the config: a trained reader then ships as a few MB. safetensors only; remote code never runs.

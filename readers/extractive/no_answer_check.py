@@ -3,7 +3,7 @@ held-out articles and a benchmark's dev turns, with and without its no-answer th
 
     python -m readers.extractive.no_answer_check --reader convqa-reader \\
         --squad ../shared/data/squad/dev-v2.0.json \\
-        --benchmark /work/bench/full --retriever '{name: bm25, index: /work/bench/full/indexes/bm25}' \\
+        --benchmark bench/full --retriever '{name: bm25, index: bench/full/indexes/bm25}' \\
         --history '{name: full, max_tokens: 128, keep_first: true}' --ks 5 --cache /tmp/reads
 
 - SQuAD v2.0, held-out articles (the reader run's article split), each question read against its
