@@ -1,7 +1,9 @@
 """Calibrating the extractive reader's decoding on training questions
 (readers/extractive/calibrate.py, calibration_data.py, no_answer_check.py): the passage fusion
 chosen under the "more passages never hurt" constraint, the confidence model and the no-answer
-threshold, and the command line end to end on a tiny benchmark and on real SQuAD v2.0."""
+threshold, and `convqa train reader-decoding` (convqa/front/cli/train_decoding.py) with the
+held-out check (convqa/front/tools/reader_no_answer_check.py) end to end on a tiny benchmark
+and on real SQuAD v2.0."""
 from __future__ import annotations
 
 import json
@@ -208,7 +210,7 @@ def tiny_setup(tmp_path_factory):
 
 
 def _calibrate_args(root, bench, reader_dir, *extra):
-    return ["--reader", str(reader_dir), "--benchmark", str(bench),
+    return ["train", "reader-decoding", "--reader", str(reader_dir), "--benchmark", str(bench),
             "--retriever", json.dumps({"name": "bm25", "index": str(root / "bm25")}),
             "--history", "current_first", "--k", "3", "--ks", "1", "2", "3",
             "--no-answer-ks", "2", "--cache", str(root / "reads"), "--quiet", *extra]
@@ -216,7 +218,7 @@ def _calibrate_args(root, bench, reader_dir, *extra):
 
 def test_command_line_writes_the_block_the_reader_then_uses(tiny_setup, tmp_path, capsys):
     from convqa.registry import READERS
-    from readers.extractive.calibrate import main
+    from convqa.front.cli.main import main as convqa
     from readers.extractive.model import META_FILE
 
     root, bench = tiny_setup
@@ -226,9 +228,9 @@ def test_command_line_writes_the_block_the_reader_then_uses(tiny_setup, tmp_path
     model.save_pretrained(reader_dir)
     before = json.loads((reader_dir / META_FILE).read_text())
     report = tmp_path / "report.json"
-    assert main(_calibrate_args(root, bench, reader_dir, "--report", str(report))) == 0
+    assert convqa(_calibrate_args(root, bench, reader_dir, "--report", str(report))) == 0
     assert json.loads((reader_dir / META_FILE).read_text()) == before  # not without --write
-    assert main(_calibrate_args(root, bench, reader_dir, "--report", str(report),
+    assert convqa(_calibrate_args(root, bench, reader_dir, "--report", str(report),
                                 "--write")) == 0
     result = json.loads(report.read_text())
     assert result["questions"] == {"bench": {"answerable": 7, "unanswerable": 1}}
@@ -244,7 +246,7 @@ def test_command_line_writes_the_block_the_reader_then_uses(tiny_setup, tmp_path
     out = capsys.readouterr().out
     assert "passage choice:" in out and "written into" in out
 
-    from readers.extractive.no_answer_check import main as check
+    from convqa.front.tools.reader_no_answer_check import main as check
 
     checked = tmp_path / "check.json"
     assert check(["--reader", str(reader_dir), "--benchmark", str(bench),
@@ -259,27 +261,28 @@ def test_command_line_writes_the_block_the_reader_then_uses(tiny_setup, tmp_path
 
 
 def test_command_line_errors(tiny_setup, tmp_path, capsys):
-    from readers.extractive.calibrate import main
+    from convqa.front.cli.main import main as convqa
 
     root, bench = tiny_setup
-    assert main(["--reader", str(tmp_path / "missing"), "--benchmark", str(bench),
-                 "--retriever", "bm25"]) == 2
+    assert convqa(["train", "reader-decoding", "--reader", str(tmp_path / "missing"),
+                   "--benchmark", str(bench), "--retriever", "bm25"]) == 2
     assert "not a reader folder" in capsys.readouterr().err
     reader_dir = tmp_path / "reader"
     tiny_reader().save_pretrained(reader_dir)
-    assert main(["--reader", str(reader_dir)]) == 2
+    assert convqa(["train", "reader-decoding", "--reader", str(reader_dir)]) == 2
     assert "nothing to calibrate on" in capsys.readouterr().err
-    assert main(["--reader", str(reader_dir), "--benchmark", str(bench)]) == 2
+    assert convqa(["train", "reader-decoding", "--reader", str(reader_dir),
+                   "--benchmark", str(bench)]) == 2
     assert "give its --retriever or --run" in capsys.readouterr().err
 
 
 def test_squad_v2_training_articles_calibrate_the_confidence(tmp_path):
     """Real SQuAD v2.0: questions of the training articles only, both kinds, read against
     their paragraphs; the held-out articles are scored by the check."""
-    from readers.extractive.calibrate import main
+    from convqa.front.cli.main import main as convqa
     from readers.extractive.calibration_data import squad_questions
     from readers.extractive.data import heldout_keys
-    from readers.extractive.no_answer_check import main as check
+    from convqa.front.tools.reader_no_answer_check import main as check
 
     squad = shared_file("squad/dev-v2.0.json")
     has, none = squad_questions(squad, "train", count=5)
@@ -293,8 +296,9 @@ def test_squad_v2_training_articles_calibrate_the_confidence(tmp_path):
     reader_dir = tmp_path / "reader"
     tiny_reader(seed=3).save_pretrained(reader_dir)
     report = tmp_path / "report.json"
-    assert main(["--reader", str(reader_dir), "--squad", str(squad), "--squad-questions", "5",
-                 "--report", str(report), "--write", "--quiet"]) == 0
+    assert convqa(["train", "reader-decoding", "--reader", str(reader_dir), "--squad",
+                   str(squad), "--squad-questions", "5", "--report", str(report), "--write",
+                   "--quiet"]) == 0
     result = json.loads(report.read_text())
     assert result["passage_choice"] is None  # no benchmark: the passage choice is kept
     assert result["questions"] == {"squad-train": {"answerable": 5, "unanswerable": 5}}

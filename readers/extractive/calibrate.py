@@ -1,13 +1,11 @@
 """Calibrating the extractive reader's decoding on training questions, written into its folder's
 decoding block (decoding.py), so a user who changes nothing reads with the measured best.
 
-    python -m readers.extractive.calibrate --reader convqa-reader \\
-        --benchmark bench/full --retriever '{name: bm25, index: bench/full/indexes/bm25}' \\
-        --history '{name: full, max_tokens: 128, keep_first: true}' \\
-        --squad ../shared/data/squad/dev-v2.0.json --cache /tmp/reads --report report.json --write
+    decoding, passage_choice, no_answer = calibrated_decoding(benchmark_sources, [squad_source])
 
-(also `convqa train reader-decoding`, the same options). Only training questions are used: the
-benchmarks' train turns and the SQuAD v2.0 questions of the articles the reader was trained on.
+(`convqa train reader-decoding` reads the questions, calls this and writes the folder: see
+convqa/front/cli/train_decoding.py). Only training questions are used: the benchmarks' train
+turns and the SQuAD v2.0 questions of the articles the reader was trained on.
 
 1. Passage choice. Each answer-evaluable train turn's top k passages are read once
    (calibration_data.py); the answer at every k and under every weighting is recombined from
@@ -37,18 +35,13 @@ benchmarks' train turns and the SQuAD v2.0 questions of the articles the reader 
 """
 from __future__ import annotations
 
-import argparse
 import itertools
-import json
-import sys
-import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
-from convqa.errors import ConfigError, ConvQAError
+from convqa.errors import ConfigError
 from convqa.metrics.answer import score_answer
 
 from .calibration_data import Source
@@ -284,253 +277,29 @@ def calibrate_no_answer(sources: Sequence[Source], fusion: Fusion | None,
             "groups": groups}
 
 
-# ---------------------------------------------------------------------------------------------
-# Command line
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--reader", default="convqa-reader",
-                   help="reader folder (or the shipped alias) to calibrate (default "
-                        "convqa-reader)")
-    p.add_argument("--benchmark", action="append", default=[], metavar="DIR",
-                   help="`convqa data topiocqa-wiki` folder (repeat for several)")
-    p.add_argument("--retriever", action="append", default=[], metavar="SPEC",
-                   help="retriever of each --benchmark, in order: a name or inline YAML/JSON "
-                        "spec")
-    p.add_argument("--run", action="append", default=[], metavar="FILE",
-                   help="instead of --retriever: a run file holding the turns' rankings")
-    p.add_argument("--history", action="append", default=[], metavar="SPEC",
-                   help="the retriever's query formatting, one per --benchmark or one for all "
-                        "(default oldest_first)")
-    p.add_argument("--split", default="train", help="benchmark turns to use (default train)")
-    p.add_argument("--turns", type=int, default=300,
-                   help="answer-evaluable turns per benchmark (seeded sample; default 300)")
-    p.add_argument("--unanswerable", type=int, default=300,
-                   help="unanswerable turns per benchmark (default 300; 0: none)")
-    p.add_argument("--k", type=int, default=20, help="passages read per turn (default 20)")
-    p.add_argument("--ks", type=int, nargs="+", default=list(KS),
-                   help="ks the choice is scored at (default 1 5 20)")
-    p.add_argument("--no-answer-ks", type=int, nargs="+", default=list(NO_ANSWER_KS),
-                   help="ks the confidence is calibrated at (default 5, the pipeline's top k); "
-                        "unanswerable turns are read this deep")
-    p.add_argument("--tolerance", type=float, default=TOLERANCE,
-                   help="F1 the second k may lose against the first (default 0.5)")
-    p.add_argument("--squad", metavar="FILE",
-                   help="SQuAD v2.0 file: questions of its training articles calibrate the "
-                        "confidence")
-    p.add_argument("--squad-questions", type=int, default=300,
-                   help="answerable and unanswerable SQuAD questions each (default 300)")
-    p.add_argument("--heldout-fraction", type=float, default=0.1,
-                   help="SQuAD articles the reader run held out (default 0.1)")
-    p.add_argument("--heldout-seed", type=int, default=0, help="the reader run's seed")
-    p.add_argument("--seed", type=int, default=0, help="sampling seed")
-    p.add_argument("--keep-fusion", action="store_true",
-                   help="keep the folder's passage choice; calibrate only the confidence")
-    p.add_argument("--cache", metavar="DIR", help="keep the reads here (rerunning reads nothing)")
-    p.add_argument("--report", metavar="FILE", help="write the choice and its scores as JSON")
-    p.add_argument("--write", action="store_true",
-                   help="write the chosen decoding into the reader folder")
-    p.add_argument("--quiet", action="store_true")
-
-
-def parse_spec(text: str, what: str) -> Any:
-    """A component name, or an inline YAML/JSON mapping."""
-    import yaml
-
-    text = text.strip()
-    if not text.startswith("{"):
-        return text
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError:
-        raise ConfigError(f"{what}: malformed inline YAML/JSON: {text}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("name"), str):
-        raise ConfigError(f"{what}: a spec needs a 'name', got {text}")
-    return data
-
-
-def reader_folder(name: str) -> Path:
-    from convqa.models import shipped_model_path
-
-    from .model import META_FILE
-
-    folder = shipped_model_path(name) or Path(name)
-    if not (folder / META_FILE).is_file():
-        raise ConfigError(f"{name}: not a reader folder (no {META_FILE}); calibration writes "
-                          "into a folder made by `convqa train reader`")
-    return folder
-
-
-def _per_benchmark(values: list[str], count: int, what: str, default: str | None) -> list:
-    if not values:
-        return [default] * count
-    if len(values) == 1:
-        return values * count
-    if len(values) != count:
-        raise ConfigError(f"{len(values)} {what} for {count} --benchmark")
-    return values
-
-
-def benchmark_sources(args: argparse.Namespace, reader: Any, say) -> list[Source]:
-    """The train turns of every --benchmark, read (through the cache)."""
-    from convqa.benchmark import load_labelled_turns
-
-    from .calibration_data import (benchmark_turns, read_benchmark_turns, retrieve,
-                                   run_file_hits)
-
-    count = len(args.benchmark)
-    if args.run and args.retriever:
-        raise ConfigError("give --retriever or --run, not both")
-    runs = _per_benchmark(args.run, count, "--run", None) if args.run else [None] * count
-    retrievers = _per_benchmark(args.retriever, count, "--retriever", None) \
-        if args.retriever else [None] * count
-    histories = _per_benchmark(args.history, count, "--history", "oldest_first")
-    unanswerable_k = min(args.k, max(getattr(args, "no_answer_ks", None) or [args.k]))
-    sources = []
-    for folder, run_file, retriever, history in zip(args.benchmark, runs, retrievers, histories):
-        if run_file is None and retriever is None:
-            raise ConfigError(f"{folder}: give its --retriever or --run")
-        data = load_labelled_turns(folder)
-        answerable, unanswerable = benchmark_turns(data.turns, args.split, args.turns,
-                                                   args.unanswerable, args.seed)
-        turns = answerable + unanswerable
-        if not answerable:
-            raise ConfigError(f"{folder}: no answer-evaluable turns in split {args.split!r}")
-        hits = run_file_hits(run_file, turns) if run_file is not None else retrieve(
-            turns, data.conversations, parse_spec(retriever, "--retriever"),
-            parse_spec(history, "--history"), args.k, progress=not args.quiet)
-        name = f"{data.meta.get('corpus') or Path(folder).name}"
-        reads = []
-        for group, depth in ((answerable, args.k), (unanswerable, unanswerable_k)):
-            read, cached = read_benchmark_turns(reader, group, data.conversations, hits,
-                                                Path(folder) / "passages", depth, args.cache,
-                                                not args.quiet)
-            reads.append(read)
-            kind = "answerable" if group is answerable else "unanswerable"
-            say(f"{name}: {len(group)} {kind} {args.split} turns, top {depth}"
-                + (" (cached reads)" if cached else ""))
-        sources.append(Source(name, "topiocqa", reads[0], reads[1]))
-    return sources
-
-
-def squad_source(args: argparse.Namespace, reader: Any, side: str, count: int | None,
-                 say) -> Source:
-    from .calibration_data import read_squad_cached, squad_questions
-
-    answerable, unanswerable = squad_questions(args.squad, side, args.heldout_fraction,
-                                               args.heldout_seed, count, args.seed)
-    reads, cached = read_squad_cached(reader, answerable + unanswerable, args.cache,
-                                      not args.quiet)
-    say(f"SQuAD {side} articles: {len(answerable)} answerable + {len(unanswerable)} "
-        "unanswerable questions" + (" (cached reads)" if cached else ""))
-    return Source(f"squad-{side}", "squad", reads[:len(answerable)], reads[len(answerable):])
-
-
-def build_reader(name: str) -> Any:
-    from convqa.registry import READERS
-
-    from . import reader as _  # noqa: F401 (registers "extractive")
-
-    return READERS.build({"name": "extractive", "model": name})
-
-
-def calibrate(args: argparse.Namespace, say=print) -> dict[str, Any]:
-    """Read, choose, and (with --write) write; returns the report."""
-    import torch
-
-    from .model import write_decoding
-
-    if not args.benchmark and not args.squad:
-        raise ConfigError("nothing to calibrate on: give --benchmark and/or --squad")
-    if not 1 <= args.k <= 100 or max(args.ks + args.no_answer_ks) > args.k:
-        raise ConfigError(f"--k must be in 1..100 and at least every --ks and --no-answer-ks, "
-                          f"got {args.k}")
-    folder = reader_folder(args.reader)
-    reader = build_reader(str(folder))
-    existing = reader.model.decoding or Decoding()
-    started = time.perf_counter()
-    sources = benchmark_sources(args, reader, say)
-    squad = squad_source(args, reader, "train", args.squad_questions, say) \
-        if args.squad else None
-    read_seconds = time.perf_counter() - started
-    if args.keep_fusion or not sources:
+def calibrated_decoding(sources: Sequence[Source], extra: Sequence[Source] = (),
+                        existing: Decoding | None = None, ks: Sequence[int] = KS,
+                        no_answer_ks: Sequence[int] = NO_ANSWER_KS,
+                        tolerance: float = TOLERANCE, keep_fusion: bool = False
+                        ) -> tuple[Decoding, dict[str, Any] | None, dict[str, Any] | None]:
+    """(the decoding, the passage choice's report, the no-answer calibration's report):
+    the fusion chosen on the benchmark `sources` (kept from `existing` with `keep_fusion` or
+    without benchmark sources), then the confidence and threshold calibrated on `sources` and
+    `extra` (SQuAD) with that fusion. What is not calibrated is kept from `existing`; without
+    unanswerable questions there is no threshold (a kept one was fitted to another choice)."""
+    existing = existing or Decoding()
+    if keep_fusion or not sources:
         fusion, strategy = existing.fusion, existing.strategy or "best_passage"
         passage_choice = None
     else:
-        passage_choice = choose_fusion(sources, args.ks, tolerance=args.tolerance,
+        passage_choice = choose_fusion(sources, ks, tolerance=tolerance,
                                        current=existing.fusion)
         fusion, strategy = Fusion(**passage_choice["chosen"]["fusion"]), "best_passage"
-    everything = sources + ([squad] if squad is not None else [])
-    no_answer = calibrate_no_answer(everything, fusion, args.no_answer_ks, strategy) \
+    everything = list(sources) + list(extra)
+    no_answer = calibrate_no_answer(everything, fusion, no_answer_ks, strategy) \
         if any(s.unanswerable for s in everything) else None
     decoding = Decoding(fusion, existing.strategy if fusion is None else None,
                         existing.max_answer_length,
                         NoAnswer.from_dict(no_answer["no_answer"], "calibration")
                         if no_answer is not None else None)
-    report = {
-        "reader": args.reader, "folder": str(folder),
-        "reader_fingerprint": reader.model.fingerprint(),
-        "questions": {s.name: {"answerable": len(s.answerable),
-                               "unanswerable": len(s.unanswerable)} for s in everything},
-        "settings": {k: v for k, v in vars(args).items() if k not in ("func", "quiet")},
-        "read_seconds": round(read_seconds, 1), "threads": torch.get_num_threads(),
-        "cpu": torch.backends.cpu.get_cpu_capability(),
-        "passage_choice": passage_choice, "no_answer": no_answer,
-        "decoding": decoding.to_dict(), "written": False}
-    if args.write:
-        write_decoding(folder, decoding)
-        report["written"] = True
-    if args.report:
-        from convqa.io import write_json
-
-        write_json(args.report, report)
-    return report
-
-
-def summary(report: dict[str, Any]) -> str:
-    lines = [f"decoding: {json.dumps(report['decoding'])}"]
-    choice = report["passage_choice"]
-    if choice is not None:
-        lines.append(f"passage choice: {choice['eligible']} of {choice['candidates']} weightings "
-                     f"meet the constraint")
-        for label, row in (("chosen", choice["chosen"]), ("current", choice["current"])):
-            if row is None:
-                continue
-            cells = "; ".join(f"{name} " + " / ".join(f"@{k} {v:.1f}" for k, v in f1.items())
-                              for name, f1 in row["f1"].items())
-            lines.append(f"  {label} {row['fusion']}: F1 {cells}")
-    if report["no_answer"] is not None:
-        na = report["no_answer"]
-        lines.append(f"no answer under confidence {na['no_answer']['threshold']:.3f}: F1 "
-                     f"{na['f1']:.1f} (always answering: {na['f1_always_answer']:.1f})")
-        for group, entry in na["groups"].items():
-            extra = (f", F1 {entry['f1']:.1f} (always {entry['f1_always']:.1f})"
-                     if "f1" in entry else "")
-            lines.append(f"  {group}: {entry['answers']} answers, no answer "
-                         f"{entry['no_answer_share']:.1f}%{extra}")
-    lines.append("written into " + report["folder"] if report["written"]
-                 else "not written (--write writes it)")
-    return "\n".join(lines)
-
-
-def run(args: argparse.Namespace) -> int:
-    say = (lambda _: None) if args.quiet else (lambda text: print(text, file=sys.stderr))
-    report = calibrate(args, say)
-    print(summary(report))
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m readers.extractive.calibrate",
-                                     description=__doc__.split("\n\n")[0])
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return run(args)
-    except ConvQAError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return decoding, passage_choice, no_answer

@@ -1,23 +1,255 @@
 """`convqa train reader-decoding`: calibrate an extractive reader's decoding defaults (passage
-fusion, no-answer threshold) on training questions and write them into its folder
-(readers/extractive/calibrate.py says how). Wired into `convqa train` by
-`add_decoding_parser(jobs)` from convqa/front/cli/train.py.
+fusion, no-answer threshold) on training questions and write them into its folder.
+
+    convqa train reader-decoding --reader convqa-reader \\
+        --benchmark bench/full --retriever '{name: bm25, index: bench/full/indexes/bm25}' \\
+        --history '{name: full, max_tokens: 128, keep_first: true}' \\
+        --squad ../shared/data/squad/dev-v2.0.json --cache /tmp/reads --report report.json --write
+
+The questions are read here (readers/extractive/calibration_data.py: each read once, kept in
+--cache), the choice is readers/extractive/calibrate.py's. The sources helpers below are shared
+with convqa/front/tools/reader_no_answer_check.py, which scores the written decoding on held-out
+questions. Wired into `convqa train` by `add_decoding_parser(jobs)` from
+convqa/front/cli/train.py.
 """
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from convqa.errors import ConfigError
+
+
+def add_source_arguments(p: argparse.ArgumentParser, split: str, count: int | None,
+                         k: int) -> None:
+    """The questions read: benchmark turns with their retriever, and SQuAD v2.0."""
+    every = "default all" if count is None else f"seeded sample; default {count}"
+    p.add_argument("--reader", default="convqa-reader",
+                   help="reader folder (or the shipped alias; default convqa-reader)")
+    p.add_argument("--benchmark", action="append", default=[], metavar="DIR",
+                   help="`convqa data topiocqa-wiki` folder (repeat for several)")
+    p.add_argument("--retriever", action="append", default=[], metavar="SPEC",
+                   help="retriever of each --benchmark, in order: a name, inline YAML/JSON or "
+                        "a YAML file")
+    p.add_argument("--run", action="append", default=[], metavar="FILE",
+                   help="instead of --retriever: a run file holding the turns' rankings")
+    p.add_argument("--history", action="append", default=[], metavar="SPEC",
+                   help="the retriever's query formatting, one per --benchmark or one for all "
+                        "(default oldest_first)")
+    p.add_argument("--split", default=split, help=f"benchmark turns to use (default {split})")
+    p.add_argument("--turns", type=int, default=count,
+                   help=f"answer-evaluable turns per benchmark ({every})")
+    p.add_argument("--unanswerable", type=int, default=count,
+                   help=f"UNANSWERABLE turns per benchmark ({every}; 0: none)")
+    p.add_argument("--k", type=int, default=k, help=f"passages read per turn (default {k})")
+    p.add_argument("--squad", metavar="FILE", help="a SQuAD v2.0 file")
+    p.add_argument("--squad-questions", type=int, default=count,
+                   help=f"answerable and unanswerable SQuAD questions each ({every})")
+    p.add_argument("--heldout-fraction", type=float, default=0.1,
+                   help="SQuAD articles the reader run held out (default 0.1)")
+    p.add_argument("--heldout-seed", type=int, default=0, help="the reader run's seed")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed")
+    p.add_argument("--cache", metavar="DIR", help="keep the reads here (rerunning reads nothing)")
+    p.add_argument("--quiet", action="store_true", help="no progress")
 
 
 def add_decoding_parser(jobs) -> argparse.ArgumentParser:
     """Add the `reader-decoding` subcommand to the `convqa train` subparsers `jobs`."""
-    from readers.extractive.calibrate import add_arguments, run
+    from readers.extractive.calibrate import KS, NO_ANSWER_KS, TOLERANCE
 
     p = jobs.add_parser("reader-decoding",
                         help="calibrate the extractive reader's passage choice and no-answer "
                              "threshold on training questions",
                         description="Choose the extractive reader's passage fusion and "
-                                    "no-answer threshold on training questions and write them "
-                                    "into its folder's decoding block.")
-    add_arguments(p)
+                                    "no-answer threshold on training questions "
+                                    "(readers/extractive/calibrate.py) and write them into "
+                                    "its folder's decoding block.")
+    add_source_arguments(p, "train", 300, 20)
+    p.add_argument("--ks", type=int, nargs="+", default=list(KS),
+                   help="ks the passage choice is scored at (default 1 5 20)")
+    p.add_argument("--no-answer-ks", type=int, nargs="+", default=list(NO_ANSWER_KS),
+                   help="ks the confidence is calibrated at (default 5, the pipeline's top k); "
+                        "unanswerable turns are read this deep")
+    p.add_argument("--tolerance", type=float, default=TOLERANCE,
+                   help="F1 the second k may lose against the first (default 0.5)")
+    p.add_argument("--keep-fusion", action="store_true",
+                   help="keep the folder's passage choice; calibrate only the confidence")
+    p.add_argument("--report", metavar="FILE", help="write the choice and its scores as JSON")
+    p.add_argument("--write", action="store_true",
+                   help="write the chosen decoding into the reader folder")
     p.set_defaults(func=run)
     return p
+
+
+# ---------------------------------------------------------------------------------------------
+# The questions
+
+
+def reader_folder(name: str) -> Path:
+    from convqa.models import shipped_model_path
+    from readers.extractive.model import META_FILE
+
+    folder = shipped_model_path(name) or Path(name)
+    if not (folder / META_FILE).is_file():
+        raise ConfigError(f"{name}: not a reader folder (no {META_FILE}); the decoding lives "
+                          "in a folder made by `convqa train reader`")
+    return folder
+
+
+def _per_benchmark(values: list[str], count: int, what: str, default: str | None) -> list:
+    if not values:
+        return [default] * count
+    if len(values) == 1:
+        return values * count
+    if len(values) != count:
+        raise ConfigError(f"{len(values)} {what} for {count} --benchmark")
+    return values
+
+
+def benchmark_sources(args: argparse.Namespace, reader: Any, say,
+                      unanswerable_k: int | None = None) -> list:
+    """Every --benchmark's turns of --split, read through the cache: the answer-evaluable ones
+    at top --k, the unanswerable ones at top `unanswerable_k` (default --k)."""
+    from convqa.benchmark import load_labelled_turns
+    from convqa.specs import parse_spec
+    from readers.extractive.calibration_data import (Source, benchmark_turns,
+                                                     read_benchmark_turns, retrieve,
+                                                     run_file_hits)
+
+    count = len(args.benchmark)
+    if args.run and args.retriever:
+        raise ConfigError("give --retriever or --run, not both")
+    runs = _per_benchmark(args.run, count, "--run", None) if args.run else [None] * count
+    retrievers = _per_benchmark(args.retriever, count, "--retriever", None) \
+        if args.retriever else [None] * count
+    histories = _per_benchmark(args.history, count, "--history", "oldest_first")
+    depth_unanswerable = min(args.k, unanswerable_k or args.k)
+    sources = []
+    for folder, run_file, retriever, history in zip(args.benchmark, runs, retrievers, histories):
+        if run_file is None and retriever is None:
+            raise ConfigError(f"{folder}: give its --retriever or --run")
+        data = load_labelled_turns(folder)
+        answerable, unanswerable = benchmark_turns(data.turns, args.split, args.turns,
+                                                   args.unanswerable, args.seed)
+        if not answerable:
+            raise ConfigError(f"{folder}: no answer-evaluable turns in split {args.split!r}")
+        turns = answerable + unanswerable
+        hits = run_file_hits(run_file, turns) if run_file is not None else retrieve(
+            turns, data.conversations, parse_spec(retriever, "retriever")[0],
+            parse_spec(history, "history")[0], args.k, progress=not args.quiet)
+        name = f"{data.meta.get('corpus') or Path(folder).name}"
+        reads = []
+        for group, depth in ((answerable, args.k), (unanswerable, depth_unanswerable)):
+            read, cached = read_benchmark_turns(reader, group, data.conversations, hits,
+                                                Path(folder) / "passages", depth, args.cache,
+                                                not args.quiet)
+            reads.append(read)
+            kind = "answerable" if group is answerable else "unanswerable"
+            say(f"{name}: {len(group)} {kind} {args.split} turns, top {depth}"
+                + (" (cached reads)" if cached else ""))
+        sources.append(Source(name, "topiocqa", reads[0], reads[1]))
+    return sources
+
+
+def squad_source(args: argparse.Namespace, reader: Any, side: str, say):
+    """The SQuAD v2.0 questions of the "train" or "heldout" articles, read."""
+    from readers.extractive.calibration_data import (Source, read_squad_cached,
+                                                     squad_questions)
+
+    answerable, unanswerable = squad_questions(args.squad, side, args.heldout_fraction,
+                                               args.heldout_seed, args.squad_questions,
+                                               args.seed)
+    reads, cached = read_squad_cached(reader, answerable + unanswerable, args.cache,
+                                      not args.quiet)
+    say(f"SQuAD {side} articles: {len(answerable)} answerable + {len(unanswerable)} "
+        "unanswerable questions" + (" (cached reads)" if cached else ""))
+    return Source(f"squad-{side}", "squad", reads[:len(answerable)], reads[len(answerable):])
+
+
+def build_reader(folder: Path, **options: Any) -> Any:
+    import readers.extractive.reader  # noqa: F401 (registers "extractive")
+    from convqa.registry import READERS
+
+    return READERS.build({"name": "extractive", "model": str(folder), **options})
+
+
+# ---------------------------------------------------------------------------------------------
+# Calibrating
+
+
+def calibrate(args: argparse.Namespace, say=print) -> dict[str, Any]:
+    """Read, choose, and (with --write) write; returns the report."""
+    import torch
+
+    from readers.extractive.calibrate import calibrated_decoding
+    from readers.extractive.decoding import Decoding
+    from readers.extractive.model import write_decoding
+
+    if not args.benchmark and not args.squad:
+        raise ConfigError("nothing to calibrate on: give --benchmark and/or --squad")
+    if not 1 <= args.k <= 100 or max(args.ks + args.no_answer_ks) > args.k:
+        raise ConfigError(f"--k must be in 1..100 and at least every --ks and --no-answer-ks, "
+                          f"got {args.k}")
+    folder = reader_folder(args.reader)
+    reader = build_reader(folder)
+    existing = reader.model.decoding or Decoding()
+    started = time.perf_counter()
+    sources = benchmark_sources(args, reader, say, max(args.no_answer_ks))
+    squad = [squad_source(args, reader, "train", say)] if args.squad else []
+    read_seconds = time.perf_counter() - started
+    decoding, passage_choice, no_answer = calibrated_decoding(
+        sources, squad, existing, args.ks, args.no_answer_ks, args.tolerance, args.keep_fusion)
+    report = {
+        "reader": args.reader, "folder": str(folder),
+        "reader_fingerprint": reader.model.fingerprint(),
+        "questions": {s.name: {"answerable": len(s.answerable),
+                               "unanswerable": len(s.unanswerable)} for s in sources + squad},
+        "settings": {k: v for k, v in vars(args).items() if k not in ("func", "quiet")},
+        "read_seconds": round(read_seconds, 1), "threads": torch.get_num_threads(),
+        "cpu": torch.backends.cpu.get_cpu_capability(),
+        "passage_choice": passage_choice, "no_answer": no_answer,
+        "decoding": decoding.to_dict(), "written": False}
+    if args.write:
+        write_decoding(folder, decoding)
+        report["written"] = True
+    if args.report:
+        from convqa.io import write_json
+
+        write_json(args.report, report)
+    return report
+
+
+def summary(report: dict[str, Any]) -> str:
+    lines = [f"decoding: {json.dumps(report['decoding'])}"]
+    choice = report["passage_choice"]
+    if choice is not None:
+        lines.append(f"passage choice: {choice['eligible']} of {choice['candidates']} weightings "
+                     f"meet the constraint")
+        for label, row in (("chosen", choice["chosen"]), ("current", choice["current"])):
+            if row is None:
+                continue
+            cells = "; ".join(f"{name} " + " / ".join(f"@{k} {v:.1f}" for k, v in f1.items())
+                              for name, f1 in row["f1"].items())
+            lines.append(f"  {label} {row['fusion']}: F1 {cells}")
+    if report["no_answer"] is not None:
+        na = report["no_answer"]
+        lines.append(f"no answer under confidence {na['no_answer']['threshold']:.3f}: F1 "
+                     f"{na['f1']:.1f} (always answering: {na['f1_always_answer']:.1f})")
+        for group, entry in na["groups"].items():
+            extra = (f", F1 {entry['f1']:.1f} (always {entry['f1_always']:.1f})"
+                     if "f1" in entry else "")
+            lines.append(f"  {group}: {entry['answers']} answers, no answer "
+                         f"{entry['no_answer_share']:.1f}%{extra}")
+    lines.append("written into " + report["folder"] if report["written"]
+                 else "not written (--write writes it)")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    say = (lambda _: None) if args.quiet else (lambda text: print(text, file=sys.stderr))
+    print(summary(calibrate(args, say)))
+    return 0
