@@ -337,6 +337,15 @@ def choose_precision(run: Callable[[str], Any], agreement: Callable[[Any, Any], 
 LOSS_AGREEMENT = 0.98
 
 
+def training_precision_setting(precision: str, bf16: bool = False) -> str:
+    """A training config's `precision` checked and normalised (`bf16=True`, the `--bf16` flag,
+    means bf16); int8 cannot train."""
+    precision = normalize_precision(precision, "precision")
+    if precision == INT8:
+        raise ConfigError("precision: int8 is for inference only; use auto, fp32 or bf16")
+    return BF16 if bf16 else precision
+
+
 def choose_training_precision(step: Callable[[str], float], *, what: str,
                               device: torch.device | str, requested: str = AUTO,
                               timer: Timer | None = None) -> PrecisionChoice:

@@ -38,7 +38,7 @@ import torch
 from torch import Tensor
 
 from convqa.errors import ConfigError, ConvQAError
-from convqa.precision import BF16, INT8, autocast, normalize_precision
+from convqa.precision import BF16, autocast, training_precision_setting
 from convqa.io import write_json
 from convqa.training.checkpoint import MODEL, load_tensors
 from convqa.training.loop import StepTrainer, TrainResult, make_accelerator
@@ -104,11 +104,7 @@ class PhraseTrainConfig:
         if self.pool_store is not None and self.stage != "query":
             raise ConfigError("pool_store is a query-stage setting (the frozen phrase pool)")
         check_schedule(self)
-        self.precision = normalize_precision(self.precision, "precision")
-        if self.precision == INT8:
-            raise ConfigError("precision: int8 is for inference only; use auto, fp32 or bf16")
-        if self.bf16:
-            self.precision = BF16
+        self.precision = training_precision_setting(self.precision, self.bf16)
         for name in ("distill_temperature", "turn_temperature"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)!r}")

@@ -37,8 +37,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from convqa.errors import ConfigError, ConvQAError
-from convqa.precision import BF16, INT8, autocast, normalize_precision
+from convqa.errors import ConvQAError
+from convqa.precision import autocast, training_precision_setting
 from convqa.training.loop import StepTrainer, TrainResult, make_accelerator
 from convqa.training.schedule import (bucketed_batches, check_counts, check_schedule,
                                       example_rng, schedule_key)
@@ -83,11 +83,7 @@ class RerankTrainConfig:
         check_counts(self, ("checkpoint_every", "seed", "length_pool", "pair_chunk",
                             "eval_every", "start_step"), 0)
         check_schedule(self)
-        self.precision = normalize_precision(self.precision, "precision")
-        if self.precision == INT8:
-            raise ConfigError("precision: int8 is for inference only; use auto, fp32 or bf16")
-        if self.bf16:
-            self.precision = BF16
+        self.precision = training_precision_setting(self.precision, self.bf16)
 
     def schedule_key(self) -> dict[str, Any]:
         """What a checkpoint must share with the run resuming it (held-out scores and the
