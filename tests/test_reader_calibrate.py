@@ -13,11 +13,14 @@ import numpy as np
 import pytest
 
 from conftest import shared_file
+from convqa.errors import ConfigError
+from convqa.loaders.squad import read_squad
 from convqa.types import Passage
 from readers.extractive.calibrate import (Samples, Table, calibrate_no_answer, choose_fusion,
                                           choose_threshold, fit_logistic, fused_f1,
                                           meets_constraint, table)
-from readers.extractive.calibration_data import Source, cached_reads, is_unanswerable
+from readers.extractive.calibration_data import (Source, cached_reads, is_unanswerable,
+                                                 squad_questions, unanswerable_share)
 from readers.extractive.decode import Fusion, PassageSpan
 from readers.extractive.decoding import Decoding, NoAnswer
 from readers.extractive.fusion_tuning import ReadTurn, scores_at
@@ -168,6 +171,46 @@ def test_no_answer_calibration_separates_and_the_reader_abstains():
                               unanswerable[0].scores, always_answer=True).text == "Lyon"
 
 
+def _overlapping(share: float | None) -> Source:
+    """Answerable turns (right answer) at span scores 2, 3, 4 and unanswerable ones at 1 and
+    2.5: no threshold separates them, so where it falls depends on how the two kinds weigh."""
+    answerable = [turn(f"a{n}_1", ["Paris"], ["Paris"], [2.0 + n % 3], scores=[1.0])
+                  for n in range(12)]
+    unanswerable = [turn(f"u{n}_1", ["UNANSWERABLE"], ["Lyon"], [1.0 + 1.5 * (n % 2)],
+                         scores=[1.0]) for n in range(12)]
+    return Source("bench", "topiocqa", answerable, unanswerable, share)
+
+
+def test_the_threshold_follows_the_natural_share_of_unanswerable_questions():
+    """Balanced halves make abstaining on a third of the answerable turns pay (every
+    unanswerable one is caught); at a natural 5% share no answerable turn abstains."""
+    fusion = Fusion(0, 1, 0)
+    balanced = calibrate_no_answer([_overlapping(0.05)], fusion, ks=(1,), prevalence="balanced")
+    natural = calibrate_no_answer([_overlapping(0.05)], fusion, ks=(1,))
+    assert balanced["prevalence"] == "balanced" and natural["prevalence"] == "natural"
+    assert balanced["groups"]["bench:answerable"]["no_answer_share"] > 30.0
+    assert balanced["groups"]["bench:unanswerable"]["no_answer_share"] == 100.0
+    assert natural["groups"]["bench:answerable"]["no_answer_share"] == 0.0
+    assert natural["groups"]["bench:answerable"]["weight"] == pytest.approx(0.95)
+    assert natural["groups"]["bench:unanswerable"]["weight"] == pytest.approx(0.05)
+    # an unknown share weighs like balanced
+    unknown = calibrate_no_answer([_overlapping(None)], fusion, ks=(1,))
+    assert unknown["no_answer"]["threshold"] == balanced["no_answer"]["threshold"]
+    with pytest.raises(ConfigError, match="prevalence"):
+        calibrate_no_answer([_overlapping(0.05)], fusion, ks=(1,), prevalence="often")
+
+
+def test_natural_shares_are_counted_before_sampling():
+    squad = shared_file("squad/dev-v2.0.json")
+    has, none, share = squad_questions(squad, "train", count=5, with_share=True)
+    assert len(has) == len(none) == 5
+    examples = read_squad(squad, strict=False).examples
+    impossible = sum(e.is_impossible for e in examples) / len(examples)
+    assert abs(share - impossible) < 0.05  # the train articles are 90% of the file
+    assert unanswerable_share(92, 8) == pytest.approx(0.08)
+    assert unanswerable_share(0, 0) is None
+
+
 def test_reads_are_cached(tmp_path):
     reads = _paris_and_berlin()
     calls = []
@@ -233,7 +276,10 @@ def test_command_line_writes_the_block_the_reader_then_uses(tiny_setup, tmp_path
     assert convqa(_calibrate_args(root, bench, reader_dir, "--report", str(report),
                                 "--write")) == 0
     result = json.loads(report.read_text())
-    assert result["questions"] == {"bench": {"answerable": 7, "unanswerable": 1}}
+    # the share counts every labelled train turn, the answer-evaluable ones and the one whose
+    # answer the collection lacks: 1 UNANSWERABLE of 9
+    assert result["questions"] == {"bench": {"answerable": 7, "unanswerable": 1,
+                                             "unanswerable_share": pytest.approx(1 / 9)}}
     meta = json.loads((reader_dir / META_FILE).read_text())
     assert meta["decoding"] == result["decoding"] and result["written"]
     assert meta["decoding"]["max_answer_length"] == 12  # what was not calibrated is kept
@@ -301,7 +347,9 @@ def test_squad_v2_training_articles_calibrate_the_confidence(tmp_path):
                    "--quiet"]) == 0
     result = json.loads(report.read_text())
     assert result["passage_choice"] is None  # no benchmark: the passage choice is kept
-    assert result["questions"] == {"squad-train": {"answerable": 5, "unanswerable": 5}}
+    counts = result["questions"]["squad-train"]
+    assert (counts["answerable"], counts["unanswerable"]) == (5, 5)
+    assert 0.4 < counts["unanswerable_share"] < 0.6  # the file's own share, not the sample's
     assert 0.0 <= result["no_answer"]["no_answer"]["threshold"] <= 1.0
     checked = tmp_path / "check.json"
     assert check(["--reader", str(reader_dir), "--squad", str(squad), "--squad-questions", "5",
@@ -309,6 +357,12 @@ def test_squad_v2_training_articles_calibrate_the_confidence(tmp_path):
     row = json.loads(checked.read_text())["sources"]["squad-v2-heldout-articles"]
     assert row["answerable"] == row["unanswerable"] == 5
     assert row["overall_f1"] == pytest.approx((row["has_answer_f1"] + row["no_answer_f1"]) / 2)
+    share = row["unanswerable_share"]
+    assert 0.4 < share < 0.6
+    assert row["natural_f1"] == pytest.approx(
+        (1 - share) * row["has_answer_f1"] + share * row["no_answer_f1"], abs=0.01)
+    assert row["natural_f1_always"] == pytest.approx(
+        (1 - share) * row["has_answer_f1_always"], abs=0.01)
 
 
 def _titles(path) -> list[str]:

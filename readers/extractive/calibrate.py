@@ -25,8 +25,11 @@ turns and the SQuAD v2.0 questions of the articles the reader was trained on.
    questions (TopiOCQA's UNANSWERABLE turns, SQuAD v2.0's impossible questions) have F1 0 for
    any answer. A logistic model of the
    features, fitted with the F1 as a soft target, is the probability the answer is right.
-   Each source's answerable and unanswerable questions weigh the same in the fit and in the
-   threshold (how often users ask what the collection cannot answer is not known).
+   Every source weighs the same; inside a source, its answerable and unanswerable questions
+   weigh by their natural shares (`prevalence="natural"`: TopiOCQA has 8% unanswerable turns,
+   SQuAD v2.0 about half), so the threshold maximises the F1 a user of that collection would
+   see; `"balanced"` weighs the two halves equally, which abstains far more often (on TopiOCQA
+   dev it lost more F1 on answerable turns than it gained on unanswerable ones).
 3. Threshold. Under it the reader answers "no answer in the collection": the confidence that
    maximises F1 over all those questions, SQuAD v2.0's way (a no-answer scores 1 on an
    unanswerable question and 0 on an answerable one; an answer scores its F1, 0 when there is
@@ -171,10 +174,30 @@ class Samples:
     group: list[str]            # "{source}:{answerable|unanswerable}"
 
 
+PREVALENCES = ("natural", "balanced")
+
+
+def group_weights(source: Source, prevalence: str) -> tuple[float, float]:
+    """(answerable, unanswerable) total weights of a source's two groups, summing to 1: the
+    source's natural unanswerable share, or one half each ("balanced", or a share unknown)."""
+    if prevalence not in PREVALENCES:
+        raise ConfigError(f"prevalence must be one of {', '.join(PREVALENCES)}, "
+                          f"got {prevalence!r}")
+    share = source.unanswerable_share
+    if prevalence == "balanced" or share is None:
+        share = 0.5
+    if not source.unanswerable:
+        return 1.0, 0.0
+    if not source.answerable:
+        return 0.0, 1.0
+    return 1.0 - share, share
+
+
 def answer_samples(sources: Sequence[Source], fusion: Fusion | None, ks: Sequence[int],
-                   strategy: str = "best_passage") -> Samples:
+                   strategy: str = "best_passage", prevalence: str = "natural") -> Samples:
     """Each source's questions answered at each k (SQuAD questions have one passage: k=1
-    only), chosen under `fusion`; each (source, answerable or not) group weighs 1 in all."""
+    only), chosen under `fusion`; each source weighs 1 in all, split between its answerable
+    and unanswerable questions by `group_weights`."""
     rows: list[tuple[list[float], float, bool, str]] = []
     for source in sources:
         for answerable, turns in ((True, source.answerable), (False, source.unanswerable)):
@@ -196,9 +219,14 @@ def answer_samples(sources: Sequence[Source], fusion: Fusion | None, ks: Sequenc
         raise ConfigError("no answers to calibrate the confidence on")
     groups = [r[3] for r in rows]
     sizes = {g: groups.count(g) for g in set(groups)}
+    totals = {}
+    for source in sources:
+        answerable_weight, unanswerable_weight = group_weights(source, prevalence)
+        totals[f"{source.name}:answerable"] = answerable_weight
+        totals[f"{source.name}:unanswerable"] = unanswerable_weight
     return Samples(np.array([r[0] for r in rows], dtype=float),
                    np.array([r[1] for r in rows]), np.array([r[2] for r in rows]),
-                   np.array([1.0 / sizes[g] for g in groups]), groups)
+                   np.array([totals[g] / sizes[g] for g in groups]), groups)
 
 
 def fit_logistic(x: np.ndarray, y: np.ndarray, weight: np.ndarray, l2: float = 1e-3,
@@ -247,14 +275,14 @@ def choose_threshold(confidence: np.ndarray, samples: Samples) -> tuple[float, f
 
 
 def calibrate_no_answer(sources: Sequence[Source], fusion: Fusion | None,
-                        ks: Sequence[int] = KS, strategy: str = "best_passage"
-                        ) -> dict[str, Any]:
+                        ks: Sequence[int] = KS, strategy: str = "best_passage",
+                        prevalence: str = "natural") -> dict[str, Any]:
     """The confidence model and threshold (see the module docstring), with per-group scores:
     answerable F1 (answering always, and under the threshold), unanswerable questions caught."""
     if not any(s.unanswerable for s in sources):
         raise ConfigError("calibrating the no-answer threshold needs unanswerable questions "
                           "(benchmark turns or SQuAD v2.0 impossible questions)")
-    samples = answer_samples(sources, fusion, ks, strategy)
+    samples = answer_samples(sources, fusion, ks, strategy, prevalence)
     weights, bias = fit_logistic(samples.features, samples.f1, samples.weight)
     model = NoAnswer({name: round(float(w), 6) for name, w in zip(CONFIDENCE_FEATURES, weights)},
                      round(bias, 6), 0.0)
@@ -267,12 +295,14 @@ def calibrate_no_answer(sources: Sequence[Source], fusion: Fusion | None,
     for group in dict.fromkeys(samples.group):
         mask = np.array([g == group for g in samples.group])
         entry: dict[str, Any] = {"answers": int(mask.sum()),
+                                 "weight": round(float(samples.weight[mask].sum()), 4),
                                  "no_answer_share": round(100.0 * float(abstain[mask].mean()), 2)}
         if group.endswith(":answerable"):
             entry["f1_always"] = round(100.0 * float(samples.f1[mask].mean()), 2)
             entry["f1"] = round(100.0 * float(np.where(abstain, 0.0, samples.f1)[mask].mean()), 2)
         groups[group] = entry
-    return {"no_answer": model.to_dict(), "f1": round(100.0 * value, 2),
+    return {"no_answer": model.to_dict(), "prevalence": prevalence,
+            "f1": round(100.0 * value, 2),
             "f1_always_answer": round(100.0 * abstention_f1(confidence, samples, 0.0), 2),
             "groups": groups}
 
@@ -280,7 +310,8 @@ def calibrate_no_answer(sources: Sequence[Source], fusion: Fusion | None,
 def calibrated_decoding(sources: Sequence[Source], extra: Sequence[Source] = (),
                         existing: Decoding | None = None, ks: Sequence[int] = KS,
                         no_answer_ks: Sequence[int] = NO_ANSWER_KS,
-                        tolerance: float = TOLERANCE, keep_fusion: bool = False
+                        tolerance: float = TOLERANCE, keep_fusion: bool = False,
+                        prevalence: str = "natural"
                         ) -> tuple[Decoding, dict[str, Any] | None, dict[str, Any] | None]:
     """(the decoding, the passage choice's report, the no-answer calibration's report):
     the fusion chosen on the benchmark `sources` (kept from `existing` with `keep_fusion` or
@@ -296,7 +327,7 @@ def calibrated_decoding(sources: Sequence[Source], extra: Sequence[Source] = (),
                                        current=existing.fusion)
         fusion, strategy = Fusion(**passage_choice["chosen"]["fusion"]), "best_passage"
     everything = list(sources) + list(extra)
-    no_answer = calibrate_no_answer(everything, fusion, no_answer_ks, strategy) \
+    no_answer = calibrate_no_answer(everything, fusion, no_answer_ks, strategy, prevalence) \
         if any(s.unanswerable for s in everything) else None
     decoding = Decoding(fusion, existing.strategy if fusion is None else None,
                         existing.max_answer_length,

@@ -45,6 +45,9 @@ class Source:
     convention: str                 # how answers are scored (convqa.metrics.answer)
     answerable: list[ReadTurn]
     unanswerable: list[ReadTurn]
+    # share of unanswerable questions in the whole population the two samples were drawn
+    # from (e.g. 8% of TopiOCQA's turns); None when not known
+    unanswerable_share: float | None = None
 
 
 def seeded_sample(items: Sequence[Any], count: int | None, seed: int, key=lambda x: x.qid
@@ -59,6 +62,21 @@ def seeded_sample(items: Sequence[Any], count: int | None, seed: int, key=lambda
 
 # ---------------------------------------------------------------------------------------------
 # Benchmark turns
+
+
+def unanswerable_share(answerable: int, unanswerable: int) -> float | None:
+    """Share of the unanswerable questions among both kinds (None without questions)."""
+    total = answerable + unanswerable
+    return unanswerable / total if total else None
+
+
+def benchmark_share(turns: Sequence[Any], split: str) -> float | None:
+    """Natural share of UNANSWERABLE turns among the turns of `split` that have a gold answer
+    (before any sampling). Answerable turns whose answer the collection lacks count as
+    answerable: a user asking them expects an answer, not "no answer"."""
+    labelled = [t for t in turns if t.split == split and t.answers]
+    unanswerable = sum(is_unanswerable(t.answers) for t in labelled)
+    return unanswerable_share(len(labelled) - unanswerable, unanswerable)
 
 
 def benchmark_turns(turns: Sequence[Any], split: str, answerable_count: int | None,
@@ -120,11 +138,12 @@ class SquadQuestion:
 
 
 def squad_questions(path: str | os.PathLike, side: str, fraction: float = 0.1, seed: int = 0,
-                    count: int | None = None, sample_seed: int = 0
-                    ) -> tuple[list[SquadQuestion], list[SquadQuestion]]:
+                    count: int | None = None, sample_seed: int = 0, with_share: bool = False
+                    ) -> tuple:
     """(answerable, unanswerable) questions of the "train" or "heldout" articles of a SQuAD
     file, split as `data.squad_examples` splits them (`fraction`, `seed`: the reader run's
-    held-out fraction and seed); at most `count` of each, a seeded sample."""
+    held-out fraction and seed); at most `count` of each, a seeded sample. `with_share` adds
+    the share of unanswerable questions on that side before sampling."""
     from convqa.loaders.squad import read_squad
 
     from .data import heldout_keys
@@ -139,8 +158,11 @@ def squad_questions(path: str | os.PathLike, side: str, fraction: float = 0.1, s
                   for e in chosen if not e.is_impossible and e.answers]
     unanswerable = [SquadQuestion(e.id, e.title, e.question, e.context, [])
                     for e in chosen if e.is_impossible]
-    return (seeded_sample(answerable, count, sample_seed),
-            seeded_sample(unanswerable, count, sample_seed))
+    chosen_pair = (seeded_sample(answerable, count, sample_seed),
+                   seeded_sample(unanswerable, count, sample_seed))
+    if with_share:
+        return chosen_pair + (unanswerable_share(len(answerable), len(unanswerable)),)
+    return chosen_pair
 
 
 def read_squad_questions(reader: Any, questions: Sequence[SquadQuestion],

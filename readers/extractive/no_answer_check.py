@@ -55,4 +55,17 @@ def source_scores(reader: Any, source: Source, k: int) -> dict[str, Any]:
             "has_answer_f1": mean(has_f1), "has_answer_f1_always": mean(always_f1),
             "has_answer_no_answer_share": mean(lost),
             "no_answer_f1": mean(caught),   # = the share of unanswerable questions caught
-            "overall_f1": mean(has_f1 + caught)}
+            "overall_f1": mean(has_f1 + caught),
+            "unanswerable_share": source.unanswerable_share,
+            # the F1 a user of the collection sees per question, the two kinds weighed by
+            # their natural shares, with the threshold and always answering
+            "natural_f1": natural_f1(source.unanswerable_share, mean(has_f1), mean(caught)),
+            "natural_f1_always": natural_f1(source.unanswerable_share, mean(always_f1), 0.0)}
+
+
+def natural_f1(share: float | None, has_f1: float | None, caught: float | None
+               ) -> float | None:
+    """(1 - share) x answerable F1 + share x unanswerable questions caught."""
+    if share is None or has_f1 is None or caught is None:
+        return None
+    return round((1.0 - share) * has_f1 + share * caught, 2)

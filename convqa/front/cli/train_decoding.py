@@ -78,6 +78,10 @@ def add_decoding_parser(jobs) -> argparse.ArgumentParser:
                    help="F1 the second k may lose against the first (default 0.5)")
     p.add_argument("--keep-fusion", action="store_true",
                    help="keep the folder's passage choice; calibrate only the confidence")
+    p.add_argument("--prevalence", choices=("natural", "balanced"), default="natural",
+                   help="how each source's answerable and unanswerable questions weigh in the "
+                        "confidence fit and threshold: natural (their shares in the source, "
+                        "e.g. 8%% unanswerable TopiOCQA turns; default) or balanced (half each)")
     p.add_argument("--report", metavar="FILE", help="write the choice and its scores as JSON")
     p.add_argument("--write", action="store_true",
                    help="write the chosen decoding into the reader folder")
@@ -116,9 +120,9 @@ def benchmark_sources(args: argparse.Namespace, reader: Any, say,
     at top --k, the unanswerable ones at top `unanswerable_k` (default --k)."""
     from convqa.benchmark import load_labelled_turns
     from convqa.specs import parse_spec
-    from readers.extractive.calibration_data import (Source, benchmark_turns,
-                                                     read_benchmark_turns, retrieve,
-                                                     run_file_hits)
+    from readers.extractive.calibration_data import (Source, benchmark_share,
+                                                     benchmark_turns, read_benchmark_turns,
+                                                     retrieve, run_file_hits)
 
     count = len(args.benchmark)
     if args.run and args.retriever:
@@ -151,7 +155,8 @@ def benchmark_sources(args: argparse.Namespace, reader: Any, say,
             kind = "answerable" if group is answerable else "unanswerable"
             say(f"{name}: {len(group)} {kind} {args.split} turns, top {depth}"
                 + (" (cached reads)" if cached else ""))
-        sources.append(Source(name, "topiocqa", reads[0], reads[1]))
+        sources.append(Source(name, "topiocqa", reads[0], reads[1],
+                              benchmark_share(data.turns, args.split)))
     return sources
 
 
@@ -160,14 +165,15 @@ def squad_source(args: argparse.Namespace, reader: Any, side: str, say):
     from readers.extractive.calibration_data import (Source, read_squad_cached,
                                                      squad_questions)
 
-    answerable, unanswerable = squad_questions(args.squad, side, args.heldout_fraction,
-                                               args.heldout_seed, args.squad_questions,
-                                               args.seed)
+    answerable, unanswerable, share = squad_questions(
+        args.squad, side, args.heldout_fraction, args.heldout_seed, args.squad_questions,
+        args.seed, with_share=True)
     reads, cached = read_squad_cached(reader, answerable + unanswerable, args.cache,
                                       not args.quiet)
     say(f"SQuAD {side} articles: {len(answerable)} answerable + {len(unanswerable)} "
         "unanswerable questions" + (" (cached reads)" if cached else ""))
-    return Source(f"squad-{side}", "squad", reads[:len(answerable)], reads[len(answerable):])
+    return Source(f"squad-{side}", "squad", reads[:len(answerable)], reads[len(answerable):],
+                  share)
 
 
 def build_reader(folder: Path, **options: Any) -> Any:
@@ -202,12 +208,15 @@ def calibrate(args: argparse.Namespace, say=print) -> dict[str, Any]:
     squad = [squad_source(args, reader, "train", say)] if args.squad else []
     read_seconds = time.perf_counter() - started
     decoding, passage_choice, no_answer = calibrated_decoding(
-        sources, squad, existing, args.ks, args.no_answer_ks, args.tolerance, args.keep_fusion)
+        sources, squad, existing, args.ks, args.no_answer_ks, args.tolerance, args.keep_fusion,
+        args.prevalence)
     report = {
         "reader": args.reader, "folder": str(folder),
         "reader_fingerprint": reader.model.fingerprint(),
         "questions": {s.name: {"answerable": len(s.answerable),
-                               "unanswerable": len(s.unanswerable)} for s in sources + squad},
+                               "unanswerable": len(s.unanswerable),
+                               "unanswerable_share": s.unanswerable_share}
+                      for s in sources + squad},
         "settings": {k: v for k, v in vars(args).items() if k not in ("func", "quiet")},
         "read_seconds": round(read_seconds, 1), "threads": torch.get_num_threads(),
         "cpu": torch.backends.cpu.get_cpu_capability(),
