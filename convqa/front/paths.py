@@ -51,18 +51,32 @@ class RerankerConfig:
     options: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_spec(cls, spec: Any) -> "RerankerConfig | None":
-        """`{name: cross_encoder, model: DIR, top_n: 20}` (or a bare name); None for none."""
+    def from_spec(cls, spec: Any, where: str | None = "pipeline config"
+                  ) -> "RerankerConfig | None":
+        """`{name: cross_encoder, model: DIR, top_n: 20}` (or a bare name); None for none.
+        `where` heads the error (None: the caller's own error says where)."""
         if spec is None or isinstance(spec, RerankerConfig):
             return spec
         if isinstance(spec, str):
             return cls(spec)
         if not isinstance(spec, Mapping) or not isinstance(spec.get("name"), str):
-            raise ConfigError(f"pipeline config: 'reranker' must name a reranker, got {spec!r}")
+            raise ConfigError(f"{where + ': ' if where else ''}'reranker' must name a "
+                              f"reranker, got {spec!r}")
         return cls(spec["name"], {k: v for k, v in spec.items() if k != "name"})
 
     def to_spec(self) -> dict[str, Any]:
         return {"name": self.name, **self.options}
+
+    def check(self) -> Any:
+        """The component's typed options, checked without loading anything: an unknown
+        reranker or option, a bad value or a missing model folder is a one-line ConfigError."""
+        from convqa.registry import RERANKERS
+
+        options = RERANKERS.make_config(self.name, dict(self.options))
+        if getattr(options, "model", None) == "":
+            raise ConfigError(f"reranker '{self.name}': option 'model' (a folder made by "
+                              "`convqa train reranker`) is required")
+        return options
 
 
 @dataclass(frozen=True)

@@ -197,10 +197,12 @@ def run_qrecc(args: argparse.Namespace, command: str) -> list[Path]:
     check_components(systems, extra_histories=("rewrite",))
     name, path = named_path(args.data, "--data")
     name = name or path.name.split(".")[0]
-    phrase = [s.label for s in systems.systems if s.phrase_index is not None and s.runs_on(name)]
-    if phrase:
-        raise ConfigError(f"{systems.path}: system '{phrase[0]}': phrase_index rows do not run "
-                          "on --dataset qrecc yet (leave them out with 'corpora' or --only)")
+    for key in ("phrase_index", "reranker"):
+        rows = [s.label for s in systems.systems
+                if getattr(s, key) is not None and s.runs_on(name)]
+        if rows:
+            raise ConfigError(f"{systems.path}: system '{rows[0]}': {key} rows do not run on "
+                              "--dataset qrecc yet (leave them out with 'corpora' or --only)")
     dataset = qrecc.load_qrecc_eval(path, args.passages, args.qrels, cache_dir=args.cache_dir,
                                     progress=not args.quiet)
     placeholders = {"corpus": str(Path(dataset.store).parent), "passages": str(dataset.store)}

@@ -12,6 +12,9 @@ What is measured (the end-to-end rows of the TopiOCQA paper, on our data):
   the gold answers; the first release has one gold per turn, scored directly), in percent,
   for all turns and per question type (first / no-switch / switch);
 - the reader's time per question (mean and p50/p90, milliseconds).
+With a `reranker` (convqa/front/evaluation/rerank.py) the reader reads the reranked run, at k
+its first min(k, top_n) passages, as `convqa answer --rerank` does; the reranker's time per
+turn is in `rerank`.
 Predictions are written next to the run (`{run}.answers-{key}.jsonl`) so a rerun of the same
 retriever, reader and k reads them instead of reading again.
 """
@@ -21,7 +24,6 @@ import contextlib
 import hashlib
 import json
 import os
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -38,7 +40,9 @@ from convqa.registry import READERS
 from convqa.runs import read_run
 from convqa.types import Hit
 
+from .rerank import read_depth
 from .retrieval import GROUPS, evaluate_retrieval
+from .timing import percentiles
 
 TOP_KS = (1, 5, 20)
 CONVENTION = "topiocqa"
@@ -58,15 +62,6 @@ def _reader_key(reader_spec: Any, reader: Any) -> str | None:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _percentiles(values: Sequence[float]) -> dict[str, float]:
-    if not values:
-        return {"mean": 0.0, "p50": 0.0, "p90": 0.0}
-    ordered = sorted(values)
-    return {"mean": round(statistics.fmean(ordered), 1),
-            "p50": round(ordered[int(0.5 * (len(ordered) - 1))], 1),
-            "p90": round(ordered[int(0.9 * (len(ordered) - 1))], 1)}
-
-
 @contextlib.contextmanager
 def run_cache(cache_dir: str | os.PathLike | None, use_cache: bool) -> Iterator[Any]:
     """The cache folder of an end-to-end evaluation: `cache_dir`, or with `use_cache` False a
@@ -83,11 +78,12 @@ def evaluate_answers(benchmark: str | os.PathLike, retriever: Any, reader: Any,
                      history: Any = "oldest_first", split: str = "dev",
                      top_ks: Sequence[int] = TOP_KS, cache_dir: str | os.PathLike | None = None,
                      progress: bool = True, label: str | None = None,
-                     use_cache: bool = True, data: LabelledTurns | None = None
-                     ) -> dict[str, Any]:
-    """Retrieve (history strategy `history`), read the top k for each k, score. The reader
-    formats the conversation itself (its own history strategy). `data`: the benchmark's
-    labelled turns when already loaded. Returns a JSON-ready dict."""
+                     use_cache: bool = True, data: LabelledTurns | None = None,
+                     reranker: Any = None) -> dict[str, Any]:
+    """Retrieve (history strategy `history`), rerank (`reranker`, None for none), read the top
+    k for each k, score. The reader formats the conversation itself (its own history
+    strategy). `data`: the benchmark's labelled turns when already loaded. Returns a
+    JSON-ready dict."""
     if not top_ks or any(k < 1 for k in top_ks):
         raise ConfigError(f"top_ks must be positive, got {list(top_ks)}")
     folder = Path(benchmark)
@@ -95,7 +91,7 @@ def evaluate_answers(benchmark: str | os.PathLike, retriever: Any, reader: Any,
         retrieval = evaluate_retrieval(folder, retriever, history, split=split,
                                        k=max(100, max(top_ks)), cache_dir=cache,
                                        progress=progress, label=label, use_cache=True,
-                                       data=data)
+                                       data=data, reranker=reranker)
         data = data if data is not None else load_labelled_turns(folder)
         turns = [t for t in data.turns
                  if t.answer_evaluable and (split == "all" or t.split == split)]
@@ -124,18 +120,24 @@ def read_run_and_score(retrieval: Mapping[str, Any], turns: Sequence[Any],
         **fields, "retriever": retrieval["retriever"], "history": retrieval["history"],
         "reader": reader if isinstance(reader, (str, dict)) else type(model).__name__,
         "turns": len(turns), "retrieval_run": retrieval["run_file"] if use_cache else None}
+    if retrieval.get("top_n") is not None:  # a reranked row
+        out.update({"reranker": retrieval.get("reranker"), "top_n": retrieval["top_n"],
+                    "rerank": retrieval["rerank"]})
     with PassageStore.open(passages) as store:
         out["by_k"] = read_and_score(turns, conversations, run, retrieval["run_file"], store,
                                      model, top_ks, _reader_key(reader, model), progress,
-                                     fields.get("convention", CONVENTION))
+                                     fields.get("convention", CONVENTION),
+                                     retrieval.get("top_n"))
     return out
 
 
 def read_and_score(turns: Sequence[Any], conversations: Mapping[str, Any],
                    run: Mapping[str, Sequence[Hit]], run_file: str, store: PassageStore,
                    model: Any, top_ks: Sequence[int], key: str | None = None,
-                   progress: bool = True, convention: str = CONVENTION) -> dict[str, Any]:
-    """For each k: the reader reads the top k passages of `run` for every turn and is scored.
+                   progress: bool = True, convention: str = CONVENTION,
+                   top_n: int | None = None) -> dict[str, Any]:
+    """For each k: the reader reads the top k passages of `run` for every turn and is scored
+    (the top min(k, top_n) of a run reranked at `top_n`).
 
     `turns` have `qid`, `conversation_id`, `turn`, `question`, `answers` and `question_type`
     (a benchmark's LabelledTurn or an official file's turn). With a `key` (what the predictions
@@ -153,7 +155,7 @@ def read_and_score(turns: Sequence[Any], conversations: Mapping[str, Any],
             predictions = {}
             for turn in tqdm(turns, desc=f"read top-{k}", unit=" q", disable=not progress):
                 conversation = conversations[turn.conversation_id]
-                hits = run.get(turn.qid, [])[:k]
+                hits = run.get(turn.qid, [])[:read_depth(k, top_n)]
                 passages = [_passage(store, hit.passage_id, run_file) for hit in hits]
                 started = time.perf_counter()
                 answer = read_passages(model, turn.question, conversation.history(turn.turn),
@@ -171,7 +173,7 @@ def read_and_score(turns: Sequence[Any], conversations: Mapping[str, Any],
         groups = group_means(per_query, types)
         by_k[str(k)] = {
             "groups": {g: groups[g] for g in GROUPS if g in groups},
-            "reader_ms": _percentiles([p["ms"] for p in predictions.values()]),
+            "reader_ms": percentiles([p["ms"] for p in predictions.values()]),
             "cached": cached, "predictions": str(cache) if cache else None}
     return by_k
 

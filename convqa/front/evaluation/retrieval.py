@@ -15,6 +15,8 @@ What is measured (DPR-IHN's Tables 2 and 4 on our data):
   turns, for all turns and per question type (first / no-switch / switch).
 A turn whose query is empty (a_{t-1} at turn 1, X_t without q_t at turn 1) gets no hits and
 counts as a miss, as in the paper's shortcut analysis.
+With a `reranker` the row is scored on the reranked run (convqa/front/evaluation/rerank.py:
+each turn's first `top_n` hits rescored, the rest after them), retrieved `max(k, top_n)` deep.
 
 Runs are cached under `cache_dir` (default `$CONVQA_CACHE/runs`, i.e. ~/.cache/convqa/runs)
 keyed by a hash of everything they depend on: the benchmark files, the split, the retriever
@@ -171,13 +173,15 @@ def evaluate_retrieval(benchmark: str | os.PathLike, retriever: Any, history: An
                        split: str = "dev", k: int = 100, ks: Sequence[int] = KS,
                        cache_dir: str | os.PathLike | None = None, batch_size: int = 64,
                        progress: bool = True, label: str | None = None,
-                       use_cache: bool = True, data: LabelledTurns | None = None
-                       ) -> dict[str, Any]:
-    """Retrieve for the retrieval-evaluable turns of `split` and score (see module doc).
+                       use_cache: bool = True, data: LabelledTurns | None = None,
+                       reranker: Any = None) -> dict[str, Any]:
+    """Retrieve for the retrieval-evaluable turns of `split` (and rerank) and score (see module
+    doc).
 
     `retriever` is a spec (name, dict) or an already built retriever (then cached by its
-    `fingerprint()` if it has one, else not cached). `data`: the benchmark's labelled turns
-    when already loaded (a table of many systems reads them once). Returns a JSON-ready dict."""
+    `fingerprint()` if it has one, else not cached); `reranker` likewise (a spec as the
+    pipeline's `reranker:` key), or None. `data`: the benchmark's labelled turns when already
+    loaded (a table of many systems reads them once). Returns a JSON-ready dict."""
     folder = Path(benchmark)
     if not (folder / "turns.jsonl").is_file():
         raise DataError("not a benchmark folder (no turns.jsonl; build one with `convqa data "
@@ -188,18 +192,36 @@ def evaluate_retrieval(benchmark: str | os.PathLike, retriever: Any, history: An
     turns = select_turns(data.turns, split)
     if not turns:
         raise DataError(f"no retrieval-evaluable turns in split {split!r}", folder / "turns.jsonl")
+    reranking = _open_reranker(reranker)
+    depth = max(k, reranking.top_n) if reranking is not None else k
     result = retrieve_cached(
         benchmark_digest(folder), split, [t.qid for t in turns],
         lambda strategy: query_texts(turns, data.conversations, strategy), retriever, history,
-        k, cache_dir, batch_size, progress, label, use_cache)
-    return {
+        depth, cache_dir, batch_size, progress, label, use_cache)
+    out = {
         "label": label, "benchmark": str(folder), "corpus": data.meta.get("corpus"),
         "split": split, "retriever": result.config["retriever"],
-        "history": result.config["history"], "k": k, "ks": list(ks), "run_key": result.key,
+        "history": result.config["history"], "k": depth, "ks": list(ks), "run_key": result.key,
         "run_file": str(result.path) if result.path is not None else None,
         "cached": result.cached, "timing": result.timing,
-        "levels": score_run(result.hits, turns, ks),
     }
+    hits = result.hits
+    if reranking is not None:
+        reranked = reranking.run(result, turns, data.conversations, folder / "passages",
+                                 progress, label)
+        out.update(reranked.fields(reranking, result))
+        hits = reranked.hits
+    out["levels"] = score_run(hits, turns, ks)
+    return out
+
+
+def _open_reranker(reranker: Any) -> Any:
+    """`rerank.open_reranker(reranker)`, None for none (imported only for a reranked row)."""
+    if reranker is None:
+        return None
+    from .rerank import open_reranker
+
+    return open_reranker(reranker)
 
 
 def format_row(groups: dict[str, Any], group: str, ks: Sequence[int] = KS) -> list[str]:

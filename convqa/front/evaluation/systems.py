@@ -6,9 +6,19 @@
         history: full                      # the retriever's query (default oldest_first)
         reader: {name: extractive, model: convqa-reader}   # end-to-end tables only
         corpora: [vital]                   # only on these corpora (default: all)
+      - label: "BM25, X_t + reranker top 50"
+        retriever: {name: bm25, index: "{corpus}/indexes/bm25"}
+        history: full
+        reranker: {name: cross_encoder, model: runs/reranker/model, top_n: 50}
+        reader: {name: extractive, model: convqa-reader}
       - label: "PRO-ConvQA phrase index"   # answers without retriever and reader
         phrase_index: {index: "{corpus}/indexes/phrase-v2", nprobe: 64}
     top_ks: [1, 5, 20]                     # end-to-end tables: passages given to the reader
+
+A `reranker` (the pipeline's `reranker:` key, convqa/front/paths.py `RerankerConfig`; options in
+retrievers/rerank/reranker.py) rescores each turn's first `top_n` hits of the retriever's run
+(convqa/front/evaluation/rerank.py): the row's retrieval metrics are those of the reranked run,
+and its reader reads the reranker's best k, as `convqa answer --rerank` does.
 
 A `phrase_index` row (options in convqa/front/evaluation/phrase.py) has no retriever, reader or
 history: the phrase model formats the conversation itself, the passages of its best phrases are
@@ -31,7 +41,7 @@ from convqa.config import load_yaml
 from convqa.errors import ConfigError
 from convqa.specs import load_retriever_modules, spec_names
 
-from ..paths import phrase_spec
+from ..paths import RerankerConfig, phrase_spec
 
 TOP_KS = [1, 5, 20]
 _BM25 = {"name": "bm25", "index": "{corpus}/indexes/bm25"}
@@ -40,8 +50,9 @@ KINDS = ("retrieval", "answers")
 
 @dataclass(frozen=True)
 class System:
-    """One row: a retriever with its history strategy, and a reader for end-to-end rows; or a
-    phrase index (`phrase_index`, then `retriever` is None), which does both."""
+    """One row: a retriever with its history strategy (and a reranker after it), and a reader
+    for end-to-end rows; or a phrase index (`phrase_index`, then `retriever` is None), which
+    does both."""
 
     label: str
     retriever: Any
@@ -49,6 +60,7 @@ class System:
     reader: Any = None
     corpora: tuple[str, ...] | None = None
     phrase_index: Any = None
+    reranker: Any = None
 
     def runs_on(self, corpus: str) -> bool:
         return self.corpora is None or corpus in self.corpora
@@ -58,7 +70,8 @@ class System:
         return replace(self, retriever=substitute(self.retriever, placeholders),
                        history=substitute(self.history, placeholders),
                        reader=substitute(self.reader, placeholders),
-                       phrase_index=substitute(self.phrase_index, placeholders))
+                       phrase_index=substitute(self.phrase_index, placeholders),
+                       reranker=substitute(self.reranker, placeholders))
 
 
 @dataclass(frozen=True)
@@ -117,7 +130,7 @@ def load_systems(path: str | os.PathLike, kind: str = "retrieval") -> Systems:
     rows = data.get("systems")
     if not isinstance(rows, list) or not rows:
         raise ConfigError(f"{where}: expected a non-empty list under 'systems'")
-    keys = ("label", "retriever", "history", "reader", "corpora", "phrase_index")
+    keys = ("label", "retriever", "history", "reranker", "reader", "corpora", "phrase_index")
     systems = []
     labels: set[str] = set()
     for index, row in enumerate(rows):
@@ -138,7 +151,7 @@ def load_systems(path: str | os.PathLike, kind: str = "retrieval") -> Systems:
             raise ConfigError(f"{where}: system '{label}': corpora must be a list of names")
         systems.append(System(label, row.get("retriever"), row.get("history") or "oldest_first",
                               row.get("reader"), tuple(corpora) if corpora else None,
-                              row.get("phrase_index")))
+                              row.get("phrase_index"), row.get("reranker")))
     top_ks = data.get("top_ks", TOP_KS)
     if (not isinstance(top_ks, list) or not top_ks
             or not all(isinstance(k, int) and not isinstance(k, bool) and k > 0 for k in top_ks)):
@@ -149,7 +162,7 @@ def load_systems(path: str | os.PathLike, kind: str = "retrieval") -> Systems:
 def _check_parts(row: dict[str, Any], kind: str, where: str, index: int, label: str) -> None:
     """A row is a retriever (+ reader for end-to-end tables) or a phrase index, not both."""
     if "phrase_index" in row:
-        others = [key for key in ("retriever", "reader", "history") if key in row]
+        others = [key for key in ("retriever", "reranker", "reader", "history") if key in row]
         if others:
             raise ConfigError(f"{where}: system '{label}': 'phrase_index' does not go with "
                               f"'{others[0]}' (a phrase index answers without retriever and "
@@ -166,8 +179,9 @@ def _check_parts(row: dict[str, Any], kind: str, where: str, index: int, label: 
 
 
 def check_components(systems: Systems, extra_histories: Sequence[str] = ()) -> None:
-    """Every retriever, history strategy and reader named exists and takes the options given;
-    otherwise a one-line ConfigError naming the file and the system. Builds nothing.
+    """Every retriever, history strategy, reranker and reader named exists and takes the
+    options given; otherwise a one-line ConfigError naming the file and the system. Builds
+    nothing.
     `extra_histories`: query names a dataset adds (QReCC's "rewrite")."""
     from convqa.registry import HISTORY_STRATEGIES, READERS, RETRIEVERS
 
@@ -182,6 +196,8 @@ def check_components(systems: Systems, extra_histories: Sequence[str] = ()) -> N
             _check(RETRIEVERS, system.retriever, "retriever")
             if not (isinstance(system.history, str) and system.history in extra_histories):
                 _check(HISTORY_STRATEGIES, system.history, "history")
+            if system.reranker is not None:
+                RerankerConfig.from_spec(system.reranker, None).check()
             if system.reader is not None:
                 _check(READERS, system.reader, "reader")
         except ConfigError as exc:

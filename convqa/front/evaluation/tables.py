@@ -212,6 +212,20 @@ def answer_rows(results: Sequence[dict[str, Any]], top_ks: Sequence[int]) -> lis
     return lines
 
 
+def rerank_note(results: Sequence[dict[str, Any]]) -> list[str]:
+    """A line under a table with reranked rows: what their reader read, the reranker's time."""
+    reranked = [r for r in results if r.get("rerank")]
+    if not reranked:
+        return []
+    times = "; ".join(
+        f"{r['label']} {r['rerank']['ms_per_turn']['p50']:.0f} / "
+        f"{r['rerank']['ms_per_turn']['p90']:.0f}" for r in reranked
+        if r["rerank"].get("ms_per_turn"))
+    cpu = reranked[0]["rerank"].get("cpu")
+    return [f"Rows with a reranker read its best k of the retriever's top_n (at most top_n "
+            f"passages). Reranker ms per turn p50 / p90 ({cpu}): {times}.", ""]
+
+
 def render_answers(all_results: dict[str, list[dict[str, Any]]], top_ks: Sequence[int],
                    command: str, images: dict[tuple[str, ...], list[Path]] | None = None) -> str:
     """The Markdown block between the end-to-end markers."""
@@ -225,6 +239,7 @@ def render_answers(all_results: dict[str, list[dict[str, Any]]], top_ks: Sequenc
         lines += [PHRASE_NOTE, ""]
     for corpus, results in all_results.items():
         lines += [f"### {corpus} corpus", ""] + answer_rows(results, top_ks) + [""]
+        lines += rerank_note(results)
         lines += _images(images, (corpus,), f"{corpus} corpus")
     lines.append(ANSWER_MARKERS[1])
     return "\n".join(lines)

@@ -135,13 +135,14 @@ def run_retrieval(target: Target, system: System, split: str = "dev",
         result = evaluate_retrieval(target.path, retriever, history, split=split,
                                     cache_dir=cache_dir, batch_size=batch_size,
                                     progress=progress, label=system.label, use_cache=use_cache,
-                                    data=data)
+                                    data=data, reranker=system.reranker)
     else:
         result = evaluate_topiocqa_retrieval(target.path, target.passages, retriever,
                                              history, levels=levels,
                                              cache_dir=cache_dir, batch_size=batch_size,
                                              progress=progress, label=system.label,
-                                             use_cache=use_cache, data=data)
+                                             use_cache=use_cache, data=data,
+                                             reranker=system.reranker)
     if phrase is not None:
         result.update({k: v for k, v in phrase.describe().items() if k != "reader"})
     result["corpus_name"] = target.name
@@ -165,12 +166,14 @@ def run_answers(target: Target, system: System, top_ks: Sequence[int], split: st
     if target.dataset == "topiocqa-wiki":
         result = evaluate_answers(target.path, retriever, reader, history, split=split,
                                   top_ks=top_ks, cache_dir=cache_dir, progress=progress,
-                                  label=system.label, use_cache=use_cache, data=data)
+                                  label=system.label, use_cache=use_cache, data=data,
+                                  reranker=system.reranker)
     else:
         result = evaluate_topiocqa_answers(target.path, target.passages, retriever, reader,
                                            history, top_ks=top_ks, cache_dir=cache_dir,
                                            progress=progress, label=system.label,
-                                           use_cache=use_cache, data=data)
+                                           use_cache=use_cache, data=data,
+                                           reranker=system.reranker)
     if phrase is not None:
         result.update(phrase.describe())
     return result

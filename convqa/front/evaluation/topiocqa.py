@@ -7,7 +7,8 @@
 The benchmark folders of `convqa data topiocqa-wiki` are our stand-in for TopiOCQA's own
 collection; this module is for the real thing (or any collection with the same ids), so the
 numbers are comparable with the papers'. Every turn of the file is a query (the history
-strategy renders its conversation so far); the run is cached as in `evaluate_retrieval`.
+strategy renders its conversation so far); the run is cached as in `evaluate_retrieval`, and
+reranked as there when a `reranker` is given.
 
 Relevance levels (`levels`, default: "passage" when the file has gold passages, else "article"):
 - "passage": the turn's `Gold_passage.id` (later releases; DPR-IHN's Table 2 on TopiOCQA). An id
@@ -39,7 +40,7 @@ from convqa.errors import ConfigError, DataError
 from convqa.types import Conversation
 
 from .answers import TOP_KS, read_run_and_score, run_cache
-from .retrieval import KS, retrieve_cached, score_levels
+from .retrieval import KS, _open_reranker, retrieve_cached, score_levels
 
 LEVELS = ("passage", "article")
 TITLE_SEPARATOR = " [SEP] "
@@ -145,9 +146,10 @@ def evaluate_topiocqa_retrieval(path: str | os.PathLike, passages: str | os.Path
                                 cache_dir: str | os.PathLike | None = None,
                                 batch_size: int = 64, progress: bool = True,
                                 label: str | None = None, use_cache: bool = True,
-                                data: OfficialTurns | None = None) -> dict[str, Any]:
-    """Retrieve for every turn of the file and score at each level (see module doc).
-    `data`: `load_official_turns(path)` when already loaded. Returns a dict shaped like
+                                data: OfficialTurns | None = None, reranker: Any = None
+                                ) -> dict[str, Any]:
+    """Retrieve (and rerank) for every turn of the file and score at each level (see module
+    doc). `data`: `load_official_turns(path)` when already loaded. Returns a dict shaped like
     `evaluate_retrieval`'s, plus `gold` (counts)."""
     if k < max(ks):
         raise ConfigError(f"k={k} is smaller than the largest cutoff {max(ks)}")
@@ -169,20 +171,28 @@ def evaluate_topiocqa_retrieval(path: str | os.PathLike, passages: str | os.Path
             relevance["passage"], gold = passage_qrels(turns, store, path)
         if "article" in levels:
             relevance["article"] = article_qrels(turns, store, progress)
+    reranking = _open_reranker(reranker)
+    depth = max(k, reranking.top_n) if reranking is not None else k
     result = retrieve_cached(
         file_digest(path), SPLIT, [t.qid for t in turns],
         lambda strategy: {t.qid: strategy.format_turn(conversations[t.conversation_id], t.turn)
                           for t in turns},
-        retriever, history, k, cache_dir, batch_size, progress, label, use_cache)
+        retriever, history, depth, cache_dir, batch_size, progress, label, use_cache)
     types = {t.qid: t.question_type for t in turns}
-    return {
+    out = {
         "label": label, "benchmark": str(path), "corpus": str(passages), "split": SPLIT,
         "retriever": result.config["retriever"], "history": result.config["history"],
-        "k": k, "ks": list(ks), "run_key": result.key,
+        "k": depth, "ks": list(ks), "run_key": result.key,
         "run_file": str(result.path) if result.path is not None else None,
         "cached": result.cached, "timing": result.timing, "gold": gold,
-        "levels": score_levels(result.hits, relevance, types, ks),
     }
+    hits = result.hits
+    if reranking is not None:
+        reranked = reranking.run(result, turns, conversations, passages, progress, label)
+        out.update(reranked.fields(reranking, result))
+        hits = reranked.hits
+    out["levels"] = score_levels(hits, relevance, types, ks)
+    return out
 
 
 def evaluate_topiocqa_answers(path: str | os.PathLike, passages: str | os.PathLike,
@@ -190,9 +200,10 @@ def evaluate_topiocqa_answers(path: str | os.PathLike, passages: str | os.PathLi
                               top_ks: Sequence[int] = TOP_KS,
                               cache_dir: str | os.PathLike | None = None, progress: bool = True,
                               label: str | None = None, use_cache: bool = True,
-                              data: OfficialTurns | None = None) -> dict[str, Any]:
-    """Retrieve, read the top k for each k, score every turn of the file (see module doc).
-    Returns a dict shaped like `evaluate_answers`'s."""
+                              data: OfficialTurns | None = None, reranker: Any = None
+                              ) -> dict[str, Any]:
+    """Retrieve (and rerank), read the top k for each k, score every turn of the file (see
+    module doc). Returns a dict shaped like `evaluate_answers`'s."""
     if not top_ks or any(k < 1 for k in top_ks):
         raise ConfigError(f"top_ks must be positive, got {list(top_ks)}")
     data = data if data is not None else load_official_turns(path)
@@ -200,7 +211,7 @@ def evaluate_topiocqa_answers(path: str | os.PathLike, passages: str | os.PathLi
         retrieval = evaluate_topiocqa_retrieval(path, passages, retriever, history, levels=(),
                                                 k=max(100, max(top_ks)), cache_dir=cache,
                                                 progress=progress, label=label, use_cache=True,
-                                                data=data)
+                                                data=data, reranker=reranker)
         turns, conversations = data
         out = read_run_and_score(retrieval, turns, conversations, passages, reader, top_ks,
                                  progress, use_cache,

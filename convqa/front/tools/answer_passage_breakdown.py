@@ -6,9 +6,12 @@ limits a corpus, recall or the choice of passage.
     python -m convqa.front.tools.answer_passage_breakdown --benchmark /tmp/work/bench/full \\
         --cache-dir /tmp/work/cache-full
 
-Each cached retrieval run (DIR/RUN.jsonl) and its answer files (DIR/RUN.jsonl.answers-*-kK.jsonl)
-are read; per k: turns whose answer passage was read, their F1, how often the answer came from
-an answer passage, and the F1 of the other turns (TopiOCQA scoring).
+Each cached retrieval run (DIR/RUN.jsonl; a reranked one, DIR/RUN.rerank-KEY.jsonl, too) and its
+answer files (DIR/RUN.jsonl.answers-*-kK.jsonl) are read; `--run FILE` (repeatable) takes those
+runs only. Per k: turns whose answer passage was read, their F1, how often the answer came from
+an answer passage, and the F1 of the other turns (TopiOCQA scoring). After a reranker of
+`top_n` (its RUN.rerank-KEY.json says) the reader read the first min(k, top_n) passages, so
+those are what "read" counts.
 """
 from __future__ import annotations
 
@@ -51,23 +54,44 @@ def breakdown(turns: dict[str, dict], hits: dict[str, list[str]], answers: list[
             "f1_other": mean(other)}
 
 
+def reranked_top_n(run: Path) -> int | None:
+    """The `top_n` of a reranked run (from the RUN.json beside it), None for a retriever's."""
+    meta = run.with_suffix(".json")
+    if not meta.is_file():
+        return None
+    from convqa.io import load_json
+
+    config = load_json(meta).get("config", {})
+    return config.get("top_n") if isinstance(config, dict) else None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--benchmark", required=True, help="`convqa data topiocqa-wiki` corpus folder")
-    parser.add_argument("--cache-dir", required=True, help="`convqa eval answers --cache-dir`")
+    parser.add_argument("--cache-dir", help="`convqa eval answers --cache-dir`: every run in it")
+    parser.add_argument("--run", action="append", default=[],
+                        help="a run file of that folder (retriever's or reranked); repeatable")
     args = parser.parse_args(argv)
+    if not args.cache_dir and not args.run:
+        parser.error("give --cache-dir DIR or --run FILE")
     try:
         turns = {t["qid"]: t for t in read_jsonl(Path(args.benchmark) / "turns.jsonl")
                  if t.get("split") == "dev" and t.get("answer_evaluable")}
-        runs = [p for p in sorted(Path(args.cache_dir).glob("*.jsonl")) if ".answers-" not in p.name]
+        runs = [Path(p) for p in args.run] or [
+            p for p in sorted(Path(args.cache_dir).glob("*.jsonl")) if ".answers-" not in p.name]
         if not runs:
             raise DataError("no cached retrieval run (*.jsonl)", args.cache_dir)
         for run in runs:
+            if not run.is_file():
+                raise DataError("run file not found", run)
             hits = {r["qid"]: [h["passage_id"] for h in r["hits"]] for r in read_jsonl(run)}
+            top_n = reranked_top_n(run)
             for path in sorted(run.parent.glob(run.name + ".answers-*-k*.jsonl")):
                 k = int(re.search(r"-k(\d+)\.jsonl$", path.name).group(1))
+                depth = k if top_n is None else min(k, top_n)
                 print(json.dumps({"run": run.name, "answers": path.name,
-                                  **breakdown(turns, hits, read_jsonl(path), k)}))
+                                  **breakdown(turns, hits, read_jsonl(path), depth), "k": k,
+                                  "passages_read": depth}))
     except (ConvQAError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -1,0 +1,161 @@
+"""The reranker stage of an evaluation row: each turn's first `top_n` hits of the retriever's
+cached run rescored by a reranker (a RERANKERS component: the cross-encoder of
+retrievers/rerank/), kept as a run of its own that the row is scored and read on.
+
+    reranking = open_reranker({"name": "cross_encoder", "model": DIR, "top_n": 50})
+    reranked = reranking.run(retrieved, turns, conversations, "bench/full/passages")
+
+- Query: the conversation formatted the reranker's way (`rerank_turn(question, history, ...)`),
+  as `convqa answer --rerank` does; not the retriever's query text.
+- Order: per turn, the reranker's order of the retriever's first `top_n` hits (scored by its
+  logits), then the retriever's other hits in the retriever's order, scored 1, 2, 3, ... below
+  the last reranked one, so Hits@100 and MRR still count passages the reranker never saw and
+  score order stays rank order. The reader reads the first min(k, top_n) (`read_depth`): like
+  `convqa answer --rerank`, it reads only passages the reranker scored.
+- Cache: next to the retriever's run, RUN.rerank-KEY.jsonl and RUN.rerank-KEY.json (what it
+  depends on, and the timing); KEY hashes the retriever run's key and the reranker's spec and
+  fingerprint (weights, pair length, query format, top_n, precision). A rerun reads the file;
+  without a cached retriever run (`--no-cache`) nothing is cached and every turn is reranked.
+- Timing: the reranker's milliseconds per turn (passages already read from the store), with the
+  CPU's kernel level (torch.backends.cpu.get_cpu_capability()), device, threads and precision.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, NamedTuple, Sequence
+
+from convqa.errors import DataError
+from convqa.io import load_json, write_json
+from convqa.runs import read_run, write_run
+from convqa.types import Hit
+
+from ..paths import RerankerConfig
+from .retrieval import CachedRun, run_key
+from .timing import percentiles
+
+CACHE_VERSION = 1
+
+
+class RerankedRun(NamedTuple):
+    """A reranked run and where it came from."""
+
+    hits: dict[str, list[Hit]]
+    key: str | None              # None: not cached
+    path: Path | None
+    cached: bool
+    timing: dict[str, Any]
+
+    def fields(self, reranking: "Reranking", source: CachedRun) -> dict[str, Any]:
+        """What a result row says about the stage: the reranked run replaces the retriever's
+        as `run_file` (what the row is scored and read on), which stays as `retriever_run_*`."""
+        return {"reranker": reranking.spec or type(reranking.model).__name__,
+                "top_n": reranking.top_n,
+                "run_key": self.key, "run_file": str(self.path) if self.path else None,
+                "cached": source.cached and self.cached, "retriever_run_key": source.key,
+                "retriever_run_file": str(source.path) if source.path else None,
+                "rerank": {"cached": self.cached, **self.timing}}
+
+
+@dataclass(frozen=True)
+class Reranking:
+    """A built reranker with what describes it: `spec` (None when given built) and `top_n`."""
+
+    spec: Any
+    model: Any
+
+    @property
+    def top_n(self) -> int:
+        return int(self.model.options.top_n)
+
+    def run(self, source: CachedRun, turns: Sequence[Any], conversations: Mapping[str, Any],
+            passages: str | Path, progress: bool = True, label: str | None = None
+            ) -> RerankedRun:
+        """The reranked run of `source` for `turns` (each with `qid`, `conversation_id`,
+        `turn`, `question`), from the cache when it is there."""
+        fingerprint = getattr(self.model, "fingerprint", None)
+        cacheable = source.path is not None and callable(fingerprint)
+        config = {"version": CACHE_VERSION, "retriever_run": source.key, "top_n": self.top_n,
+                  "reranker": self.spec or type(self.model).__name__,
+                  "fingerprint": fingerprint() if cacheable else None}
+        key = run_key(config) if cacheable else None
+        path = source.path.with_name(f"{source.path.stem}.rerank-{key}.jsonl") if key else None
+        meta = path.with_suffix(".json") if path else None
+        if path is not None and path.is_file() and meta.is_file():
+            hits = read_run(path).hits
+            missing = [t.qid for t in turns if t.qid not in hits]
+            if missing:
+                raise DataError(f"cached reranked run lacks query {missing[0]!r} (delete it to "
+                                "rerun)", path)
+            return RerankedRun(hits, key, path, True, load_json(meta).get("timing", {}))
+        hits, timing = self._rerank_all(source, turns, conversations, passages, progress, label)
+        if path is not None:
+            write_run(path, hits)
+            write_json(meta, {"config": config, "timing": timing})
+        return RerankedRun(hits, key, path, False, timing)
+
+    def _rerank_all(self, source: CachedRun, turns: Sequence[Any],
+                    conversations: Mapping[str, Any], passages: str | Path, progress: bool,
+                    label: str | None) -> tuple[dict[str, list[Hit]], dict[str, Any]]:
+        import torch
+        from tqdm.auto import tqdm
+
+        from convqa.corpus import PassageStore
+        from convqa.precision import cpu_capability
+
+        out: dict[str, list[Hit]] = {}
+        ms: list[float] = []
+        with PassageStore.open(passages) as store:
+            for turn in tqdm(turns, desc=f"rerank {label or ''}".strip(), unit=" q",
+                             disable=not progress):
+                hits = list(source.hits.get(turn.qid, []))
+                top = hits[:self.top_n]
+                texts = [_passage(store, hit.passage_id, source.path) for hit in top]
+                history = conversations[turn.conversation_id].history(turn.turn)
+                started = time.perf_counter()
+                reranked = self.model.rerank_turn(turn.question, history, top, texts) if top else []
+                if top:
+                    ms.append((time.perf_counter() - started) * 1000)
+                out[turn.qid] = reranked_order(reranked, hits)
+        device = getattr(getattr(self.model, "model", None), "device", None)
+        return out, {"turns": len(ms), "ms_per_turn": percentiles(ms), "cpu": cpu_capability(),
+                     "device": str(device) if device is not None else None,
+                     "threads": torch.get_num_threads(),
+                     "precision": getattr(self.model, "precision", None)}
+
+
+def open_reranker(reranker: Any) -> Reranking:
+    """A reranker spec (checked as the pipeline's `reranker:` key, then built) or an already
+    built reranker (with `rerank_turn` and `options.top_n`)."""
+    from convqa.registry import RERANKERS
+
+    if isinstance(reranker, (str, Mapping, RerankerConfig)):
+        config = RerankerConfig.from_spec(reranker, "reranker")
+        config.check()
+        return Reranking(config.to_spec(), RERANKERS.build(config.to_spec()))
+    return Reranking(None, reranker)
+
+
+def reranked_order(reranked: Sequence[Hit], hits: Sequence[Hit]) -> list[Hit]:
+    """The reranked hits (their scores), then the other `hits` in their order, scored 1, 2, ...
+    below the last reranked one; ranks 1, 2, 3, ..."""
+    out = [Hit(hit.passage_id, float(hit.score), rank) for rank, hit in enumerate(reranked, 1)]
+    seen = {hit.passage_id for hit in out}
+    floor, last = (out[-1].score, out[-1].rank) if out else (0.0, 0)
+    rest = [hit for hit in hits if hit.passage_id not in seen]
+    return out + [Hit(hit.passage_id, floor - offset, last + offset)
+                  for offset, hit in enumerate(rest, 1)]
+
+
+def read_depth(k: int, top_n: int | None) -> int:
+    """Passages the reader reads at k after a reranker of `top_n` (None: no reranker)."""
+    return k if top_n is None else min(k, top_n)
+
+
+def _passage(store: Any, pid: str, run_file: Path | None):
+    try:
+        return store.get(pid)
+    except KeyError:
+        raise DataError(f"passage {pid!r} of the run is not in the passage store "
+                        f"{store.path} (a run of another corpus?)", run_file) from None
