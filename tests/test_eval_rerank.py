@@ -236,3 +236,31 @@ def test_a_phrase_row_takes_no_reranker(tmp_path):
                     "    reranker: {name: cross_encoder, model: m}\n", encoding="utf-8")
     with pytest.raises(ConfigError, match="'phrase_index' does not go with 'reranker'"):
         load_systems(path)
+
+
+def test_an_official_file_is_reranked_the_same_way(fixtures_dir, model_dir, tmp_path):
+    from convqa.corpus import PassageStore, read_passages
+    from convqa.front.evaluation.topiocqa import evaluate_topiocqa_retrieval, load_official_turns
+    from test_eval_topiocqa import RANKINGS, Scripted
+
+    fx = fixtures_dir / "eval"
+    store = tmp_path / "passages"
+    PassageStore.build(read_passages(fx / "topiocqa_collection.tsv"), store,
+                       progress=False).close()
+    path = fx / "topiocqa_dev_later_release.json"
+    result = evaluate_topiocqa_retrieval(path, store, Scripted(), "question_only",
+                                         cache_dir=tmp_path / "cache", progress=False,
+                                         reranker=spec(model_dir, top_n=2))
+    reranker = RERANKERS.build(spec(model_dir, top_n=2))
+    turns, conversations = load_official_turns(path)
+    run = read_run(result["run_file"]).hits
+    with PassageStore.open(store) as opened:
+        for turn in turns:
+            ranked = RANKINGS[turn.question]
+            query = reranker.query_text(turn.question,
+                                        conversations[turn.conversation_id].history(turn.turn))
+            scores = reranker.score(query, [opened.get(pid) for pid in ranked[:2]])
+            order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
+            assert [h.passage_id for h in run[turn.qid]] == \
+                [ranked[i] for i in order] + ranked[2:]
+    assert result["rerank"]["turns"] == len(turns) and result["top_n"] == 2

@@ -131,7 +131,7 @@ def open_reranker(reranker: Any) -> Reranking:
     from convqa.registry import RERANKERS
 
     if isinstance(reranker, (str, Mapping, RerankerConfig)):
-        config = RerankerConfig.from_spec(reranker, "reranker")
+        config = RerankerConfig.from_spec(reranker, None)
         config.check()
         return Reranking(config.to_spec(), RERANKERS.build(config.to_spec()))
     return Reranking(None, reranker)
