@@ -5,11 +5,13 @@ the loop does the rest, the same way for all:
 - AdamW over the trainable parameters, linear warm-up then linear decay to 0, gradient
   clipping, gradient accumulation (DDP syncs only on the last micro-step);
 - each process takes its slice of every global batch of the seeded epoch order, so a resumed
-  run, or a run on another number of processes, sees the same examples;
+  run, or a run on another number of processes, sees the same examples; a config with
+  `loader_workers` has its batches built ahead by a DataLoader's worker processes
+  (loader.py), the same batches in the same order;
 - checkpoints every `checkpoint_every` optimizer steps into OUT/checkpoint (checkpoint.py); a
   rerun after a kill resumes there and ends with the same weights as an uninterrupted run;
-- OUT/log.jsonl, one line per optimizer step (convqa/training_log.py), a progress bar on the
-  main process, and at the end OUT/model plus OUT/training.json; a rerun of a finished run
+- OUT/log.jsonl, one line per optimizer step (convqa/training_log.py; `batch_seconds`: the
+  step's wait for its batches), a progress bar on the main process, and at the end OUT/model plus OUT/training.json; a rerun of a finished run
   returns its result.
 
 The config is a dataclass with the fields epochs, batch_size, grad_accum, lr, weight_decay,
@@ -38,6 +40,7 @@ from convqa.training_log import append_log, trim_log
 
 from .checkpoint import (CHECKPOINT, MODEL, STATE, TRAINING_JSON, load_tensors, set_rng_state,
                          write_checkpoint)
+from .loader import MicroBatches, open_stream
 from .schedule import global_batches, linear_schedule, plan_steps, same_schedule
 
 
@@ -151,6 +154,12 @@ class StepTrainer:
         self.choose_precision(model)
         self.on_start(model, start)
 
+        # the batches, in the seeded order from `start` (built ahead by workers if asked)
+        stream = open_stream(MicroBatches(
+            lambda epoch: self.epoch_batches(epoch, config.batch_size * world), self.make_batch,
+            start=start, total=total, per_epoch=per_epoch, grad_accum=config.grad_accum,
+            rank=rank, size=config.batch_size), getattr(config, "loader_workers", None),
+            acc.device)
         bar = None
         if config.progress and acc.is_main_process:
             from tqdm.auto import tqdm
@@ -159,17 +168,12 @@ class StepTrainer:
         self.set_train_mode(model)
         began = time.perf_counter()
         last_loss = None
-        cached: tuple[int, Sequence] | None = None
         step = start
         try:
             while step < total:
                 epoch = step // per_epoch
-                if cached is None or cached[0] != epoch:
-                    cached = (epoch, self.epoch_batches(epoch, config.batch_size * world))
                 tick = time.perf_counter()
-                first = (step % per_epoch) * config.grad_accum
-                sums, counts = self._accumulate(model, cached[1][first:first + config.grad_accum],
-                                                epoch)
+                sums, counts, waited = self._accumulate(model, stream)
                 if config.max_grad_norm:
                     acc.clip_grad_norm_(params, config.max_grad_norm)
                 optimizer.step()
@@ -186,7 +190,8 @@ class StepTrainer:
                     "step": step, "epoch": epoch, **self.log_tags(),
                     **{k: round(v, 6) for k, v in record.items()},
                     "lr": scheduler.get_last_lr()[0],
-                    "seconds": round(time.perf_counter() - tick, 4), **counts},
+                    "seconds": round(time.perf_counter() - tick, 4),
+                    "batch_seconds": round(waited, 4), **counts},
                     acc.is_main_process)
                 if bar is not None:
                     bar.update(1)
@@ -198,6 +203,7 @@ class StepTrainer:
                 if on_step is not None:
                     on_step(step, last_loss)
         finally:
+            stream.close()
             if bar is not None:
                 bar.close()
         seconds = time.perf_counter() - began
@@ -210,20 +216,23 @@ class StepTrainer:
         return TrainResult(self.model_dir, step, seconds, last_loss, start,
                            load_json(self.out / TRAINING_JSON))
 
-    def _accumulate(self, model, micro_batches: Sequence, epoch: int
-                    ) -> tuple[dict[str, Any], dict[str, int]]:
-        """Forward and backward of this process's slice of each micro-batch of one optimizer
-        step; returns the summed logged losses and the summed batch counts."""
+    def _accumulate(self, model, stream) -> tuple[dict[str, Any], dict[str, int], float]:
+        """Forward and backward of this process's next `grad_accum` micro-batches from
+        `stream` (one optimizer step); returns the summed logged losses, the summed batch
+        counts and the seconds spent waiting for the batches (building them, without
+        workers)."""
         acc, config = self.accelerator, self.config
-        rank, size = acc.process_index, config.batch_size
         sums: dict[str, Any] = {}
         counts: dict[str, int] = {}
-        for micro, indices in enumerate(micro_batches):
-            batch = self.make_batch(indices[rank * size:(rank + 1) * size], epoch)
+        waited = 0.0
+        for micro in range(config.grad_accum):
+            asked = time.perf_counter()
+            batch = stream.next()
+            waited += time.perf_counter() - asked
             self.last_batch = batch
             for name, value in self.batch_counts(batch).items():
                 counts[name] = counts.get(name, 0) + value
-            last = micro == len(micro_batches) - 1
+            last = micro == config.grad_accum - 1
             sync = acc.no_sync(model) if not last and acc.num_processes > 1 else nullcontext()
             with sync:
                 loss, logged = self.compute_loss(model, batch)
@@ -231,7 +240,7 @@ class StepTrainer:
             for name, value in logged.items():
                 if value is not None:
                     sums[name] = sums.get(name, 0.0) + value
-        return sums, counts
+        return sums, counts, waited
 
     # -- what a trainer supplies ------------------------------------------------------------
     def num_examples(self) -> int:

@@ -14,8 +14,10 @@ from convqa.errors import ConfigError
 
 # Settings that do not change what is learned: a checkpoint written with other values resumes.
 # The precision is one of them: it changes the arithmetic, not the data, the order or the
-# schedule, and the fastest one differs between the machines a long run may span.
-VOLATILE = frozenset({"progress", "checkpoint_every", "keep_checkpoint", "bf16", "precision"})
+# schedule, and the fastest one differs between the machines a long run may span; so is the
+# number of processes building the batches (the same batches either way).
+VOLATILE = frozenset({"progress", "checkpoint_every", "keep_checkpoint", "bf16", "precision",
+                      "loader_workers"})
 
 
 def check_counts(config: Any, names: Iterable[str], minimum: int) -> None:

@@ -18,6 +18,9 @@ and scoring it on held-out examples.
   one window: for the positive, the first window holding a whole gold span (all gold spans in
   that window count), for a negative a seeded random one of its windows (always the first
   would teach the selection head that later windows are relevant).
+- Batches are built ahead of their step by `loader_workers` processes (a DataLoader,
+  convqa/training/loader.py; `auto`: none on a CPU-only run, up to 4 with a GPU), the same
+  batches in the same order as building each in the training process.
 - Loss: loss.py (selection cross-entropy + span marginal likelihood). Each process scores its
   own questions; DDP averages the gradients.
 - AdamW, linear warm-up then linear decay, gradient clipping, gradient accumulation; precision
@@ -52,6 +55,7 @@ from torch import Tensor
 
 from convqa.errors import ConvQAError
 from convqa.precision import autocast, training_precision_setting
+from convqa.training.loader import loader_workers_setting
 from convqa.training.loop import StepTrainer, TrainResult, make_accelerator
 from convqa.training.schedule import (bucketed_batches, check_counts, check_schedule,
                                       example_rng, schedule_key)
@@ -92,6 +96,7 @@ class ReaderTrainConfig:
     eval_every: int = 0               # optimizer steps between held-out scores; 0: none
     eval_per_source: int = 50         # held-out questions per source in those scores
     start_step: int = 0               # continue this schedule at that step (weights given)
+    loader_workers: int | str = "auto"  # batch-building processes; auto: 0 on CPU, <= 4 on GPU
 
     def __post_init__(self) -> None:
         check_counts(self, ("epochs", "batch_size", "grad_accum", "passages_per_question",
@@ -100,6 +105,7 @@ class ReaderTrainConfig:
                             "window_chunk", "start_step"), 0)
         check_schedule(self)
         self.precision = training_precision_setting(self.precision, self.bf16)
+        self.loader_workers = loader_workers_setting(self.loader_workers)
 
     def schedule_key(self) -> dict[str, Any]:
         """The settings a checkpoint must share with the run that resumes it (the held-out
@@ -330,7 +336,8 @@ class ReaderTrainer(StepTrainer):
 
     def compute_loss(self, model, batch: ReaderBatch):
         acc = self.accelerator
-        inputs = {k: v.to(acc.device) for k, v in batch.features.tensors.items()}
+        inputs = {k: v.to(acc.device, non_blocking=True)
+                  for k, v in batch.features.tensors.items()}
         with autocast(self.precision, acc.device):
             logits = chunked_logits(model, inputs, self.config.window_chunk)
         q, n = batch.questions, batch.group

@@ -9,6 +9,9 @@ code), and its held-out ranking score.
   are drawn by a generator seeded by (seed, epoch, example number): a resumed run, or a run on
   another number of processes, sees the same candidates. A question with fewer negatives
   than K has its empty slots masked out of the softmax.
+- Batches are built ahead of their step by `loader_workers` processes (a DataLoader,
+  convqa/training/loader.py; `auto`: none on a CPU-only run, up to 4 with a GPU), the same
+  batches in the same order as building each in the training process.
 - Loss: listwise softmax cross-entropy over each question's 1 + K logits, target the positive
   (fp32 logits); DDP averages the gradients of the processes.
 - Batches are length-bucketed (`length_pool`, convqa/training/schedule.py): questions of
@@ -39,6 +42,7 @@ from torch import Tensor
 
 from convqa.errors import ConvQAError
 from convqa.precision import autocast, training_precision_setting
+from convqa.training.loader import loader_workers_setting
 from convqa.training.loop import StepTrainer, TrainResult, make_accelerator
 from convqa.training.schedule import (bucketed_batches, check_counts, check_schedule,
                                       example_rng, schedule_key)
@@ -76,6 +80,7 @@ class RerankTrainConfig:
     eval_every: int = 0               # optimizer steps between held-out scores; 0: none
     eval_examples: int = 200          # held-out questions in those scores
     start_step: int = 0               # continue this schedule at that step (weights given)
+    loader_workers: int | str = "auto"  # batch-building processes; auto: 0 on CPU, <= 4 on GPU
 
     def __post_init__(self) -> None:
         check_counts(self, ("epochs", "batch_size", "grad_accum", "negatives",
@@ -84,6 +89,7 @@ class RerankTrainConfig:
                             "eval_every", "start_step"), 0)
         check_schedule(self)
         self.precision = training_precision_setting(self.precision, self.bf16)
+        self.loader_workers = loader_workers_setting(self.loader_workers)
 
     def schedule_key(self) -> dict[str, Any]:
         """What a checkpoint must share with the run resuming it (held-out scores and the
@@ -233,11 +239,11 @@ class RerankTrainer(StepTrainer):
 
     def compute_loss(self, model, batch: RerankBatch):
         device = self.accelerator.device
-        inputs = {k: v.to(device) for k, v in batch.tensors.items()}
+        inputs = {k: v.to(device, non_blocking=True) for k, v in batch.tensors.items()}
         with autocast(self.precision, device):
             scores = chunked_logits(model, inputs, self.config.pair_chunk)
         grid = torch.full((batch.questions * batch.group,), float("-inf"), device=device)
-        grid = grid.index_put((batch.slots.to(device),), scores.float())
+        grid = grid.index_put((batch.slots.to(device, non_blocking=True),), scores.float())
         logits = grid.view(batch.questions, batch.group)
         loss = listwise_loss(logits)
         accuracy = (logits.argmax(1) == 0).float().mean()

@@ -37,9 +37,10 @@ from pathlib import Path
 from convqa.errors import ConvQAError
 from convqa.quiet import add_verbose_argument
 
-from .train_args import (add_example_sources, add_process_args, add_schedule_args,
-                         add_training_precision_arg, count, fraction, int_at_least,
-                         positive_float, positive_int, schedule_settings, start_run)
+from .train_args import (add_example_sources, add_loader_workers_arg, add_process_args,
+                         add_schedule_args, add_training_precision_arg, count, fraction,
+                         int_at_least, positive_float, positive_int, schedule_settings,
+                         start_run)
 
 
 
@@ -273,6 +274,7 @@ def _add_reader(jobs) -> None:
     p.add_argument("--no-eval", action="store_true", help="skip the held-out evaluation")
     add_schedule_args(p, batch_size=4, unit="questions", lr=2e-5)
     add_training_precision_arg(p)
+    add_loader_workers_arg(p)
     add_process_args(p)
     p.set_defaults(func=run_reader)
 
@@ -306,7 +308,8 @@ def _reader_config(args: argparse.Namespace):
         length_pool=args.length_pool, window_chunk=args.window_chunk,
         eval_every=args.eval_every,
         eval_per_source=args.eval_per_source, precision=args.precision,
-        start_step=args.start_step, **schedule_settings(args))
+        start_step=args.start_step, loader_workers=args.loader_workers,
+        **schedule_settings(args))
     return ReaderRunConfig(
         squad=list(args.squad), benchmarks=list(args.benchmark), examples=list(args.examples),
         init_model=args.init_model, max_length=args.max_length,

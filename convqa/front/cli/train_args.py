@@ -97,6 +97,19 @@ def add_training_precision_arg(p: argparse.ArgumentParser) -> None:
                         "start; --bf16 forces bf16); a checkpoint resumes in any precision")
 
 
+def add_loader_workers_arg(p: argparse.ArgumentParser) -> None:
+    """--loader-workers auto|N of a trainer whose config has `loader_workers`."""
+    from convqa.training.loader import loader_workers_arg
+
+    p.add_argument("--loader-workers", type=loader_workers_arg, default="auto",
+                   metavar="N|auto",
+                   help="processes that build training batches (tokenize, pad) ahead of the "
+                        "step that uses them (default auto: 0 on a CPU-only run, where workers "
+                        "would take the training's cores, min(4, CPUs - 1) with a GPU; 0: each "
+                        "batch built in the training process); the batches and their order "
+                        "are the same for any value, and a checkpoint resumes with any")
+
+
 def add_process_args(p: argparse.ArgumentParser) -> None:
     """--cpu and --quiet."""
     p.add_argument("--cpu", action="store_true", help="train on the CPU even if a GPU exists")

@@ -15,8 +15,9 @@ import argparse
 import json
 from pathlib import Path
 
-from .train_args import (add_process_args, add_schedule_args, add_training_precision_arg, count,
-                         fraction, int_at_least, positive_int, schedule_settings, start_run)
+from .train_args import (add_loader_workers_arg, add_process_args, add_schedule_args,
+                         add_training_precision_arg, count, fraction, int_at_least, positive_int,
+                         schedule_settings, start_run)
 
 LORA_LR, FULL_LR = 2e-4, 3e-5  # the default peak learning rates with and without LoRA
 
@@ -65,6 +66,7 @@ def add_reranker_parsers(jobs) -> None:
                       lr_help=f"peak learning rate (default {LORA_LR:g} with LoRA, {FULL_LR:g} "
                               "without)")
     add_training_precision_arg(p)
+    add_loader_workers_arg(p)
     add_process_args(p)
     p.set_defaults(func=run_reranker)
 
@@ -135,7 +137,8 @@ def run_reranker(args: argparse.Namespace) -> int:
             negatives=args.negatives, precision=args.precision,
             history={"name": args.history, "max_tokens": args.history_max_tokens},
             length_pool=args.length_pool, pair_chunk=args.pair_chunk,
-            eval_every=args.eval_every, eval_examples=args.eval_examples, **settings)
+            eval_every=args.eval_every, eval_examples=args.eval_examples,
+            loader_workers=args.loader_workers, **settings)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     config = RerankRunConfig(
