@@ -11,8 +11,8 @@ the loop does the rest, the same way for all:
 - checkpoints every `checkpoint_every` optimizer steps into OUT/checkpoint (checkpoint.py); a
   rerun after a kill resumes there and ends with the same weights as an uninterrupted run;
 - OUT/log.jsonl, one line per optimizer step (convqa/training_log.py; `batch_seconds`: the
-  step's wait for its batches), a progress bar on the main process, and at the end OUT/model plus OUT/training.json; a rerun of a finished run
-  returns its result.
+  step's wait for its batches), a progress bar on the main process, and at the end OUT/model
+  plus OUT/training.json; a rerun of a finished run returns its result.
 
 The config is a dataclass with the fields epochs, batch_size, grad_accum, lr, weight_decay,
 warmup_ratio, max_steps, max_grad_norm, bf16, seed, checkpoint_every, keep_checkpoint, progress
