@@ -176,11 +176,16 @@ def test_loader_workers_refuses_anything_else(value):
 
 
 def test_auto_means_no_worker_on_a_cpu_and_a_few_with_a_gpu(monkeypatch):
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
     monkeypatch.setattr("convqa.training.loader.available_cpus", lambda: 16)
     assert resolve_workers(AUTO, "cpu") == 0
     assert resolve_workers(AUTO, torch.device("cuda", 0)) == 4
     assert resolve_workers(3, "cpu") == 3
     monkeypatch.setattr("convqa.training.loader.available_cpus", lambda: 2)
+    assert resolve_workers(AUTO, "cuda") == 1
+    monkeypatch.setattr("convqa.training.loader.available_cpus", lambda: 16)
+    assert resolve_workers(AUTO, "cuda", local_processes=4) == 3  # 4 GPUs: 12 of 16 CPUs
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
     assert resolve_workers(AUTO, "cuda") == 1
 
 

@@ -8,7 +8,8 @@ micro-batch k of a run is a function of (seed, epoch, step) and the process's ra
 or N workers, a resumed run or an uninterrupted one, see the same tensors in the same order.
 
 - `loader_workers` setting: `auto` (0 on a CPU-only run, where workers would take the
-  training's own cores; min(4, CPUs - 1) with a GPU) or a count, 0 building each batch in the
+  training's own cores; min(4, CPUs - 1) with a GPU, per training process when several share
+  the machine's CPUs) or a count, 0 building each batch in the
   training process when the step needs it (today's behaviour).
 - Workers are forked (where the platform can) from the training process and so share its
   examples and tokenizer without pickling them; Hugging Face tokenizers' own thread pool is off
@@ -66,13 +67,17 @@ def available_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def resolve_workers(setting: int | str, device: Any) -> int:
-    """The number of worker processes for `setting` on `device`."""
+def resolve_workers(setting: int | str, device: Any, local_processes: int | None = None) -> int:
+    """The number of worker processes for `setting` on `device`. `auto` with a GPU: min(4,
+    CPUs - 1), the CPUs shared among the training processes of this machine (torchrun's
+    LOCAL_WORLD_SIZE) so that several GPUs' workers do not crowd their trainers out."""
     if setting != AUTO:
         return int(setting)
     if torch.device(device).type == "cpu":
         return 0
-    return max(0, min(MAX_AUTO_WORKERS, available_cpus() - 1))
+    if local_processes is None:
+        local_processes = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    return max(0, min(MAX_AUTO_WORKERS, (available_cpus() - local_processes) // local_processes))
 
 
 class MicroBatches(torch.utils.data.Dataset):
