@@ -53,8 +53,9 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from convqa.errors import ConfigError, DataError
-from convqa.io import iter_jsonl, write_jsonl
+from convqa.errors import ConfigError
+from convqa.example_records import RecordReader, load_records
+from convqa.io import write_jsonl
 from convqa.types import Passage, Turn
 
 SPLITS = ("train", "heldout")
@@ -116,34 +117,10 @@ class ReaderExample:
     def from_dict(cls, data: Any, path: str | os.PathLike | None = None,
                   line: int | None = None) -> "ReaderExample":
         """Parse and check one record; problems are DataErrors naming line and field."""
-        def fail(name: str, message: str) -> DataError:
-            return DataError(message, path, line, name)
-
-        def get(record: Any, name: str, types: type | tuple[type, ...], where: str = "",
-                required: bool = True, default: Any = None) -> Any:
-            label = f"{where}{name}"
-            if not isinstance(record, dict):
-                raise fail(where.rstrip(".") or None, "expected a JSON object")
-            if name not in record:
-                if required:
-                    raise fail(label, "missing")
-                return default
-            value = record[name]
-            wanted = types if isinstance(types, tuple) else (types,)
-            if not isinstance(value, wanted) or isinstance(value, bool) and bool not in wanted:
-                names = "/".join(t.__name__ for t in wanted)
-                raise fail(label, f"expected {names}, got {type(value).__name__}")
-            return value
-
-        question = get(data, "question", str)
-        if not question.strip():
-            raise fail("question", "empty")
-        history = []
-        for i, pair in enumerate(get(data, "history", list)):
-            if (not isinstance(pair, list) or len(pair) != 2 or not isinstance(pair[0], str)
-                    or not isinstance(pair[1], (str, type(None)))):
-                raise fail(f"history[{i}]", "expected [question, answer or null]")
-            history.append((pair[0], pair[1]))
+        record = RecordReader(path, line)
+        fail, get = record.fail, record.get
+        question = record.question(data)
+        history = record.history(data, required=True)
         answers = get(data, "answers", list, required=False, default=[])
         if not all(isinstance(a, str) for a in answers):
             raise fail("answers", "expected a list of strings")
@@ -153,7 +130,7 @@ class ReaderExample:
         parsed_positives = []
         for i, item in enumerate(positives):
             where = f"positives[{i}]."
-            passage = _passage(item, where, get)
+            passage = record.passage(item, where)
             spans = get(item, "answers", list, where)
             if not spans:
                 raise fail(f"{where}answers", "a positive needs at least one answer span")
@@ -167,7 +144,7 @@ class ReaderExample:
                                f"passage text ({passage.text[start:start + len(text)]!r})")
                 parsed.append(GoldSpan(text, start))
             parsed_positives.append(ReaderPassage(passage, parsed))
-        negatives = [_passage(item, f"negatives[{i}].", get)
+        negatives = [record.passage(item, f"negatives[{i}].")
                      for i, item in enumerate(get(data, "negatives", list))]
         split = get(data, "split", str, required=False, default="train")
         if split not in SPLITS:
@@ -177,22 +154,8 @@ class ReaderExample:
                    split=split, source=get(data, "source", str, required=False, default=""))
 
 
-def _passage(item: Any, where: str, get) -> Passage:
-    return Passage(str(get(item, "id", (str, int), where)), get(item, "text", str, where),
-                   get(item, "title", str, where, required=False, default=""))
-
-
 def load_examples(path: str | os.PathLike) -> list[ReaderExample]:
-    examples = []
-    seen: dict[str, int] = {}
-    for line, data in iter_jsonl(path):
-        example = ReaderExample.from_dict(data, path, line)
-        if example.id in seen:
-            raise DataError(f"duplicate example id {example.id!r} (first on line "
-                            f"{seen[example.id]})", path, line, "id")
-        seen[example.id] = line
-        examples.append(example)
-    return examples
+    return load_records(path, ReaderExample.from_dict)
 
 
 def save_examples(path: str | os.PathLike, examples: Iterable[ReaderExample]) -> int:

@@ -43,7 +43,6 @@ and scoring it on held-out examples.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from dataclasses import dataclass, field
@@ -54,6 +53,7 @@ import torch
 from torch import Tensor
 
 from convqa.errors import ConvQAError
+from convqa.example_records import ids_digest
 from convqa.precision import autocast, training_precision_setting
 from convqa.training.loader import loader_workers_setting
 from convqa.training.loop import StepTrainer, TrainResult, make_accelerator
@@ -237,13 +237,6 @@ def chunked_logits(model, inputs: dict[str, Tensor], chunk: int) -> ReaderLogits
 # The loop
 
 
-def _examples_digest(examples: Sequence[ReaderExample]) -> str:
-    digest = hashlib.sha256()
-    for example in examples:
-        digest.update(example.id.encode() + b"\0")
-    return digest.hexdigest()[:16]
-
-
 class ReaderTrainer(StepTrainer):
     """Trains `reader` on `examples` (their "train" split is not filtered here: pass the
     examples to train on), writing to `out`."""
@@ -269,7 +262,7 @@ class ReaderTrainer(StepTrainer):
         if self.reader.selection_head is None and config.passages_per_question > 1:
             self.reader.add_selection_head()
         self.data_key = {"examples": len(self.examples),
-                         "ids_sha256": _examples_digest(self.examples)}
+                         "ids_sha256": ids_digest(self.examples)}
         self.last_batch: ReaderBatch | None = None
         self.curve_sample = heldout_sample(heldout, config.eval_per_source, config.seed) \
             if config.eval_every else []

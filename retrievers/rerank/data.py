@@ -41,7 +41,8 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from convqa.errors import DataError
-from convqa.io import iter_jsonl, write_jsonl
+from convqa.example_records import RecordReader, load_records
+from convqa.io import write_jsonl
 from convqa.types import Passage, Turn
 
 SPLITS = ("train", "heldout")
@@ -82,40 +83,15 @@ class RerankExample:
     def from_dict(cls, data: Any, path: str | os.PathLike | None = None,
                   line: int | None = None) -> "RerankExample":
         """Parse and check one record; a problem is a DataError naming the line and field."""
-        def fail(name: str | None, message: str) -> DataError:
-            return DataError(message, path, line, name)
-
-        def get(record: Any, name: str, types: type | tuple[type, ...], where: str = "",
-                required: bool = True, default: Any = None) -> Any:
-            if not isinstance(record, dict):
-                raise fail(where.rstrip(".") or None, "expected a JSON object")
-            if name not in record:
-                if required:
-                    raise fail(f"{where}{name}", "missing")
-                return default
-            value = record[name]
-            wanted = types if isinstance(types, tuple) else (types,)
-            if not isinstance(value, wanted) or isinstance(value, bool) and bool not in wanted:
-                raise fail(f"{where}{name}", f"expected {'/'.join(t.__name__ for t in wanted)}, "
-                                             f"got {type(value).__name__}")
-            return value
+        record = RecordReader(path, line)
+        fail, get = record.fail, record.get
 
         def passages(name: str, required: bool) -> list[Passage]:
             items = get(data, name, list, required=required, default=[])
-            return [Passage(str(get(item, "id", (str, int), f"{name}[{i}].")),
-                            get(item, "text", str, f"{name}[{i}]."),
-                            get(item, "title", str, f"{name}[{i}].", False, ""))
-                    for i, item in enumerate(items)]
+            return [record.passage(item, f"{name}[{i}].") for i, item in enumerate(items)]
 
-        question = get(data, "question", str)
-        if not question.strip():
-            raise fail("question", "empty")
-        history = []
-        for i, pair in enumerate(get(data, "history", list, required=False, default=[])):
-            if (not isinstance(pair, list) or len(pair) != 2 or not isinstance(pair[0], str)
-                    or not isinstance(pair[1], (str, type(None)))):
-                raise fail(f"history[{i}]", "expected [question, answer or null]")
-            history.append((pair[0], pair[1]))
+        question = record.question(data)
+        history = record.history(data, required=False)
         positives = passages("positives", True)
         if not positives:
             raise fail("positives", "needs at least one positive passage")
@@ -135,15 +111,7 @@ class RerankExample:
 
 
 def load_examples(path: str | os.PathLike) -> list[RerankExample]:
-    examples: list[RerankExample] = []
-    seen: dict[str, int] = {}
-    for line, data in iter_jsonl(path):
-        example = RerankExample.from_dict(data, path, line)
-        if example.id in seen:
-            raise DataError(f"duplicate example id {example.id!r} (first on line "
-                            f"{seen[example.id]})", path, line, "id")
-        seen[example.id] = line
-        examples.append(example)
+    examples = load_records(path, RerankExample.from_dict)
     if not examples:
         raise DataError("no examples", path)
     return examples

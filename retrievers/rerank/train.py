@@ -41,6 +41,7 @@ import torch
 from torch import Tensor
 
 from convqa.errors import ConvQAError
+from convqa.example_records import ids_digest
 from convqa.precision import autocast, training_precision_setting
 from convqa.training.loader import loader_workers_setting
 from convqa.training.loop import StepTrainer, TrainResult, make_accelerator
@@ -174,11 +175,7 @@ def chunked_logits(model, inputs: dict[str, Tensor], chunk: int) -> Tensor:
 # The loop
 
 
-def examples_digest(examples: Sequence[RerankExample]) -> str:
-    digest = hashlib.sha256()
-    for example in examples:
-        digest.update(example.id.encode() + b"\0")
-    return digest.hexdigest()[:16]
+examples_digest = ids_digest  # the digest of the example ids a checkpoint is keyed by
 
 
 class RerankTrainer(StepTrainer):
