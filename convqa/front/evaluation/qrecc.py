@@ -83,7 +83,7 @@ from convqa.types import Conversation, Hit
 
 from .qrecc_data import QReccEvalData, default_cache_dir, load_qrecc_eval, load_scai_eval
 from .qrecc_tables import answers_markdown, retrieval_markdown
-from .retrieval import run_key
+from .run_cache import run_key
 
 __all__ = ["KS", "NO_GOLD", "RELEVANCE", "QReccEvalData", "RewriteQuery", "answers_markdown",
            "evaluate_qrecc_answers", "evaluate_qrecc_retrieval", "load_qrecc_eval",

@@ -32,7 +32,7 @@ from convqa.runs import read_run, write_run
 from convqa.types import Hit
 
 from ..paths import RerankerConfig
-from .retrieval import CachedRun, run_key
+from .run_cache import CachedRun, run_key
 from .timing import percentiles
 
 CACHE_VERSION = 1

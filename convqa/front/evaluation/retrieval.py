@@ -26,11 +26,10 @@ same configuration reads the run file instead of retrieving again.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from convqa.benchmark import LabelledTurn, LabelledTurns, load_labelled_turns, qrels
 from convqa.errors import ConfigError, DataError
@@ -40,6 +39,8 @@ from convqa.metrics import evaluate_run, group_means
 from convqa.runs import read_run, retrieve_all, write_run
 from convqa.specs import build_retriever, retriever_fingerprint
 from convqa.types import Hit
+
+from .run_cache import CachedRun, run_key
 
 
 KS = (1, 5, 20, 100)
@@ -103,22 +104,6 @@ def benchmark_digest(folder: Path) -> str:
             for block in iter(lambda: handle.read(1 << 20), b""):
                 digest.update(block)
     return digest.hexdigest()
-
-
-def run_key(config: dict[str, Any]) -> str:
-    data = json.dumps(config, sort_keys=True, default=str)
-    return hashlib.sha256(data.encode()).hexdigest()[:24]
-
-
-class CachedRun(NamedTuple):
-    """A retrieval run and where it came from (see `retrieve_cached`)."""
-
-    hits: dict[str, list[Hit]]
-    config: dict[str, Any]       # what the run depends on (hashed into `key`)
-    key: str | None              # None: not cacheable
-    path: Path | None            # the run file in the cache
-    cached: bool                 # read from the cache instead of retrieving
-    timing: dict[str, Any]
 
 
 def retrieve_cached(dataset_digest: str, split: str, qids: Sequence[str],
