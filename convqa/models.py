@@ -24,6 +24,7 @@ SHIPPED_MODELS = {
     "convqa-dpr-ihn": "retriever-dpr-ihn",
     "convqa-reader": "reader-extractive",
     "convqa-phrase": "phrase-model",
+    "convqa-reranker": "reranker-cross-encoder",
 }
 ASSETS_DIR = Path(__file__).parent / "assets"
 

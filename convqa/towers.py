@@ -38,6 +38,9 @@ def load_encoder(name_or_path: str) -> torch.nn.Module:
     from transformers import AutoModel
 
     source = resolve_model(name_or_path)
+    base = adapter_only_base(Path(source))
+    if base is not None:  # e.g. the shipped reader: its encoder is its base + its LoRA, merged
+        return attach_adapter(load_encoder(base), Path(source), base).merge_and_unload()
     kwargs = dict(dtype=torch.float32, use_safetensors=True, trust_remote_code=False)
     try:
         try:
@@ -51,6 +54,19 @@ def load_encoder(name_or_path: str) -> torch.nn.Module:
     if getattr(encoder, "pooler", None) is not None:
         encoder.pooler = None
     return encoder
+
+
+def adapter_only_base(folder: Path) -> str | None:
+    """The base a model folder's LoRA adapter names when the folder holds an adapter and no
+    full weights (a trained convqa model saved as an adapter, e.g. `convqa-reader`), so another
+    model can start from that model's encoder; None for any other folder or name."""
+    if not (folder / ADAPTER_CONFIG).is_file() or (folder / "model.safetensors").is_file():
+        return None
+    base = load_json(folder / ADAPTER_CONFIG).get("base_model_name_or_path")
+    if not isinstance(base, str) or not base:
+        raise DataError("no base model named", folder / ADAPTER_CONFIG, None,
+                        "base_model_name_or_path")
+    return base
 
 
 def _has_pooler_weights(source: str) -> bool:
@@ -72,8 +88,12 @@ def load_encoder_tokenizer(name_or_path: str):
     """The tokenizer of a checkpoint (hub id, alias or path), remote code never run."""
     from transformers import AutoTokenizer
 
+    source = resolve_model(name_or_path)
+    base = adapter_only_base(Path(source))
+    if base is not None and not (Path(source) / "tokenizer_config.json").is_file():
+        return load_encoder_tokenizer(base)  # an adapter folder reads with its base's tokenizer
     try:
-        return AutoTokenizer.from_pretrained(resolve_model(name_or_path), trust_remote_code=False)
+        return AutoTokenizer.from_pretrained(source, trust_remote_code=False)
     except (OSError, ValueError) as exc:
         raise ConvQAError(f"cannot load the tokenizer of {name_or_path!r}: "
                           f"{str(exc).splitlines()[0]}") from None

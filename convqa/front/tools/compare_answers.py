@@ -39,10 +39,11 @@ def paired_bootstrap(a: Sequence[float], b: Sequence[float], samples: int = 1000
 
 
 def find_row(rows: list[dict], name: str, where: str) -> tuple[dict, str]:
-    """The eval row whose label is `name` (before `@k`), else the one label that starts with
-    it, and its k."""
-    label, _, k = name.partition("@")
-    k = k or "1"
+    """The eval row whose label is `name` (before its last `@k`, so a label may hold '@', as
+    "BM25 + reranker@20@5" does), else the one label that starts with it, and its k."""
+    label, at, k = name.rpartition("@")
+    if not at or not k.isdigit():
+        label, k = name, "1"
     found = [row for row in rows if row.get("label", "") == label] or \
         [row for row in rows if row.get("label", "").startswith(label)]
     if len(found) != 1:
