@@ -7,6 +7,7 @@ cache by `convqa models install NAME` (convqa/model_packages.py) and resolve to 
 """
 from __future__ import annotations
 
+import json
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
@@ -63,6 +64,27 @@ def resolve_model(name_or_path: str | None) -> str:
         return str(require_installed(name_or_path))
     shipped = shipped_model_path(name_or_path)
     return str(shipped) if shipped is not None else name_or_path
+
+
+def model_names(name_or_path: str | None, depth: int = 3) -> set[str]:
+    """The names a model's tokenizer is known by: its own (an alias of the default or of an
+    installable model as that model's name) and, for a convqa model folder, the base model its
+    metadata records (a folder of full weights carries that base's tokenizer files), followed
+    through up to `depth` folders. Reads only local metadata; resolves nothing."""
+    if name_or_path is None or name_or_path in _MINILM_ALIASES:
+        return {DEFAULT_MODEL}
+    package = package_named(name_or_path)
+    names = {package.name if package is not None else name_or_path}
+    folder = Path(name_or_path)
+    if depth > 0 and folder.is_dir():
+        for meta in sorted(folder.glob("convqa_*.json")):
+            try:
+                base = json.loads(meta.read_text(encoding="utf-8")).get("config", {}).get("model")
+            except (OSError, ValueError, AttributeError):
+                continue
+            if isinstance(base, str) and base and base != name_or_path:
+                names |= model_names(base, depth - 1)
+    return names
 
 
 @lru_cache(maxsize=8)

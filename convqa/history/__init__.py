@@ -7,7 +7,7 @@
 Strategies are registered in `convqa.registry.HISTORY_STRATEGIES`; see `strategies.py` for the
 list and `base.py` for how tokens are counted.
 """
-from .base import HistoryConfig, HistoryStrategy, build_history_strategy
+from .base import HistoryConfig, HistoryStrategy, build_history_strategy, model_history_strategy
 from .strategies import (CurrentFirst, CurrentFirstConfig, Full, HistoryOnly, LastAnswer,
                          OldestFirst, OldestFirstConfig, QuestionOnly, QuestionsOnly,
                          QuestionsOnlyConfig, pack_in_order, pack_oldest_first)
@@ -16,4 +16,4 @@ from .text import TokenizedText, clean_text
 __all__ = ["CurrentFirst", "CurrentFirstConfig", "Full", "HistoryConfig", "HistoryOnly",
            "HistoryStrategy", "LastAnswer", "OldestFirst", "OldestFirstConfig", "QuestionOnly",
            "QuestionsOnly", "QuestionsOnlyConfig", "TokenizedText", "build_history_strategy",
-           "clean_text", "pack_in_order", "pack_oldest_first"]
+           "clean_text", "model_history_strategy", "pack_in_order", "pack_oldest_first"]

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from ..errors import ConfigError, DataError
-from ..models import DEFAULT_MODEL, load_tokenizer
+from ..models import DEFAULT_MODEL, load_tokenizer, model_names
 from ..registry import HISTORY_STRATEGIES, config_to_dict
 from ..types import Conversation, Turn
 from .text import TokenizedText, clean_text, tokenize_texts
@@ -218,3 +218,18 @@ def build_history_strategy(spec: str | dict[str, Any] | HistoryStrategy) -> Hist
     if isinstance(spec, HistoryStrategy):
         return spec
     return HISTORY_STRATEGIES.build(spec)
+
+
+def model_history_strategy(spec: str | dict[str, Any] | HistoryStrategy, model: Any
+                           ) -> HistoryStrategy:
+    """The strategy a model (reader, reranker: `model.config.model`, `model.tokenizer`) formats
+    its queries with. Where it counts tokens with the tokenizer of the model's own base, it is
+    given the tokenizer object the model already holds instead of loading that base by name:
+    the same tokenizer, so the same queries, and a model folder that carries its tokenizer files
+    is then enough on a machine without the default model's package (a lent GPU)."""
+    strategy = build_history_strategy(spec)
+    tokenizer = getattr(model, "tokenizer", None)
+    if (strategy._tokenizer is None and tokenizer is not None and
+            model_names(strategy.config.tokenizer) & model_names(model.config.model)):
+        strategy._tokenizer = tokenizer
+    return strategy

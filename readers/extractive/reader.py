@@ -120,7 +120,7 @@ class SpanReader(MeasuredPrecision):
     abstains = True  # `read` may answer "no answer" and takes `always_answer` (the same)
 
     def __init__(self, model: ExtractiveReader, options: ExtractiveReaderOptions | None = None):
-        from convqa.history import build_history_strategy
+        from convqa.history import model_history_strategy
 
         self.options = options or ExtractiveReaderOptions()
         self.model = model
@@ -134,7 +134,7 @@ class SpanReader(MeasuredPrecision):
         except ValueError as exc:
             raise ConfigError(f"reader 'extractive': {exc}") from None
         history = self.options.history or model.config.history or DEFAULT_HISTORY
-        self.history = build_history_strategy(history)
+        self.history = model_history_strategy(history, model)
         self.fusion, self.strategy = _passage_choice(self.options, defaults)
         self.no_answer = _no_answer(self.options, defaults)
         self._precision = PrecisionOnFirstUse(self.options.precision)

@@ -250,14 +250,14 @@ class ReaderTrainer(StepTrainer):
                  out: str | os.PathLike, config: ReaderTrainConfig, accelerator: Any = None,
                  info: dict[str, Any] | None = None,
                  heldout: Sequence[ReaderExample] = ()):
-        from convqa.history import build_history_strategy
+        from convqa.history import model_history_strategy
 
         if not examples:
             raise ConvQAError("no reader training examples")
         super().__init__(reader, out, config, accelerator, info)
         self.reader = reader
         self.examples = list(examples)
-        self.strategy = build_history_strategy(config.history)
+        self.strategy = model_history_strategy(config.history, reader)
         self.reader.config.history = self.strategy.to_dict()  # saved with the model
         if self.reader.selection_head is None and config.passages_per_question > 1:
             self.reader.add_selection_head()

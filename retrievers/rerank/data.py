@@ -24,6 +24,8 @@ Builders:
   of its gold article, those the mining ranks highest first, then in a seeded order; mined
   negatives the top passages of other articles in a run file (`convqa retrieve`, one line per
   turn keyed "{conversation}_{turn}") or, without one, of BM25 for the conversation.
+- `from_reader_examples`: the extractive reader's examples (`load_examples` reads such a file
+  as it is), their negatives split into the two kinds by title.
 - `squad_examples`: the answerable questions of a SQuAD-format file; the positive is the gold
   paragraph, article negatives the other paragraphs of its article (a title) without any of
   its answers, mined negatives BM25's top paragraphs of other articles without them. Whole
@@ -42,7 +44,7 @@ import numpy as np
 
 from convqa.errors import DataError
 from convqa.example_records import RecordReader, load_records
-from convqa.io import write_jsonl
+from convqa.io import iter_jsonl, write_jsonl
 from convqa.types import Passage, Turn
 
 SPLITS = ("train", "heldout")
@@ -111,10 +113,54 @@ class RerankExample:
 
 
 def load_examples(path: str | os.PathLike) -> list[RerankExample]:
-    examples = load_records(path, RerankExample.from_dict)
+    """The examples of a reranker example file, or of a reader example file (`convqa train
+    reader`'s format, told by its first record: one "negatives" list), converted by
+    `from_reader_examples`; either is checked line by line."""
+    if _holds_reader_examples(path):
+        from readers.extractive.data import load_examples as load_reader_examples
+
+        examples = from_reader_examples(load_reader_examples(path))
+    else:
+        examples = load_records(path, RerankExample.from_dict)
     if not examples:
         raise DataError("no examples", path)
     return examples
+
+
+def _holds_reader_examples(path: str | os.PathLike) -> bool:
+    for _, record in iter_jsonl(path):
+        return (isinstance(record, dict) and "negatives" in record
+                and not any(kind in record for kind in NEGATIVE_KINDS))
+    return False
+
+
+def from_reader_examples(examples: Iterable[Any]) -> list[RerankExample]:
+    """Reader examples (readers.extractive.data.ReaderExample: positives with answer spans, one
+    list of negatives) as reranker examples. A negative titled like one of its positives is an
+    article negative (a TopiOCQA article's passages share its title; a SQuAD article is a
+    title); the others, and untitled ones (COVID-QA), are mined. A source whose passages all
+    carry one title (SQuADShifts reddit) has no articles: all its negatives are mined, as
+    `squad_examples` has it."""
+    examples = list(examples)
+    titles: dict[str, set[str]] = {}
+    for example in examples:
+        titles.setdefault(example.source, set()).update(
+            p.title for p in [r.passage for r in example.positives] + example.negatives)
+    converted = []
+    for example in examples:
+        positives = [r.passage for r in example.positives]
+        clash = {p.id for p in positives} & {p.id for p in example.negatives}
+        if clash:
+            raise DataError(f"example {example.id!r}: passage {sorted(clash)[0]!r} is both a "
+                            "positive and a negative", field="negatives")
+        by_title = len(titles[example.source]) > 1
+        article = {p.title for p in positives if p.title} if by_title else set()
+        converted.append(RerankExample(
+            example.id, example.question, list(example.history), positives,
+            [p for p in example.negatives if p.title in article],
+            [p for p in example.negatives if p.title not in article],
+            example.split, example.source))
+    return converted
 
 
 def save_examples(path: str | os.PathLike, examples: Iterable[RerankExample]) -> int:

@@ -69,7 +69,7 @@ class CrossEncoderReranker(MeasuredPrecision):
     """Rescores (query, passage) pairs with a `CrossEncoder` and reorders the hits."""
 
     def __init__(self, model: CrossEncoder, options: CrossEncoderRerankerOptions | None = None):
-        from convqa.history import build_history_strategy
+        from convqa.history import model_history_strategy
         from readers.extractive.model import DEFAULT_HISTORY
 
         self.options = options or CrossEncoderRerankerOptions()
@@ -80,8 +80,8 @@ class CrossEncoderReranker(MeasuredPrecision):
                                  if self.options.max_length else {}))
         except ValueError as exc:
             raise ConfigError(f"reranker 'cross_encoder': {exc}") from None
-        self.history = build_history_strategy(self.options.history or model.config.history
-                                              or DEFAULT_HISTORY)
+        self.history = model_history_strategy(self.options.history or model.config.history
+                                              or DEFAULT_HISTORY, model)
         self._precision = PrecisionOnFirstUse(self.options.precision)
 
     @classmethod

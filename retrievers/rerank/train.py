@@ -189,13 +189,13 @@ class RerankTrainer(StepTrainer):
     def __init__(self, model: CrossEncoder, examples: Sequence[RerankExample],
                  out: str | os.PathLike, config: RerankTrainConfig, accelerator: Any = None,
                  info: dict[str, Any] | None = None, heldout: Sequence[RerankExample] = ()):
-        from convqa.history import build_history_strategy
+        from convqa.history import model_history_strategy
 
         if not examples:
             raise ConvQAError("no reranker training examples")
         super().__init__(model, out, config, accelerator, info)
         self.examples = list(examples)
-        self.strategy = build_history_strategy(config.history)
+        self.strategy = model_history_strategy(config.history, model)
         model.config.history = self.strategy.to_dict()  # saved with the model
         self.data_key = {"examples": len(self.examples),
                          "ids_sha256": examples_digest(self.examples)}

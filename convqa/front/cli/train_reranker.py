@@ -33,8 +33,9 @@ def add_reranker_parsers(jobs) -> None:
     p.add_argument("--out", required=True, metavar="DIR", help="output folder")
     _add_sources(p)
     p.add_argument("--examples", action="append", default=[], metavar="FILE",
-                   help="prepared examples (`convqa train reranker-examples`; JSONL, .xz or "
-                        ".gz), instead of building them")
+                   help="prepared examples (`convqa train reranker-examples`, or the "
+                        "reader's `convqa train reader` files: their negatives split by "
+                        "article; JSONL, .xz or .gz), instead of building them")
     p.add_argument("--init-model", default="all-MiniLM-L6-v2", metavar="ID_OR_PATH",
                    help="encoder to start from, or a reranker folder to train further "
                         "(default all-MiniLM-L6-v2)")
