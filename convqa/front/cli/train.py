@@ -272,6 +272,10 @@ def _add_reader(jobs) -> None:
     p.add_argument("--eval-examples", type=positive_int, default=300, metavar="N",
                    help="held-out questions scored per source after training (default 300)")
     p.add_argument("--no-eval", action="store_true", help="skip the held-out evaluation")
+    p.add_argument("--data-only", action="store_true",
+                   help="build the examples (OUT/data) and stop: for training elsewhere, e.g. "
+                        "on a GPU machine that has no data (scripts/prepare_gpu_reader_"
+                        "reranker.sh)")
     add_schedule_args(p, batch_size=4, unit="questions", lr=2e-5)
     add_training_precision_arg(p)
     add_loader_workers_arg(p)
@@ -328,6 +332,12 @@ def run_reader(args: argparse.Namespace) -> int:
 
     config = _reader_config(args)
     say = start_run(args)
+    if args.data_only:
+        from readers.extractive.run import prepare_data
+
+        train, heldout = prepare_data(config, args.out, config.train.progress, say)
+        say(f"data only: {len(train)} training and {len(heldout)} held-out examples")
+        return 0
     accelerator = make_accelerator(cpu=args.cpu)
     run_reader_training(config, args.out, accelerator, say)
     return 0
