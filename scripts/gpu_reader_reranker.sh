@@ -18,9 +18,9 @@
 # runs under `timeout` and the exports happen whatever came before them. READER_FLAGS and
 # RERANKER_FLAGS (optional) are added to the two trainers' flags (e.g. "--lr 3e-5").
 # OUT_DIR (default $OUT, the run tool's folder that comes back): at most 8 files of 16 MiB:
-#   reader/export.tar.000..002     the trained reader (device_pack export-back) with its
+#   reader/export.tar.*            the trained reader (device_pack export-back) with its
 #                                  eval.json, training.json, log.jsonl, calibration-log.jsonl
-#   reranker/export.tar.000..001   the reranker, merged into full weights, the tensors equal
+#   reranker/export.tar.*          the reranker, merged into full weights, the tensors equal
 #                                  to the carried encoder's left out (export-back --base)
 #   scores.tar                     `convqa train reader-eval --with-negatives` on the held-out
 #                                  questions: init.json (the carried reader), trained.json

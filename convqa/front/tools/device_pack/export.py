@@ -5,7 +5,7 @@ folder rebuilt here.
 per row, the rest fp16), leaving out every tensor bitwise equal to the same tensor of `base`
 (the carried folder it was trained from: a LoRA-trained model merged keeps its embeddings), and
 puts it, the folder's other files and any extra files (logs, scores) in one tar with a manifest
-of sha256 sums, cut into chunks `export.tar.000`, `.001`, ... of at most `chunk_bytes` (the
+of sha256 sums, cut into chunks `export.tar.000-of-NNN`, `.001-of-NNN`, ... of at most `chunk_bytes` (the
 machine returns at most 8 files of 16 MiB). A MiniLM reader trained in full takes 3 chunks, a
 merged LoRA reranker with its base given 2.
 
@@ -98,25 +98,30 @@ def export_back(model_dir: str | os.PathLike, outdir: str | os.PathLike,
     chunks = [data[i:i + chunk_bytes] for i in range(0, len(data), chunk_bytes)]
     with new_folder(outdir) as tmp:
         for i, chunk in enumerate(chunks):
-            (tmp / f"{CHUNK}{i:03d}").write_bytes(chunk)
+            (tmp / f"{CHUNK}{i:03d}-of-{len(chunks):03d}").write_bytes(chunk)
     return {"chunks": len(chunks), "bytes": len(data), "tensors_from_base": len(from_base),
             "extras": sorted(n.split("/", 1)[1] for n in members if n.startswith("extra/"))}
 
 
 def read_chunks(outdir: Path) -> bytes:
+    """The bytes of chunks NNN-of-TOTAL, all TOTAL of them, in order."""
     if not outdir.is_dir():
         raise DataError("not a folder", outdir)
-    found = {}
+    found, totals = {}, set()
     for item in outdir.iterdir():
-        match = re.fullmatch(re.escape(CHUNK) + r"(\d{3})", item.name)
+        match = re.fullmatch(re.escape(CHUNK) + r"(\d{3})-of-(\d{3})", item.name)
         if match:
             found[int(match.group(1))] = item
+            totals.add(int(match.group(2)))
     if not found:
-        raise DataError(f"no {CHUNK}NNN chunks in the folder", outdir)
-    missing = sorted(set(range(max(found) + 1)) - set(found))
+        raise DataError(f"no {CHUNK}NNN-of-TOTAL chunks in the folder", outdir)
+    if len(totals) != 1:
+        raise DataError(f"chunks of several exports (totals {sorted(totals)})", outdir)
+    total = totals.pop()
+    missing = sorted(set(range(total)) - set(found))
     if missing:
-        raise DataError(f"chunk {CHUNK}{missing[0]:03d} is missing", outdir)
-    return b"".join(found[i].read_bytes() for i in range(len(found)))
+        raise DataError(f"chunk {missing[0]:03d} of {total:03d} is missing", outdir)
+    return b"".join(found[i].read_bytes() for i in range(total))
 
 
 def _members(outdir: Path) -> tuple[dict, dict[str, bytes]]:

@@ -1,0 +1,253 @@
+"""The transport tools for a lent GPU machine (convqa/front/tools/device_pack): reader examples
+packed and unpacked, model folders packed and unpacked, trained folders exported in chunks and
+rebuilt, with one-line errors for damaged input; all on tiny inputs made here."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import lzma
+
+import pytest
+import torch
+
+from convqa.front.tools.device_pack.__main__ import main
+from reader_helpers import single_thread, tiny_reader  # noqa: F401 (autouse fixture)
+from reranker_helpers import toy_examples
+
+
+def reader_records(count=6, negatives=4, split="train", offset=0, title=None):
+    """Reader example records over the reranker's toy set: question i's positive names thing i
+    (the answer span), and its article / mined negatives are shared across questions."""
+    records = []
+    for e in toy_examples(count, negatives, split, offset):
+        positive = e.positives[0]
+        thing = e.question.split()[-1].rstrip("?")
+        records.append({
+            "id": e.id, "question": e.question, "history": [list(h) for h in e.history],
+            "answers": [thing],
+            "positives": [{**positive.to_dict(), **({"title": title} if title else {}),
+                           "answers": [{"text": thing, "start": positive.text.index(thing)}]}],
+            "negatives": [{**n.to_dict(), **({"title": title} if title else {})}
+                          for n in e.negatives], "split": split, "source": "toy"})
+    return records
+
+
+def write_lines(path, records):
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+def canonical(path):
+    from readers.extractive.data import load_examples
+
+    return [e.to_dict() for e in load_examples(path)]
+
+
+def one_error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    return err
+
+
+def test_examples_round_trip_stores_each_passage_once(tmp_path, capsys):
+    train = write_lines(tmp_path / "train.jsonl", reader_records(8))
+    # the same passage ids with other texts (another collection) must not be confused
+    other = reader_records(3, split="heldout")
+    for record in other:
+        record["negatives"][0]["text"] = "a different passage under a reused id."
+    held = write_lines(tmp_path / "heldout.jsonl", other)
+    pack = tmp_path / "carry" / "examples.json.xz"
+    assert main(["examples-pack", str(pack), str(train), str(held)]) == 0
+    counts = json.loads(capsys.readouterr().out)
+    assert counts["examples"] == {"train": 8, "heldout": 3}
+    bodies = {json.dumps(p, sort_keys=True) for path in (train, held)
+              for r in map(json.loads, path.read_text().splitlines())
+              for p in [{k: v for k, v in x.items() if k != "answers"}
+                        for x in r["positives"] + r["negatives"]]}
+    assert counts["passages"] == len(bodies)
+    assert main(["examples-unpack", str(pack), str(tmp_path / "out")]) == 0
+    assert json.loads(capsys.readouterr().out) == {"train": 8, "heldout": 3}
+    assert canonical(tmp_path / "out" / "train.jsonl") == canonical(train)
+    assert canonical(tmp_path / "out" / "heldout.jsonl") == canonical(held)
+
+
+def test_damaged_packs_and_bad_lines_are_one_line_errors(tmp_path, capsys):
+    train = write_lines(tmp_path / "train.jsonl", reader_records(4))
+    pack = tmp_path / "examples.json.xz"
+    assert main(["examples-pack", str(pack), str(train)]) == 0
+    capsys.readouterr()
+    cut = tmp_path / "cut.json.xz"
+    cut.write_bytes(pack.read_bytes()[:-40])
+    assert main(["examples-unpack", str(cut), str(tmp_path / "a")]) == 2
+    assert str(cut) in one_error_line(capsys)
+    assert not (tmp_path / "a" / "train.jsonl").exists()
+    # a row that names a passage the pack lacks
+    document = json.loads(lzma.decompress(pack.read_bytes()))
+    document["files"]["train"][1]["negatives"][0] = "nowhere#9"
+    broken = tmp_path / "broken.json.xz"
+    broken.write_bytes(lzma.compress(json.dumps(document).encode()))
+    assert main(["examples-unpack", str(broken), str(tmp_path / "b")]) == 2
+    err = one_error_line(capsys)
+    assert "files.train[1].negatives[0]" in err and "nowhere#9" in err
+    # a bad input line: file, line and field
+    records = reader_records(3)
+    records[2]["positives"][0]["answers"][0]["start"] = 0
+    bad = write_lines(tmp_path / "bad.jsonl", records)
+    assert main(["examples-pack", str(tmp_path / "x.json.xz"), str(bad)]) == 2
+    assert f"{bad}:3: field 'positives[0].answers[0].start'" in one_error_line(capsys)
+    assert not (tmp_path / "x.json.xz").exists()
+
+
+def save_reader(folder, seed=0):
+    reader = tiny_reader(seed=seed, model="all-MiniLM-L6-v2")
+    reader.save_pretrained(folder, adapter_only=False)
+    return reader
+
+
+def state(folder):
+    from safetensors.torch import load_file
+
+    return load_file(str(folder / "model.safetensors"))
+
+
+@pytest.mark.parametrize("matrices", [False, True])
+def test_model_pack_round_trip(tmp_path, capsys, matrices):
+    from readers.extractive.model import ExtractiveReader
+
+    save_reader(tmp_path / "reader")
+    args = ["model-pack", str(tmp_path / "reader"), str(tmp_path / "packed")]
+    assert main(args + (["--int8-matrices"] if matrices else [])) == 0
+    assert main(["model-unpack", str(tmp_path / "packed"), str(tmp_path / "back")]) == 0
+    capsys.readouterr()
+    before, after = state(tmp_path / "reader"), state(tmp_path / "back")
+    assert before.keys() == after.keys()
+    for name, tensor in before.items():
+        assert after[name].dtype == tensor.dtype
+        error = float((after[name].float() - tensor.float()).abs().max())
+        rows = tensor.float().abs().amax(dim=-1, keepdim=True).max() if tensor.dim() == 2 else 0
+        if name.endswith("word_embeddings.weight") or (matrices and tensor.dim() == 2):
+            assert error <= float(rows) / 254 + 1e-7  # half an int8 step of its row
+        elif tensor.is_floating_point():
+            assert error <= float(tensor.abs().max()) * 2 ** -11 + 1e-8  # fp16 rounding
+    for name in ("reader_heads.safetensors", "tokenizer.json", "convqa_reader.json"):
+        assert (tmp_path / "back" / name).read_bytes() == (tmp_path / "reader" / name).read_bytes()
+    a = ExtractiveReader.from_pretrained(tmp_path / "reader").eval()
+    b = ExtractiveReader.from_pretrained(tmp_path / "back").eval()
+    ids = torch.randint(1000, 5000, (2, 24))
+    mask = torch.ones_like(ids)
+    with torch.no_grad():
+        la, lb = a(ids, mask), b(ids, mask)
+    assert torch.allclose(la.start, lb.start, atol=0.05)
+    assert float((la.start - lb.start).abs().max()) > 0  # packed, not copied
+
+
+def test_model_pack_refuses_pickles_and_damaged_files(tmp_path, capsys):
+    save_reader(tmp_path / "reader")
+    capsys.readouterr()
+    (tmp_path / "reader" / "pytorch_model.bin").write_bytes(b"pickle")
+    assert main(["model-pack", str(tmp_path / "reader"), str(tmp_path / "p")]) == 2
+    assert "safetensors only" in one_error_line(capsys)
+    (tmp_path / "reader" / "pytorch_model.bin").unlink()
+    assert main(["model-pack", str(tmp_path / "reader"), str(tmp_path / "p")]) == 0
+    capsys.readouterr()
+    packed = tmp_path / "p" / "model.packed.safetensors"
+    packed.write_bytes(packed.read_bytes()[:1000])
+    assert main(["model-unpack", str(tmp_path / "p"), str(tmp_path / "u")]) == 2
+    assert "model.packed.safetensors" in one_error_line(capsys)
+    assert not (tmp_path / "u").exists()
+
+
+def test_export_back_in_chunks_and_import(tmp_path, capsys):
+    save_reader(tmp_path / "reader")
+    log = tmp_path / "log.jsonl"
+    log.write_text('{"step": 1, "loss": 2.0}\n')
+    out = tmp_path / "out"
+    assert main(["export-back", str(tmp_path / "reader"), str(out), str(log),
+                 "--chunk-mib", "1"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    chunks = sorted(p.name for p in out.iterdir())
+    assert summary["chunks"] == len(chunks) > 1
+    assert chunks[0] == f"export.tar.000-of-{len(chunks):03d}"
+    assert all(p.stat().st_size <= 1 << 20 for p in out.iterdir())
+    assert main(["import-back", str(out), str(tmp_path / "run")]) == 0
+    capsys.readouterr()
+    assert (tmp_path / "run" / "log.jsonl").read_text() == log.read_text()
+    assert main(["model-pack", str(tmp_path / "reader"), str(tmp_path / "p")]) == 0
+    assert main(["model-unpack", str(tmp_path / "p"), str(tmp_path / "u")]) == 0
+    capsys.readouterr()
+    expected, got = state(tmp_path / "u"), state(tmp_path / "run" / "model")
+    assert expected.keys() == got.keys()
+    assert all(torch.equal(expected[k], got[k]) for k in expected)
+    # a missing or damaged chunk: one line, nothing written
+    damaged = tmp_path / "damaged"
+    damaged.mkdir()
+    for chunk in out.iterdir():
+        (damaged / chunk.name).write_bytes(chunk.read_bytes())
+    first = damaged / chunks[0]
+    data = bytearray(first.read_bytes())
+    data[-100] ^= 0xFF
+    first.write_bytes(bytes(data))
+    assert main(["import-back", str(damaged), str(tmp_path / "r2")]) == 2
+    assert "damaged" in one_error_line(capsys) and not (tmp_path / "r2").exists()
+    (damaged / chunks[-1]).unlink()
+    assert main(["import-back", str(damaged), str(tmp_path / "r2")]) == 2
+    assert f"chunk {len(chunks) - 1:03d} of {len(chunks):03d} is missing" in one_error_line(capsys)
+
+
+def test_export_back_leaves_out_the_base_tensors(tmp_path, capsys):
+    """A model trained from a carried folder that changed only some tensors (a LoRA model
+    merged) sends only those; the rest comes from the same base here, checked by sha256."""
+    save_reader(tmp_path / "base")
+    from safetensors.torch import save_file
+
+    tuned = state(tmp_path / "base")
+    changed = "encoder.layer.0.attention.self.query.weight"
+    tuned[changed] = tuned[changed] + 0.01
+    (tmp_path / "tuned").mkdir()
+    for item in (tmp_path / "base").iterdir():
+        if item.name != "model.safetensors":
+            (tmp_path / "tuned" / item.name).write_bytes(item.read_bytes())
+    save_file(tuned, str(tmp_path / "tuned" / "model.safetensors"))
+    assert main(["export-back", str(tmp_path / "tuned"), str(tmp_path / "out"),
+                 "--base", str(tmp_path / "base")]) == 0
+    assert json.loads(capsys.readouterr().out)["tensors_from_base"] == len(tuned) - 1
+    assert main(["import-back", str(tmp_path / "out"), str(tmp_path / "run")]) == 2
+    assert "--base" in one_error_line(capsys)
+    other = tmp_path / "other"
+    save_reader(other, seed=1)
+    capsys.readouterr()
+    assert main(["import-back", str(tmp_path / "out"), str(tmp_path / "run"),
+                 "--base", str(other)]) == 2
+    assert "not the same base folder" in one_error_line(capsys)
+    assert main(["import-back", str(tmp_path / "out"), str(tmp_path / "run"),
+                 "--base", str(tmp_path / "base")]) == 0
+    got = state(tmp_path / "run" / "model")
+    for name, tensor in tuned.items():
+        if name == changed:
+            assert float((got[name] - tensor).abs().max()) <= float(tensor.abs().max()) * 2 ** -11
+        else:
+            assert torch.equal(got[name], tensor)
+
+
+def test_merge_saves_full_weights(tmp_path, capsys):
+    from readers.extractive.model import ExtractiveReader
+
+    reader = tiny_reader(model="all-MiniLM-L6-v2")
+    reader.save_pretrained(tmp_path / "full", adapter_only=False)
+    reader = ExtractiveReader.from_pretrained(tmp_path / "full")
+    reader.config = dataclasses.replace(reader.config, model=str(tmp_path / "full"))
+    reader.add_lora(r=2, alpha=4)
+    for name, parameter in reader.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(parameter, std=0.1)
+    fingerprint = reader.fingerprint()
+    reader.save_pretrained(tmp_path / "adapter")
+    assert (tmp_path / "adapter" / "adapter_config.json").exists()
+    assert main(["merge", str(tmp_path / "adapter"), str(tmp_path / "merged")]) == 0
+    assert json.loads(capsys.readouterr().out)["merged_adapters"] is True
+    capsys.readouterr()
+    merged = ExtractiveReader.from_pretrained(tmp_path / "merged")
+    assert not merged.has_adapters and merged.fingerprint() == fingerprint
+    capsys.readouterr()
+    assert main(["merge", str(tmp_path), str(tmp_path / "m2")]) == 2
+    assert "not a convqa reader or reranker folder" in one_error_line(capsys)
