@@ -2,6 +2,8 @@
 and a toy set whose positive is identifiable (it alone names the thing asked about)."""
 from __future__ import annotations
 
+import json
+
 from reader_helpers import bert_config, one_thread, save_tiny_encoder  # noqa: F401
 
 THINGS = ["violin", "glacier", "harbour", "lantern", "meadow", "orchard", "pyramid", "saddle",
@@ -55,3 +57,25 @@ def toy_examples(count: int = 16, negatives: int = 5, split: str = "train", offs
                                       [("what is this about?", "places")], [positive], article,
                                       mined, split, "toy"))
     return examples
+
+
+def reader_records(count=6, negatives=4, split="train", offset=0, title=None):
+    """Reader example records (`convqa train reader`'s format) of `toy_examples`: the thing
+    named in the question is the positive's answer span; `title` replaces every title."""
+    records = []
+    for e in toy_examples(count, negatives, split, offset):
+        positive = e.positives[0]
+        thing = e.question.split()[-1].rstrip("?")
+        records.append({
+            "id": e.id, "question": e.question, "history": [list(h) for h in e.history],
+            "answers": [thing],
+            "positives": [{**positive.to_dict(), **({"title": title} if title else {}),
+                           "answers": [{"text": thing, "start": positive.text.index(thing)}]}],
+            "negatives": [{**n.to_dict(), **({"title": title} if title else {})}
+                          for n in e.negatives], "split": split, "source": "toy"})
+    return records
+
+
+def write_lines(path, records):
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return path

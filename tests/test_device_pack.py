@@ -12,29 +12,7 @@ import torch
 
 from convqa.front.tools.device_pack.__main__ import main
 from reader_helpers import single_thread, tiny_reader  # noqa: F401 (autouse fixture)
-from reranker_helpers import toy_examples
-
-
-def reader_records(count=6, negatives=4, split="train", offset=0, title=None):
-    """Reader example records over the reranker's toy set: question i's positive names thing i
-    (the answer span), and its article / mined negatives are shared across questions."""
-    records = []
-    for e in toy_examples(count, negatives, split, offset):
-        positive = e.positives[0]
-        thing = e.question.split()[-1].rstrip("?")
-        records.append({
-            "id": e.id, "question": e.question, "history": [list(h) for h in e.history],
-            "answers": [thing],
-            "positives": [{**positive.to_dict(), **({"title": title} if title else {}),
-                           "answers": [{"text": thing, "start": positive.text.index(thing)}]}],
-            "negatives": [{**n.to_dict(), **({"title": title} if title else {})}
-                          for n in e.negatives], "split": split, "source": "toy"})
-    return records
-
-
-def write_lines(path, records):
-    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
-    return path
+from reranker_helpers import reader_records, write_lines
 
 
 def canonical(path):
@@ -50,21 +28,22 @@ def one_error_line(capsys) -> str:
 
 
 def test_examples_round_trip_stores_each_passage_once(tmp_path, capsys):
-    train = write_lines(tmp_path / "train.jsonl", reader_records(8))
-    # the same passage ids with other texts (another collection) must not be confused
+    records = reader_records(8)
+    shared = records[0]["negatives"][0]
+    records[1]["negatives"].append(dict(shared))  # one passage, two questions
+    train = write_lines(tmp_path / "train.jsonl", records)
     other = reader_records(3, split="heldout")
-    for record in other:
-        record["negatives"][0]["text"] = "a different passage under a reused id."
+    # the same id with another text (another collection) must not be confused with it
+    other[0]["negatives"].append({**shared, "text": "a different passage under a reused id."})
     held = write_lines(tmp_path / "heldout.jsonl", other)
     pack = tmp_path / "carry" / "examples.json.xz"
     assert main(["examples-pack", str(pack), str(train), str(held)]) == 0
     counts = json.loads(capsys.readouterr().out)
     assert counts["examples"] == {"train": 8, "heldout": 3}
-    bodies = {json.dumps(p, sort_keys=True) for path in (train, held)
-              for r in map(json.loads, path.read_text().splitlines())
-              for p in [{k: v for k, v in x.items() if k != "answers"}
-                        for x in r["positives"] + r["negatives"]]}
-    assert counts["passages"] == len(bodies)
+    references = [{k: v for k, v in p.items() if k != "answers"}
+                  for r in records + other for p in r["positives"] + r["negatives"]]
+    distinct = {json.dumps(p, sort_keys=True) for p in references}
+    assert counts["passages"] == len(distinct) == len(references) - 1
     assert main(["examples-unpack", str(pack), str(tmp_path / "out")]) == 0
     assert json.loads(capsys.readouterr().out) == {"train": 8, "heldout": 3}
     assert canonical(tmp_path / "out" / "train.jsonl") == canonical(train)

@@ -11,7 +11,7 @@ import convqa.models
 from convqa.errors import ConvQAError, DataError
 from convqa.front.cli.main import main
 from reader_helpers import save_tiny_encoder, single_thread, tiny_reader  # noqa: F401
-from test_device_pack import reader_records, write_lines
+from reranker_helpers import reader_records, write_lines
 
 
 def test_model_names_follow_a_folder_to_its_base(tmp_path):

@@ -5,9 +5,9 @@ folder rebuilt here.
 per row, the rest fp16), leaving out every tensor bitwise equal to the same tensor of `base`
 (the carried folder it was trained from: a LoRA-trained model merged keeps its embeddings), and
 puts it, the folder's other files and any extra files (logs, scores) in one tar with a manifest
-of sha256 sums, cut into chunks `export.tar.000-of-NNN`, `.001-of-NNN`, ... of at most `chunk_bytes` (the
-machine returns at most 8 files of 16 MiB). A MiniLM reader trained in full takes 3 chunks, a
-merged LoRA reranker with its base given 2.
+of sha256 sums, cut into chunks `export.tar.000-of-NNN`, `export.tar.001-of-NNN`, ... of at
+most `chunk_bytes` (the machine returns at most 8 files of 16 MiB). A MiniLM reader trained in
+full takes 3 chunks, a merged LoRA reranker with its base given 2.
 
 `import_back` joins the chunks, checks every sum (a missing or damaged chunk is a one-line
 error), takes the left-out tensors from `base` (the same carried folder, unpacked here) after

@@ -12,6 +12,9 @@ and unpacked: 90.3 MB -> 33.5 MB; word embeddings' relative Frobenius error 0.00
 absolute 0.0041); other tensors at most 0.0019 absolute (fp16 rounding); the encoder's last
 hidden states for 24 held-out question + passage pairs against the original's, cosine per
 token 0.99992 at the least, 0.999994 on average.
+With every weight matrix as int8 rows (`matrices`, for a carry that must stay small): 22.8 MB;
+other matrices' error at most 0.031 absolute; the same cosine 0.9976 at the least, 0.9997 on
+average.
 """
 from __future__ import annotations
 
