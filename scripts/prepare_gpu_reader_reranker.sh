@@ -5,8 +5,9 @@
 # data, no package index and no default-model package, and what travels there is at most
 # 64 MiB in all: the repository's tracked files (about 40 MB) plus the carried folder. So:
 #   CARRY/model/            the shipped reader merged into full weights, in transport form
-#                           (device_pack model-pack --int8-matrices: every weight matrix int8
-#                           per row, 22.7 MB; the tokenizer files beside it)
+#                           (device_pack model-pack --int8-matrices --xz: every weight matrix
+#                           int8 per row, files over 64 KiB xz-compressed: 21.1 MB with its
+#                           tokenizer files)
 #   CARRY/examples.json.xz  reader examples (train + held out), each passage stored once
 #   CARRY/prepared.json     what they were built from and their sizes
 #
@@ -20,10 +21,13 @@
 # (default /tmp/convqa-gpu-prepare): the examples as built (`convqa train reader --data-only`,
 # rerunning reuses them); CARRY_DIR (default .gpu, ignored by git: name it in the run tool's
 # carry). Optional settings, as variables: MAX_EXAMPLES (training questions per source, a
-# seeded sample; default 1500), MAX_HELDOUT (held-out questions per source; default 150),
+# seeded sample; default 500), MAX_HELDOUT (held-out questions per source; default 60),
 # DENSE_INDEX (a dense index folder of convqa-dpr-ihn: benchmark turns' mined negatives come
 # from it rather than BM25), MODEL (default convqa-reader), LIMIT_MIB (repository + carry;
-# default 63). Over the limit the script says so and fails: lower MAX_EXAMPLES.
+# default 63). Over the limit the script says so and fails: lower MAX_EXAMPLES. Measured on
+# examples built from the 5 SQuAD-format files and the full and vital benchmarks with dense
+# negatives: 600 / 80 per source packed to 5.1 MB, 900 / 100 to 6.0 MB, 1500 / 150 to 7.5 MB,
+# next to a 38.4 MiB repository and the 20.1 MiB reader: the defaults keep under 63 MiB.
 # Building from the full collection with dense negatives reads ~1.6 GB and takes ~10 minutes
 # on two busy cores.
 set -euo pipefail
@@ -31,8 +35,8 @@ BENCH_ROOT=${1:?usage: prepare_gpu_reader_reranker.sh BENCH_ROOT [DATA_DIR] [WOR
 DATA=${2:-../shared/data}
 WORK=${3:-/tmp/convqa-gpu-prepare}
 CARRY=${4:-.gpu}
-MAX_EXAMPLES=${MAX_EXAMPLES:-1500}
-MAX_HELDOUT=${MAX_HELDOUT:-150}
+MAX_EXAMPLES=${MAX_EXAMPLES:-500}
+MAX_HELDOUT=${MAX_HELDOUT:-60}
 MODEL=${MODEL:-convqa-reader}
 LIMIT_MIB=${LIMIT_MIB:-63}
 PY=${PYTHON:-python}
@@ -59,7 +63,7 @@ echo "== carry folder $CARRY"
 rm -rf "$CARRY.tmp" && mkdir -p "$CARRY.tmp"
 rm -rf "$WORK/model-full.tmp"
 $TOOL merge "$MODEL" "$WORK/model-full.tmp"
-$TOOL model-pack "$WORK/model-full.tmp" "$CARRY.tmp/model" --int8-matrices
+$TOOL model-pack "$WORK/model-full.tmp" "$CARRY.tmp/model" --int8-matrices --xz
 rm -rf "$WORK/model-full.tmp"
 $TOOL examples-pack "$CARRY.tmp/examples.json.xz" "$WORK/reader-data/data/train.jsonl" \
     "$WORK/reader-data/data/heldout.jsonl"

@@ -89,13 +89,14 @@ def state(folder):
     return load_file(str(folder / "model.safetensors"))
 
 
-@pytest.mark.parametrize("matrices", [False, True])
-def test_model_pack_round_trip(tmp_path, capsys, matrices):
+@pytest.mark.parametrize("matrices, xz", [(False, False), (True, True)])
+def test_model_pack_round_trip(tmp_path, capsys, matrices, xz):
     from readers.extractive.model import ExtractiveReader
 
     save_reader(tmp_path / "reader")
     args = ["model-pack", str(tmp_path / "reader"), str(tmp_path / "packed")]
-    assert main(args + (["--int8-matrices"] if matrices else [])) == 0
+    assert main(args + (["--int8-matrices"] if matrices else []) + (["--xz"] if xz else [])) == 0
+    assert (tmp_path / "packed" / "tokenizer.json.xz").exists() == xz
     assert main(["model-unpack", str(tmp_path / "packed"), str(tmp_path / "back")]) == 0
     capsys.readouterr()
     before, after = state(tmp_path / "reader"), state(tmp_path / "back")

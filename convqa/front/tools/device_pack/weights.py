@@ -19,6 +19,7 @@ average.
 from __future__ import annotations
 
 import json
+import lzma
 import os
 import shutil
 from pathlib import Path
@@ -150,9 +151,10 @@ class new_folder:
         os.rename(self.tmp, self.path)
 
 
-def pack_model(src: str | os.PathLike, dst: str | os.PathLike, matrices: bool = False
-               ) -> dict[str, int]:
-    """Write the transport form of model folder `src` into the new folder `dst`."""
+def pack_model(src: str | os.PathLike, dst: str | os.PathLike, matrices: bool = False,
+               xz: bool = False) -> dict[str, int]:
+    """Write the transport form of model folder `src` into the new folder `dst`; `xz`: every
+    file over 64 KiB xz-compressed (NAME.xz), which `unpack_model` undoes."""
     src = Path(src)
     check_folder(src, WEIGHTS)
     state, _ = read_safetensors(src / WEIGHTS)
@@ -160,19 +162,46 @@ def pack_model(src: str | os.PathLike, dst: str | os.PathLike, matrices: bool = 
     with new_folder(dst) as tmp:
         _copy_others(src, tmp, skip=WEIGHTS)
         write_safetensors(tmp / PACKED, packed, metadata)
-    return {"tensors": len(state), "bytes": (Path(dst) / PACKED).stat().st_size}
+        if xz:
+            for item in sorted(tmp.iterdir()):
+                if item.is_file() and item.stat().st_size > 64 * 1024:
+                    with open(item, "rb") as raw, \
+                            lzma.open(item.with_name(item.name + ".xz"), "wb", preset=9) as out:
+                        shutil.copyfileobj(raw, out, 1 << 20)
+                    item.unlink()
+    return {"tensors": len(state), "bytes": sum(f.stat().st_size for f in Path(dst).iterdir())}
 
 
 def unpack_model(src: str | os.PathLike, dst: str | os.PathLike) -> dict[str, int]:
     """Rebuild the model folder packed in `src` into the new folder `dst`."""
     src = Path(src)
-    check_folder(src, PACKED)
-    packed, metadata = read_safetensors(src / PACKED)
-    state = unpack_state(packed, metadata, src / PACKED)
+    if not (src / PACKED).is_file() and (src / f"{PACKED}.xz").is_file():
+        packed_file = src / f"{PACKED}.xz"
+    else:
+        check_folder(src, PACKED)
+        packed_file = src / PACKED
     with new_folder(dst) as tmp:
-        _copy_others(src, tmp, skip=PACKED)
+        _copy_others(src, tmp, skip=packed_file.name)
+        for item in sorted(tmp.glob("*.xz")):  # copies: decompressed in place
+            _unxz(item, item.with_name(item.name[:-3]))
+            item.unlink()
+        if packed_file.suffix == ".xz":
+            _unxz(packed_file, tmp / PACKED)
+            packed, metadata = read_safetensors(tmp / PACKED)
+            (tmp / PACKED).unlink()
+        else:
+            packed, metadata = read_safetensors(packed_file)
+        state = unpack_state(packed, metadata, packed_file)
         write_safetensors(tmp / WEIGHTS, state, {"format": "pt"})
     return {"tensors": len(state)}
+
+
+def _unxz(src: Path, dst: Path) -> None:
+    try:
+        with lzma.open(src, "rb") as raw, open(dst, "wb") as out:
+            shutil.copyfileobj(raw, out, 1 << 20)
+    except (lzma.LZMAError, EOFError, OSError) as exc:
+        raise DataError(f"damaged xz file ({type(exc).__name__})", src) from None
 
 
 def _copy_others(src: Path, dst: Path, skip: str) -> None:
