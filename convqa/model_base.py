@@ -36,10 +36,10 @@ from typing import Any, Callable, ClassVar, Iterator, Sequence
 import torch
 
 from convqa.errors import ConfigError, ConvQAError, DataError
-from convqa.io import load_format_json, load_json, write_json
+from convqa.io import load_format_json, write_json
 from convqa.model_folder import writing_folder
 from convqa.models import shipped_model_path
-from convqa.towers import ADAPTER_CONFIG, attach_adapter, is_peft, merged
+from convqa.towers import ADAPTER_CONFIG, adapter_base, attach_adapter, is_peft, merged
 
 
 def lora_targets(tower: torch.nn.Module) -> list[str]:
@@ -89,15 +89,6 @@ def fingerprint_of(settings: dict[str, Any], feed: Callable[[Any], None]) -> str
     with torch.no_grad():
         feed(digest)
     return digest.hexdigest()[:24]
-
-
-def adapter_base(folder: Path) -> str:
-    """The base checkpoint a bare peft adapter folder names."""
-    base = load_json(folder / ADAPTER_CONFIG).get("base_model_name_or_path")
-    if not isinstance(base, str) or not base:
-        raise DataError("no base model named", folder / ADAPTER_CONFIG, None,
-                        "base_model_name_or_path")
-    return base
 
 
 def saved_config(config_cls: type, data: Any, where: str, what: str):

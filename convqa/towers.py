@@ -62,6 +62,11 @@ def adapter_only_base(folder: Path) -> str | None:
     model can start from that model's encoder; None for any other folder or name."""
     if not (folder / ADAPTER_CONFIG).is_file() or (folder / "model.safetensors").is_file():
         return None
+    return adapter_base(folder)
+
+
+def adapter_base(folder: Path) -> str:
+    """The base checkpoint a peft adapter folder names."""
     base = load_json(folder / ADAPTER_CONFIG).get("base_model_name_or_path")
     if not isinstance(base, str) or not base:
         raise DataError("no base model named", folder / ADAPTER_CONFIG, None,
