@@ -106,6 +106,8 @@ class Pipeline:
         history = HISTORY_STRATEGIES.build(config.get("history") or "current_first")
         reader = READERS.build(config["reader"]) if config.get("reader") else None
         reranker = RERANKERS.build(config["reranker"]) if config.get("reranker") else None
+        if hasattr(reranker, "for_retriever"):  # its calibrated weight for this retriever
+            reranker.for_retriever(config["retriever"])
         top_k = int(config.get("top_k", 5))
         if top_k < 1:
             raise ConfigError("pipeline config: 'top_k' must be at least 1")

@@ -31,6 +31,7 @@ from convqa.towers import (ADAPTER_CONFIG, adapted_encoder, hash_state, hash_tow
 from convqa.types import Passage
 
 from .card import CARD_FILE, model_card
+from .fusion import WEIGHTS_KEY, weights_from_block
 
 META_FILE = "convqa_reranker.json"
 HEAD_FILE = "reranker_head.safetensors"
@@ -104,6 +105,8 @@ class CrossEncoder(ModelBase):
         self.tokenizer = tokenizer
         self.head = head
         self.source: str | None = None
+        # calibrated weight of each retriever's score in the final score (fusion.py)
+        self.retriever_weights: dict[str, float] = {}
         self.card_facts: dict[str, Any] = {}  # training facts written into the model card
 
     # -- construction -----------------------------------------------------------------------
@@ -142,6 +145,8 @@ class CrossEncoder(ModelBase):
                          hidden_size(encoder), 1, folder / HEAD_FILE)
         model = cls(config, encoder, tokenizer, head)
         model.source = str(folder)
+        model.retriever_weights = weights_from_block(meta.get(WEIGHTS_KEY) or {},
+                                                     folder / META_FILE)
         return model
 
     # -- inputs and computation -------------------------------------------------------------
@@ -206,5 +211,9 @@ class CrossEncoder(ModelBase):
         (folder / CARD_FILE).write_text(model_card(meta, self.card_facts), encoding="utf-8")
 
     def _meta(self, adapter_only: bool) -> dict:
-        return {"config": asdict(self.config), "adapter": adapter_only,
+        meta = {"config": asdict(self.config), "adapter": adapter_only,
                 "hidden_size": hidden_size(self.encoder), "fingerprint": self.fingerprint()}
+        if self.retriever_weights:
+            meta[WEIGHTS_KEY] = {key: {"weight": weight}
+                                 for key, weight in self.retriever_weights.items()}
+        return meta

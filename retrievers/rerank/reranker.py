@@ -12,10 +12,16 @@ default the one the model was trained with (recorded in its folder), else the re
 pairs of similar length, in the precision `precision` names: `auto` (the default) times fp32,
 bf16 autocast and int8 on the first pairs scored and keeps the fastest whose ranking of them
 agrees with fp32's (convqa/precision.py).
+
+The final score keeps some of the retriever's (retrievers/rerank/fusion.py): logit + w * the
+retriever's standardised score, w the `retriever_weight` option, else the weight the model's
+folder records for the retriever it follows (`for_retriever`, told by the pipeline and eval
+rows), else 0 (the reranker alone).
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -27,6 +33,7 @@ from convqa.precision import (MeasuredPrecision, PrecisionChoice, PrecisionOnFir
 from convqa.registry import RERANKERS
 from convqa.types import Hit, Passage, RerankedHit, Turn
 
+from .fusion import fuse, retriever_key
 from .model import CrossEncoder
 
 # fp32's pairwise order of the probe pairs that another precision must keep
@@ -43,8 +50,14 @@ class CrossEncoderRerankerOptions:
     max_length: int | None = None       # tokens per pair; None: the model's setting
     precision: str = "auto"             # auto (measured on the first pairs) | fp32 | bf16 | int8
     device: str = "auto"                # auto (GPU if there is one) | cpu | cuda | cuda:N
+    retriever_weight: float | None = None  # None: the folder's weight for the retriever, else 0
 
     def __post_init__(self) -> None:
+        weight = self.retriever_weight
+        if weight is not None and (isinstance(weight, bool)
+                                   or not isinstance(weight, (int, float))
+                                   or not math.isfinite(weight) or weight < 0):
+            raise ValueError(f"retriever_weight must be a number >= 0 or null, got {weight!r}")
         for name in ("top_n", "batch_size", "max_length"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)
@@ -83,6 +96,21 @@ class CrossEncoderReranker(MeasuredPrecision):
         self.history = model_history_strategy(self.options.history or model.config.history
                                               or DEFAULT_HISTORY, model)
         self._precision = PrecisionOnFirstUse(self.options.precision)
+        self.retriever: str | None = None
+
+    @property
+    def retriever_weight(self) -> float:
+        """The weight of the retriever's standardised score in the final score."""
+        if self.options.retriever_weight is not None:
+            return float(self.options.retriever_weight)
+        weights = getattr(self.model, "retriever_weights", None) or {}
+        return float(weights.get(self.retriever, 0.0)) if self.retriever else 0.0
+
+    def for_retriever(self, spec: Any) -> "CrossEncoderReranker":
+        """Follow the retriever `spec` (a name or spec; `fusion.retriever_key`): its calibrated
+        weight applies unless the options set one. Returns self."""
+        self.retriever = retriever_key(spec)
+        return self
 
     @classmethod
     def from_config(cls, options: CrossEncoderRerankerOptions) -> "CrossEncoderReranker":
@@ -104,7 +132,9 @@ class CrossEncoderReranker(MeasuredPrecision):
 
         settings = {"model": self.model.fingerprint(), "config": dataclasses.asdict(self.config),
                     "history": self.history.to_dict(), "top_n": self.options.top_n,
-                    "precision": self.options.precision}
+                    "precision": self.options.precision,
+                    **({"retriever_weight": self.retriever_weight}
+                       if self.retriever_weight else {})}
         text = json.dumps(settings, sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:24]
 
@@ -118,7 +148,8 @@ class CrossEncoderReranker(MeasuredPrecision):
         return self.rerank(self.query_text(question, history), hits, passages)
 
     def rerank(self, query: str, hits: Sequence[Hit], passages: Any) -> list[RerankedHit]:
-        """The first `top_n` of `hits` rescored on (query, passage), best first. `passages`:
+        """The first `top_n` of `hits` rescored on (query, passage) (and fused with their
+        retriever scores, `retriever_weight`), best first. `passages`:
         the hits' passages in the same order, a mapping from passage id, or a passage store
         (anything with `get(passage_id)`)."""
         if not isinstance(query, str):
@@ -130,8 +161,9 @@ class CrossEncoderReranker(MeasuredPrecision):
             return []
         scores = self.score(query, texts)
         order = sorted(range(len(top)), key=lambda i: (-scores[i], i))
-        return [RerankedHit(top[i].passage_id, scores[i], rank, float(top[i].score),
-                            int(top[i].rank)) for rank, i in enumerate(order, start=1)]
+        return fuse([RerankedHit(top[i].passage_id, scores[i], rank, float(top[i].score),
+                                 int(top[i].rank)) for rank, i in enumerate(order, start=1)],
+                    self.retriever_weight)
 
     def score(self, query: str, passages: Sequence[Passage]) -> list[float]:
         """The relevance logit of (query, passage) for each passage, in their order; a

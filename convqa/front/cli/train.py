@@ -15,6 +15,7 @@
     convqa train reranker --out DIR [--benchmark DIR]... [--squad FILE]... [--examples FILE]...
                           [--mined-run DIR=RUN] [--negatives 7] [--lora 16] ...
     convqa train reranker-examples --out FILE.jsonl.xz [--benchmark DIR]... [--squad FILE]...
+    convqa train reranker-fusion --reranker DIR --benchmark DIR --retriever SPEC [--write]
 
 `dpr` runs DPR-IHN (retrievers/training/ihn.py): warm-up with in-batch negatives, then for each
 further iteration encode -> mine -> retrain from the initial checkpoint; rerunning the same
@@ -26,7 +27,8 @@ convqa.front.cli.main train dpr ...` (the same flags). docs/training.md has the 
 examples -> teacher targets -> mining -> training -> held-out fidelity); rerunning resumes.
 `convdr-fidelity` measures student(conversation) vs teacher(rewrite) on any examples.
 `reranker` trains the cross-encoder reranker (retrievers/rerank/run.py: examples -> training ->
-held-out MRR / Hits@1), `reranker-examples` writes its examples into one file.
+held-out MRR / Hits@1), `reranker-examples` writes its examples into one file,
+`reranker-fusion` chooses on training turns how much of a retriever's score the reranker keeps.
 """
 from __future__ import annotations
 
@@ -58,10 +60,12 @@ def add_parser(subparsers) -> None:
     _add_phrase(jobs)
     from .train_decoding import add_decoding_parser
     from .train_fid import add_fid_parser
+    from .train_fusion import add_fusion_parser
     from .train_reranker import add_reranker_parsers
 
     add_fid_parser(jobs)
     add_reranker_parsers(jobs)
+    add_fusion_parser(jobs)
     add_decoding_parser(jobs)
     for job in jobs.choices.values():  # other libraries' bars and warnings only with --verbose
         add_verbose_argument(job)

@@ -52,6 +52,7 @@ class RerankedRun(NamedTuple):
         as `run_file` (what the row is scored and read on), which stays as `retriever_run_*`."""
         return {"reranker": reranking.spec or type(reranking.model).__name__,
                 "top_n": reranking.top_n,
+                "retriever_weight": getattr(reranking.model, "retriever_weight", None),
                 "run_key": self.key, "run_file": str(self.path) if self.path else None,
                 "cached": source.cached and self.cached, "retriever_run_key": source.key,
                 "retriever_run_file": str(source.path) if source.path else None,
@@ -125,15 +126,19 @@ class Reranking:
                      "precision": getattr(self.model, "precision", None)}
 
 
-def open_reranker(reranker: Any) -> Reranking:
+def open_reranker(reranker: Any, retriever: Any = None) -> Reranking:
     """A reranker spec (checked as the pipeline's `reranker:` key, then built) or an already
-    built reranker (with `rerank_turn` and `options.top_n`)."""
+    built reranker (with `rerank_turn` and `options.top_n`). A spec'd reranker follows the
+    row's `retriever` spec as in a pipeline (its calibrated fusion weight)."""
     from convqa.registry import RERANKERS
 
     if isinstance(reranker, (str, Mapping, RerankerConfig)):
         config = RerankerConfig.from_spec(reranker, None)
         config.check()
-        return Reranking(config.to_spec(), RERANKERS.build(config.to_spec()))
+        built = RERANKERS.build(config.to_spec())
+        if retriever is not None and hasattr(built, "for_retriever"):
+            built.for_retriever(retriever)
+        return Reranking(config.to_spec(), built)
     return Reranking(None, reranker)
 
 

@@ -177,7 +177,7 @@ def evaluate_retrieval(benchmark: str | os.PathLike, retriever: Any, history: An
     turns = select_turns(data.turns, split)
     if not turns:
         raise DataError(f"no retrieval-evaluable turns in split {split!r}", folder / "turns.jsonl")
-    reranking = _open_reranker(reranker)
+    reranking = _open_reranker(reranker, retriever)
     depth = max(k, reranking.top_n) if reranking is not None else k
     result = retrieve_cached(
         benchmark_digest(folder), split, [t.qid for t in turns],
@@ -200,13 +200,14 @@ def evaluate_retrieval(benchmark: str | os.PathLike, retriever: Any, history: An
     return out
 
 
-def _open_reranker(reranker: Any) -> Any:
-    """`rerank.open_reranker(reranker)`, None for none (imported only for a reranked row)."""
+def _open_reranker(reranker: Any, retriever: Any = None) -> Any:
+    """`rerank.open_reranker(reranker, retriever)`, None for none (imported only for a reranked
+    row)."""
     if reranker is None:
         return None
     from .rerank import open_reranker
 
-    return open_reranker(reranker)
+    return open_reranker(reranker, retriever)
 
 
 def format_row(groups: dict[str, Any], group: str, ks: Sequence[int] = KS) -> list[str]:

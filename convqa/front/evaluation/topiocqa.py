@@ -171,7 +171,7 @@ def evaluate_topiocqa_retrieval(path: str | os.PathLike, passages: str | os.Path
             relevance["passage"], gold = passage_qrels(turns, store, path)
         if "article" in levels:
             relevance["article"] = article_qrels(turns, store, progress)
-    reranking = _open_reranker(reranker)
+    reranking = _open_reranker(reranker, retriever)
     depth = max(k, reranking.top_n) if reranking is not None else k
     result = retrieve_cached(
         file_digest(path), SPLIT, [t.qid for t in turns],

@@ -1,0 +1,177 @@
+"""`convqa train reranker-fusion`: choose how much of a retriever's score a reranker keeps
+(retrievers/rerank/fusion.py) on training turns, and record it in the reranker's folder.
+
+    convqa train reranker-fusion --reranker convqa-reranker --benchmark bench/vital \\
+        --retriever '{name: dense, model: convqa-dpr-ihn, index: ..., passages: ...}' \\
+        --history oldest_first --turns 300 --cache /tmp/fusion --write
+
+Each sampled answer-evaluable turn of --split is retrieved (top --top-n), rescored by the
+reranker alone (kept in --cache: choosing again scores nothing twice), then every weight of
+fusion.WEIGHTS is scored by the answer passages' mean reciprocal rank; the best is written for
+the retriever's key (`dense:convqa-dpr-ihn`, `bm25`). Wired into `convqa train` by
+`add_fusion_parser(jobs)`.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+
+def add_fusion_parser(jobs) -> argparse.ArgumentParser:
+    p = jobs.add_parser(
+        "reranker-fusion",
+        help="choose the weight of a retriever's score in a reranker's, on training turns",
+        description="Rescore training turns' retrieved passages with a reranker and choose "
+                    "the weight of the retriever's standardised score in the final score "
+                    "(0: the reranker alone) by the answer passages' MRR; --write records it "
+                    "in the reranker's folder for that retriever.")
+    p.add_argument("--reranker", default="convqa-reranker",
+                   help="reranker folder or shipped alias (default convqa-reranker)")
+    p.add_argument("--benchmark", required=True, metavar="DIR",
+                   help="`convqa data topiocqa-wiki` folder")
+    p.add_argument("--retriever", required=True, metavar="SPEC",
+                   help="the retriever the reranker follows: a name, inline YAML/JSON or a "
+                        "YAML file (its key in the folder: name, and model when it has one)")
+    p.add_argument("--history", default="oldest_first", metavar="SPEC",
+                   help="the retriever's query formatting (default oldest_first)")
+    p.add_argument("--split", default="train", help="benchmark turns to use (default train)")
+    p.add_argument("--turns", type=int, default=300,
+                   help="answer-evaluable turns, a seeded sample (default 300)")
+    p.add_argument("--top-n", type=int, default=None,
+                   help="hits rescored (default the reranker's top_n, 20)")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed")
+    p.add_argument("--cache", metavar="DIR", help="keep the reranker's scores here")
+    p.add_argument("--report", metavar="FILE", help="write the scores of every weight as JSON")
+    p.add_argument("--write", action="store_true",
+                   help="record the chosen weight in the reranker's folder")
+    p.add_argument("--quiet", action="store_true", help="no progress")
+    p.set_defaults(func=run)
+    return p
+
+
+def reranker_folder(name: str) -> Path:
+    from convqa.errors import ConfigError
+    from convqa.models import shipped_model_path
+    from retrievers.rerank.model import META_FILE
+
+    folder = shipped_model_path(name) or Path(name)
+    if not (folder / META_FILE).is_file():
+        raise ConfigError(f"{name}: not a reranker folder (no {META_FILE}; train one with "
+                          "`convqa train reranker`)")
+    return folder
+
+
+def scored_turns(args: argparse.Namespace, reranker: Any, say) -> tuple[list, dict[str, Any]]:
+    """[(the turn's hits rescored by the reranker alone, its answer passage ids)], and facts."""
+    from convqa.benchmark import load_labelled_turns
+    from convqa.corpus import PassageStore
+    from convqa.errors import ConfigError
+    from convqa.specs import parse_spec
+    from readers.extractive.calibration_data import benchmark_turns, retrieve
+
+    data = load_labelled_turns(args.benchmark)
+    turns, _ = benchmark_turns(data.turns, args.split, args.turns, 0, args.seed)
+    turns = [t for t in turns if t.answer_passage_ids]
+    if not turns:
+        raise ConfigError(f"{args.benchmark}: no answer-evaluable turns with answer passages "
+                          f"in split {args.split!r}")
+    retriever = parse_spec(args.retriever, "retriever")[0]
+    history = parse_spec(args.history, "history")[0]
+    top_n = reranker.options.top_n
+    cache = _cache_file(args, reranker, retriever, history, [t.qid for t in turns])
+    if cache is not None and cache.is_file():
+        from convqa.io import load_json
+        from convqa.types import RerankedHit
+
+        stored = load_json(cache)
+        say(f"{len(turns)} {args.split} turns, rescored top {top_n} (cached)")
+        return ([([RerankedHit.from_dict(h) for h in stored["hits"][t.qid]],
+                  set(t.answer_passage_ids)) for t in turns], stored["facts"])
+    hits = retrieve(turns, data.conversations, retriever, history, top_n,
+                    progress=not args.quiet)
+    from tqdm.auto import tqdm
+
+    out, ms = {}, []
+    with PassageStore.open(Path(args.benchmark) / "passages") as store:
+        for turn in tqdm(turns, desc="rerank", unit=" q", disable=args.quiet):
+            top = hits[turn.qid][:top_n]
+            started = time.perf_counter()
+            out[turn.qid] = reranker.rerank_turn(
+                turn.question, data.conversations[turn.conversation_id].history(turn.turn),
+                top, [store.get(hit.passage_id) for hit in top])
+            ms.append((time.perf_counter() - started) * 1000)
+    facts = {"turns": len(turns), "top_n": top_n,
+             "rerank_ms_per_turn_p50": round(sorted(ms)[len(ms) // 2], 1)}
+    if cache is not None:
+        from convqa.io import write_json
+
+        write_json(cache, {"facts": facts, "hits": {
+            q: [h.to_dict() for h in hs] for q, hs in out.items()}})
+    say(f"{len(turns)} {args.split} turns, rescored top {top_n}")
+    return [(out[t.qid], set(t.answer_passage_ids)) for t in turns], facts
+
+
+def _cache_file(args, reranker, retriever, history, qids) -> Path | None:
+    if not args.cache:
+        return None
+    key = json.dumps({"reranker": reranker.fingerprint(), "retriever": retriever,
+                      "history": history, "benchmark": str(Path(args.benchmark).resolve()),
+                      "qids": qids}, sort_keys=True, default=str)
+    return Path(args.cache) / f"fusion-{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
+
+
+def calibrate(args: argparse.Namespace, say=print) -> dict[str, Any]:
+    """Score, choose, and (with --write) record; returns the report."""
+    from convqa.errors import ConfigError
+    from convqa.registry import RERANKERS
+    from convqa.specs import parse_spec
+    from retrievers.rerank.fusion import (choose_weight, retriever_key, weight_scores,
+                                          write_weight)
+
+    if args.turns is not None and args.turns < 1:
+        raise ConfigError(f"--turns must be at least 1, got {args.turns}")
+    folder = reranker_folder(args.reranker)
+    options = {"name": "cross_encoder", "model": str(folder), "retriever_weight": 0.0}
+    if args.top_n is not None:
+        options["top_n"] = args.top_n
+    reranker = RERANKERS.build(options)
+    key = retriever_key(parse_spec(args.retriever, "retriever")[0])
+    turns, facts = scored_turns(args, reranker, say)
+    scores = weight_scores(turns)
+    weight = choose_weight(scores)
+    report = {"reranker": args.reranker, "folder": str(folder), "retriever": key,
+              "benchmark": str(args.benchmark), "split": args.split, **facts,
+              "scores": {str(w): s for w, s in scores.items()}, "weight": weight,
+              "written": False}
+    if args.write:
+        write_weight(folder, key, weight, {
+            "chosen_on": f"{Path(args.benchmark).name} {args.split}, {facts['turns']} turns, "
+                         f"top {facts['top_n']}",
+            "mrr": round(scores[weight]["mrr"], 4),
+            "mrr_reranker_alone": round(scores[0.0]["mrr"], 4)})
+        report["written"] = True
+    if args.report:
+        from convqa.io import write_json
+
+        write_json(args.report, report)
+    return report
+
+
+def summary(report: dict[str, Any]) -> str:
+    lines = [f"retriever {report['retriever']}: weight {report['weight']:g}"
+             + (" (written)" if report["written"] else "")]
+    for weight, s in report["scores"].items():
+        mark = " <-" if float(weight) == report["weight"] else ""
+        lines.append(f"  w={float(weight):g}: MRR {s['mrr']:.3f}, H@1 "
+                     f"{100 * s['hits@1']:.1f}{mark}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    say = (lambda *_: None) if args.quiet else (lambda text: print(text, flush=True))
+    print(summary(calibrate(args, say)))
+    return 0

@@ -1,0 +1,136 @@
+"""How much of the retriever's opinion the reranker keeps: its final score of a passage is
+
+    reranker logit + w * z,    z = the retriever's score standardised over the hits rescored
+
+A cross-encoder trained on a few hundred steps can rank worse than a retriever trained with far
+more compute (DPR-IHN on the vital collection) and better than a weak one (BM25 on the full
+collection); one weight per retriever, chosen on *training* turns (`convqa train
+reranker-fusion`, `choose_weight` here), keeps what each knows. Standardising makes the weight
+independent of the retriever's scale (BM25's tens, a dense model's cosines). w = 0 is the
+reranker alone; a large w keeps the retriever's order.
+
+The weights live in the reranker's folder (`convqa_reranker.json`, "retriever_weights"), keyed
+by `retriever_key` of the retriever spec they were chosen after, so a pipeline or an eval row
+that names the model and its retriever fuses as calibrated; a retriever without a weight gets
+w = 0; the reranker's `retriever_weight` option overrides.
+"""
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from convqa.errors import ConfigError
+from convqa.types import RerankedHit
+
+# the weights `choose_weight` tries (0: the reranker alone)
+WEIGHTS = (0.0, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0)
+WEIGHTS_KEY = "retriever_weights"
+
+
+def retriever_key(spec: Any) -> str | None:
+    """What a weight is chosen for: the retriever's registry name, with its model when it has
+    one (`bm25`, `dense:convqa-dpr-ihn`); None for a retriever given built."""
+    if isinstance(spec, str):
+        return spec
+    if isinstance(spec, Mapping) and isinstance(spec.get("name"), str):
+        model = spec.get("model")
+        return f"{spec['name']}:{model}" if isinstance(model, str) and model else spec["name"]
+    name = getattr(spec, "name", None)
+    if isinstance(name, str):
+        options = getattr(spec, "options", None) or {}
+        return retriever_key({"name": name, **dict(options)})
+    return None
+
+
+def standardised(scores: Sequence[float]) -> list[float]:
+    """(score - mean) / standard deviation over `scores`; all zero when they do not vary."""
+    if not scores:
+        return []
+    mean = sum(scores) / len(scores)
+    spread = math.sqrt(sum((s - mean) ** 2 for s in scores) / len(scores))
+    return [0.0 if spread == 0 else (s - mean) / spread for s in scores]
+
+
+def fuse(hits: Sequence[RerankedHit], weight: float) -> list[RerankedHit]:
+    """The reranked hits reordered by logit + weight * standardised retriever score (their new
+    `score`), best first; ties keep the retriever's order. weight 0 returns them unchanged."""
+    if not weight or not hits:
+        return list(hits)
+    z = standardised([hit.retriever_score for hit in hits])
+    fused = [(hit.score + weight * zi, hit) for hit, zi in zip(hits, z)]
+    fused.sort(key=lambda pair: (-pair[0], pair[1].retriever_rank))
+    return [RerankedHit(hit.passage_id, score, rank, hit.retriever_score, hit.retriever_rank)
+            for rank, (score, hit) in enumerate(fused, start=1)]
+
+
+def reciprocal_rank(ranking: Sequence[str], relevant: set[str]) -> float:
+    for rank, pid in enumerate(ranking, start=1):
+        if pid in relevant:
+            return 1.0 / rank
+    return 0.0
+
+
+def weight_scores(turns: Iterable[tuple[Sequence[RerankedHit], set[str]]],
+                  weights: Sequence[float] = WEIGHTS) -> dict[float, dict[str, float]]:
+    """For each weight, the mean reciprocal rank and Hits@1 of the answer passages (`turns`:
+    each turn's reranked hits and its relevant passage ids) after fusing."""
+    turns = [(list(hits), relevant) for hits, relevant in turns]
+    if not turns:
+        raise ConfigError("no turns to choose the retriever weight on")
+    out = {}
+    for weight in weights:
+        rr = [reciprocal_rank([h.passage_id for h in fuse(hits, weight)], relevant)
+              for hits, relevant in turns]
+        out[float(weight)] = {"mrr": sum(rr) / len(rr),
+                              "hits@1": sum(r == 1.0 for r in rr) / len(rr)}
+    return out
+
+
+def choose_weight(scores: Mapping[float, Mapping[str, float]]) -> float:
+    """The weight of the best MRR; on a tie the smallest (closest to the reranker alone)."""
+    return min(scores, key=lambda w: (-round(scores[w]["mrr"], 9), w))
+
+
+def read_weights(folder: str | os.PathLike) -> dict[str, float]:
+    """The calibrated weights a reranker folder holds ({} when none)."""
+    from convqa.io import load_json
+
+    from .model import META_FILE
+
+    block = load_json(Path(folder) / META_FILE).get(WEIGHTS_KEY) or {}
+    return weights_from_block(block, Path(folder) / META_FILE)
+
+
+def weights_from_block(block: Any, where: Any) -> dict[str, float]:
+    """{retriever key: weight} of a folder's block, checked (a bad entry names the file)."""
+    if not isinstance(block, Mapping):
+        raise ConfigError(f"{where}: '{WEIGHTS_KEY}' must be a mapping")
+    out = {}
+    for key, entry in block.items():
+        weight = entry.get("weight") if isinstance(entry, Mapping) else entry
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) \
+                or not math.isfinite(weight) or weight < 0:
+            raise ConfigError(f"{where}: '{WEIGHTS_KEY}.{key}' must be a weight >= 0, "
+                              f"got {weight!r}")
+        out[str(key)] = float(weight)
+    return out
+
+
+def write_weight(folder: str | os.PathLike, key: str, weight: float,
+                 provenance: Mapping[str, Any]) -> Path:
+    """Record `weight` for retriever `key` in the folder's convqa_reranker.json (atomically;
+    the rest of the file and the other retrievers' weights are kept)."""
+    from convqa.io import load_format_json, write_json
+
+    from .model import FORMAT, META_FILE, VERSION
+
+    path = Path(folder) / META_FILE
+    meta = load_format_json(path, FORMAT, VERSION, "convqa cross-encoder reranker")
+    block = dict(meta.get(WEIGHTS_KEY) or {})
+    block[key] = {"weight": float(weight), **provenance}
+    weights_from_block(block, path)
+    meta[WEIGHTS_KEY] = block
+    write_json(path, meta)
+    return path
