@@ -21,7 +21,8 @@ turns and the SQuAD v2.0 questions of the articles the reader was trained on.
    weighting always meets the constraint.
 2. Confidence. With the chosen weights, every question's answer (each benchmark turn at each
    of `--no-answer-ks`, by default the pipeline's top 5; each SQuAD question from its
-   paragraph) gives its features (decoding.py `CONFIDENCE_FEATURES`) and its F1; unanswerable
+   paragraph) gives its features (decoding.py `CONFIDENCE_FEATURES`; `answerable` only for a
+   reader trained with the null option) and its F1; unanswerable
    questions (TopiOCQA's UNANSWERABLE turns, SQuAD v2.0's impossible questions) have F1 0 for
    any answer. A logistic model of the
    features, fitted with the F1 as a soft target, is the probability the answer is right.
@@ -49,7 +50,7 @@ from convqa.metrics.answer import score_answer
 
 from .calibration_data import Source
 from .decode import Fusion, choose_span, retriever_evidence
-from .decoding import CONFIDENCE_FEATURES, Decoding, NoAnswer, confidence_features
+from .decoding import BASE_FEATURES, Decoding, NoAnswer, confidence_features, feature_names
 from .fusion_tuning import ReadTurn
 
 SELECTION_WEIGHTS = (0.0, 0.25, 0.5, 1.0)
@@ -167,11 +168,12 @@ def choose_fusion(sources: Sequence[Source], ks: Sequence[int] = KS,
 class Samples:
     """One answer per question and k: its features, its F1, and what it weighs."""
 
-    features: np.ndarray        # [m, len(CONFIDENCE_FEATURES)]
+    features: np.ndarray        # [m, len(names)]
     f1: np.ndarray              # F1 of the answer (0 for an unanswerable question)
     answerable: np.ndarray      # bool
     weight: np.ndarray
     group: list[str]            # "{source}:{answerable|unanswerable}"
+    names: tuple[str, ...] = BASE_FEATURES  # the features' names, in column order
 
 
 PREVALENCES = ("natural", "balanced")
@@ -194,10 +196,13 @@ def group_weights(source: Source, prevalence: str) -> tuple[float, float]:
 
 
 def answer_samples(sources: Sequence[Source], fusion: Fusion | None, ks: Sequence[int],
-                   strategy: str = "best_passage", prevalence: str = "natural") -> Samples:
+                   strategy: str = "best_passage", prevalence: str = "natural",
+                   null_option: bool = False) -> Samples:
     """Each source's questions answered at each k (SQuAD questions have one passage: k=1
     only), chosen under `fusion`; each source weighs 1 in all, split between its answerable
-    and unanswerable questions by `group_weights`."""
+    and unanswerable questions by `group_weights`. `null_option`: the reader has it (one more
+    feature)."""
+    names = feature_names(null_option)
     rows: list[tuple[list[float], float, bool, str]] = []
     for source in sources:
         for answerable, turns in ((True, source.answerable), (False, source.unanswerable)):
@@ -212,9 +217,9 @@ def answer_samples(sources: Sequence[Source], fusion: Fusion | None, ks: Sequenc
                     if answerable:
                         text = turn.passages[span.passage].text[span.start:span.end]
                         f1 = score_answer(text, turn.answers, source.convention)["f1"]
-                    features = confidence_features(choice, turn.spans[:k], turn.passages[:k])
-                    rows.append(([features[name] for name in CONFIDENCE_FEATURES], f1,
-                                 answerable, group))
+                    features = confidence_features(choice, turn.spans[:k], turn.passages[:k],
+                                                   null_option)
+                    rows.append(([features[name] for name in names], f1, answerable, group))
     if not rows:
         raise ConfigError("no answers to calibrate the confidence on")
     groups = [r[3] for r in rows]
@@ -226,7 +231,7 @@ def answer_samples(sources: Sequence[Source], fusion: Fusion | None, ks: Sequenc
         totals[f"{source.name}:unanswerable"] = unanswerable_weight
     return Samples(np.array([r[0] for r in rows], dtype=float),
                    np.array([r[1] for r in rows]), np.array([r[2] for r in rows]),
-                   np.array([totals[g] / sizes[g] for g in groups]), groups)
+                   np.array([totals[g] / sizes[g] for g in groups]), groups, names)
 
 
 def fit_logistic(x: np.ndarray, y: np.ndarray, weight: np.ndarray, l2: float = 1e-3,
@@ -276,17 +281,18 @@ def choose_threshold(confidence: np.ndarray, samples: Samples) -> tuple[float, f
 
 def calibrate_no_answer(sources: Sequence[Source], fusion: Fusion | None,
                         ks: Sequence[int] = KS, strategy: str = "best_passage",
-                        prevalence: str = "natural") -> dict[str, Any]:
+                        prevalence: str = "natural", null_option: bool = False
+                        ) -> dict[str, Any]:
     """The confidence model and threshold (see the module docstring), with per-group scores:
     answerable F1 (answering always, and under the threshold), unanswerable questions caught."""
     if not any(s.unanswerable for s in sources):
         raise ConfigError("calibrating the no-answer threshold needs unanswerable questions "
                           "(benchmark turns or SQuAD v2.0 impossible questions)")
-    samples = answer_samples(sources, fusion, ks, strategy, prevalence)
+    samples = answer_samples(sources, fusion, ks, strategy, prevalence, null_option)
     weights, bias = fit_logistic(samples.features, samples.f1, samples.weight)
-    model = NoAnswer({name: round(float(w), 6) for name, w in zip(CONFIDENCE_FEATURES, weights)},
+    model = NoAnswer({name: round(float(w), 6) for name, w in zip(samples.names, weights)},
                      round(bias, 6), 0.0)
-    confidence = np.array([model.confidence(dict(zip(CONFIDENCE_FEATURES, row)))
+    confidence = np.array([model.confidence(dict(zip(samples.names, row)))
                            for row in samples.features])
     threshold, value = choose_threshold(confidence, samples)
     model = NoAnswer(model.weights, model.bias, round(threshold, 6))
@@ -311,13 +317,14 @@ def calibrated_decoding(sources: Sequence[Source], extra: Sequence[Source] = (),
                         existing: Decoding | None = None, ks: Sequence[int] = KS,
                         no_answer_ks: Sequence[int] = NO_ANSWER_KS,
                         tolerance: float = TOLERANCE, keep_fusion: bool = False,
-                        prevalence: str = "natural"
+                        prevalence: str = "natural", null_option: bool = False
                         ) -> tuple[Decoding, dict[str, Any] | None, dict[str, Any] | None]:
     """(the decoding, the passage choice's report, the no-answer calibration's report):
     the fusion chosen on the benchmark `sources` (kept from `existing` with `keep_fusion` or
     without benchmark sources), then the confidence and threshold calibrated on `sources` and
     `extra` (SQuAD) with that fusion. What is not calibrated is kept from `existing`; without
-    unanswerable questions there is no threshold (a kept one was fitted to another choice)."""
+    unanswerable questions there is no threshold (a kept one was fitted to another choice).
+    `null_option`: the reader was trained with it, and its `answerable` feature is weighed."""
     existing = existing or Decoding()
     if keep_fusion or not sources:
         fusion, strategy = existing.fusion, existing.strategy or "best_passage"
@@ -327,7 +334,8 @@ def calibrated_decoding(sources: Sequence[Source], extra: Sequence[Source] = (),
                                        current=existing.fusion)
         fusion, strategy = Fusion(**passage_choice["chosen"]["fusion"]), "best_passage"
     everything = list(sources) + list(extra)
-    no_answer = calibrate_no_answer(everything, fusion, no_answer_ks, strategy, prevalence) \
+    no_answer = calibrate_no_answer(everything, fusion, no_answer_ks, strategy, prevalence,
+                                    null_option) \
         if any(s.unanswerable for s in everything) else None
     decoding = Decoding(fusion, existing.strategy if fusion is None else None,
                         existing.max_answer_length,

@@ -189,7 +189,7 @@ def read_squad_questions(reader: Any, questions: Sequence[SquadQuestion],
 
 def reader_key(reader: Any) -> dict[str, Any]:
     """What a reader's spans depend on (not its decoding: that is what gets chosen)."""
-    return {"model": reader.model.fingerprint(), "config": asdict(reader.config),
+    return {"model": reader.model.fingerprint(), "config": reader.config.record(),
             "history": reader.history.to_dict(), "precision": reader.options.precision}
 
 

@@ -15,6 +15,12 @@ JSONL format (`save_examples` / `load_examples`), one example per line:
      "split": "train",                                          # optional: train | heldout
      "source": "squad:dev-v2.0"}                                # optional
 
+An unanswerable example (no passage read with it answers the question) says
+`"unanswerable": true`, has `"positives": []` and at least one negative; its first negative is
+the one that looks most like an answer (its own SQuAD paragraph, the retriever's best passage)
+and is read every time it is trained on (train.py). Readers trained with such examples get the
+"no passage answers" option in their selection softmax (loss.py).
+
 Each positive needs at least one answer, and `text[start:start + len(answer)]` must equal the
 answer's text: the loader checks it, and any problem is a DataError naming file, line and field
 (e.g. `positives[0].answers[1].start`).
@@ -28,9 +34,10 @@ Builders:
   other whole-word occurrence of any annotated answer text in the paragraph. Negatives are
   paragraphs of OTHER articles of the same file and split, the BM25 top ones for the question
   (harder than random, as a retriever's would be), filled up with random ones. SQuAD v2.0
-  unanswerable questions are skipped and counted: the reader has no "no answer" output, and a
-  question whose own paragraph does not answer it is no positive; using that paragraph as a
-  selection negative would need a positive the file does not have.
+  unanswerable questions are skipped and counted, unless `unanswerable=True`: then each one of
+  a training article is an unanswerable example whose first negative is its own paragraph (the
+  passage that looks as if it answered), followed by the usual negatives of other articles;
+  those of held-out articles are still skipped (the held-out scores read a gold passage).
 - `benchmark_examples`: the TopiOCQA x Wikipedia benchmark (`convqa data topiocqa-wiki`):
   answer-evaluable turns (train split -> "train", dev -> "heldout"), history from
   conversations.jsonl, positives = the turn's answer passages in which an answer (not
@@ -38,7 +45,9 @@ Builders:
   without its surrounding punctuation or leading article (`answer_variants`; the benchmark's
   own rule compares normalized text, and a passage matching only after more normalization than
   that has no exact span and is dropped), negatives = the top BM25 passages, for the
-  history-formatted query, of articles other than the gold article.
+  history-formatted query, of articles other than the gold article. With `unanswerable=True`
+  the train turns whose gold answer is TopiOCQA's UNANSWERABLE become unanswerable examples,
+  their negatives the top BM25 passages of the history-formatted query (dev turns: skipped).
 """
 from __future__ import annotations
 
@@ -89,6 +98,7 @@ class ReaderExample:
     answers: list[str] = field(default_factory=list)
     split: str = "train"
     source: str = ""
+    unanswerable: bool = False  # no passage answers it: no positives, target "none answers"
 
     def history_turns(self) -> list[Turn]:
         return [Turn(question, answer) for question, answer in self.history]
@@ -111,6 +121,8 @@ class ReaderExample:
             "split": self.split}
         if self.source:
             data["source"] = self.source
+        if self.unanswerable:
+            data["unanswerable"] = True
         return data
 
     @classmethod
@@ -124,8 +136,11 @@ class ReaderExample:
         answers = get(data, "answers", list, required=False, default=[])
         if not all(isinstance(a, str) for a in answers):
             raise fail("answers", "expected a list of strings")
+        unanswerable = get(data, "unanswerable", bool, required=False, default=False)
         positives = get(data, "positives", list)
-        if not positives:
+        if unanswerable and positives:
+            raise fail("positives", "an unanswerable example has no positive passages")
+        if not positives and not unanswerable:
             raise fail("positives", "needs at least one positive passage")
         parsed_positives = []
         for i, item in enumerate(positives):
@@ -146,12 +161,16 @@ class ReaderExample:
             parsed_positives.append(ReaderPassage(passage, parsed))
         negatives = [record.passage(item, f"negatives[{i}].")
                      for i, item in enumerate(get(data, "negatives", list))]
+        if unanswerable and not negatives:
+            raise fail("negatives", "an unanswerable example needs at least one negative "
+                       "passage")
         split = get(data, "split", str, required=False, default="train")
         if split not in SPLITS:
             raise fail("split", f"expected one of {', '.join(SPLITS)}, got {split!r}")
         return cls(id=str(get(data, "id", (str, int))), question=question, history=history,
                    positives=parsed_positives, negatives=negatives, answers=answers,
-                   split=split, source=get(data, "source", str, required=False, default=""))
+                   split=split, source=get(data, "source", str, required=False, default=""),
+                   unanswerable=unanswerable)
 
 
 def load_examples(path: str | os.PathLike) -> list[ReaderExample]:
@@ -287,9 +306,11 @@ def source_name(path: str | os.PathLike) -> str:
 def squad_examples(path: str | os.PathLike, heldout_fraction: float = 0.1, seed: int = 0,
                    negatives: int = 7, max_examples: int | None = None,
                    max_heldout: int | None = None, report: BuildReport | None = None,
-                   strict: bool = False) -> list[ReaderExample]:
+                   strict: bool = False, unanswerable: bool = False) -> list[ReaderExample]:
     """Examples of one SQuAD-format file (train and held-out; see the module docstring).
-    `max_examples` / `max_heldout` cap each split with a seeded sample."""
+    `max_examples` / `max_heldout` cap each split with a seeded sample (with `unanswerable`,
+    the unanswerable training examples are capped by `max_examples` apart, so the answerable
+    sample is the same with or without them)."""
     from convqa.loaders.squad import read_squad
     from retrievers.bm25 import BM25Retriever
 
@@ -312,39 +333,57 @@ def squad_examples(path: str | os.PathLike, heldout_fraction: float = 0.1, seed:
             article_of[pid] = e.title if by_title else pid
     heldout = heldout_keys(set(article_of.values()), heldout_fraction, seed)
     splits: dict[str, list[ReaderExample]] = {"train": [], "heldout": []}
+    impossible: list[ReaderExample] = []
+    home: dict[str, Passage] = {}  # each example's own paragraph
     for e in data.examples:
+        passage = paragraphs[(e.title, e.context)]
+        split = "heldout" if article_of[passage.id] in heldout else "train"
+        example_id = f"{name}/{e.id}"
+        if unanswerable and e.is_impossible and split == "train":
+            impossible.append(ReaderExample(example_id, e.question, [], [], [], [], split,
+                                            source, unanswerable=True))
+            home[example_id] = passage
+            continue
         if e.is_impossible or not e.answers:
             report.add(source, "skipped_unanswerable")
             continue
-        passage = paragraphs[(e.title, e.context)]
         spans = [GoldSpan(a.text, a.start) for a in e.answers]
         for text in dict.fromkeys(a.text for a in e.answers):
             spans.extend(find_spans(e.context, text, ignore_case=False))
-        split = "heldout" if article_of[passage.id] in heldout else "train"
         answers = [a.text for a in e.answers]
-        splits[split].append(ReaderExample(f"{name}/{e.id}", e.question, [],
+        splits[split].append(ReaderExample(example_id, e.question, [],
                                            [ReaderPassage(passage, _merge_spans(spans))], [],
                                            answers, split, source))
+        home[example_id] = passage
     splits["train"] = _sample(splits["train"], max_examples, seed, f"{name}:train")
     splits["heldout"] = _sample(splits["heldout"], max_heldout, seed, f"{name}:heldout")
+    if unanswerable:
+        splits["train"] += _sample(impossible, max_examples, seed, f"{name}:train-unanswerable")
     for split, examples in splits.items():
         pool = [p for p in paragraphs.values()
                 if (article_of[p.id] in heldout) == (split == "heldout")]
-        _add_squad_negatives(examples, pool, article_of, negatives, seed, BM25Retriever)
+        homes = [home[e.id] for e in examples]
+        _add_squad_negatives(examples, homes, pool, article_of, negatives, seed, BM25Retriever)
+        for example, own in zip(examples, homes):
+            if example.unanswerable:  # its own paragraph first: the one that seems to answer
+                example.negatives = [own] + example.negatives
         report.add(source, f"{split}_examples", len(examples))
-        report.add(source, f"{split}_articles",
-                   len({article_of[e.positives[0].passage.id] for e in examples}))
+        report.add(source, f"{split}_articles", len({article_of[p.id] for p in homes}))
+        if unanswerable:
+            report.add(source, f"{split}_unanswerable", sum(e.unanswerable for e in examples))
     return splits["train"] + splits["heldout"]
 
 
-def _add_squad_negatives(examples: list[ReaderExample], pool: list[Passage],
-                         article_of: dict[str, str], count: int, seed: int,
+def _add_squad_negatives(examples: list[ReaderExample], homes: list[Passage],
+                         pool: list[Passage], article_of: dict[str, str], count: int, seed: int,
                          bm25_class) -> None:
+    """`count` paragraphs of other articles (of `pool`) than each example's own paragraph
+    `homes[i]`: BM25's best for the question, filled up with random ones."""
     if not examples or count == 0 or len(pool) < 2:
         return
     by_id = {p.id: p for p in pool}
     retriever = bm25_class.build(pool)
-    articles = [article_of[e.positives[0].passage.id] for e in examples]
+    articles = [article_of[p.id] for p in homes]
     banned = [{pid for pid in by_id if article_of[pid] == a} for a in _distinct(articles)]
     banned_of = dict(zip(_distinct(articles), banned))
     chosen = _bm25_negatives(retriever, [e.question for e in examples],
@@ -369,15 +408,19 @@ def _distinct(items: Sequence[str]) -> list[str]:
 def benchmark_examples(folder: str | os.PathLike, negatives: int = 7,
                        history: Any = "current_first", bm25_index: str | os.PathLike | None = None,
                        max_examples: int | None = None, max_heldout: int | None = None,
-                       seed: int = 0, report: BuildReport | None = None) -> list[ReaderExample]:
+                       seed: int = 0, report: BuildReport | None = None,
+                       unanswerable: bool = False) -> list[ReaderExample]:
     """Examples from a benchmark folder (see the module docstring). The BM25 index defaults to
-    FOLDER/indexes/bm25 (`convqa index --bm25`); without one it is built in memory."""
+    FOLDER/indexes/bm25 (`convqa index --bm25`); without one it is built in memory.
+    `max_examples` caps the unanswerable train turns apart from the answerable ones."""
     from convqa.benchmark.labelled_turns import (EXCLUDED_ANSWERS, article_id_of,
                                                  load_labelled_turns)
     from convqa.corpus import PassageStore
     from convqa.history import build_history_strategy
     from convqa.metrics.answer import normalize_answer
     from retrievers.bm25 import BM25Retriever
+
+    from .calibration_data import is_unanswerable
 
     folder = Path(folder)
     report = report if report is not None else BuildReport()
@@ -388,7 +431,18 @@ def benchmark_examples(folder: str | os.PathLike, negatives: int = 7,
     strategy = build_history_strategy(history)
     splits: dict[str, list[ReaderExample]] = {"train": [], "heldout": []}
     gold_article: dict[str, str] = {}
+    impossible: list[ReaderExample] = []
     for turn in data.turns:
+        if unanswerable and turn.answers and is_unanswerable(turn.answers):
+            if turn.split != "train":
+                report.add(source, "heldout_skipped_unanswerable")
+                continue
+            conversation = data.conversations[turn.conversation_id]
+            history_pairs = [(t.question, t.answer) for t in conversation.history(turn.turn)]
+            impossible.append(ReaderExample(f"{corpus}/{turn.qid}", turn.question,
+                                            history_pairs, [], [], [], "train", source,
+                                            unanswerable=True))
+            continue
         if not turn.answer_evaluable:
             continue
         split = "train" if turn.split == "train" else "heldout"
@@ -410,8 +464,11 @@ def benchmark_examples(folder: str | os.PathLike, negatives: int = 7,
         splits[split].append(example)
     splits["train"] = _sample(splits["train"], max_examples, seed, f"{corpus}:train")
     splits["heldout"] = _sample(splits["heldout"], max_heldout, seed, f"{corpus}:heldout")
+    if unanswerable:
+        splits["train"] += _sample(impossible, max_examples, seed,
+                                   f"{corpus}:train-unanswerable")
     examples = splits["train"] + splits["heldout"]
-    if negatives and examples:
+    if (negatives or unanswerable) and examples:
         index = Path(bm25_index) if bm25_index else folder / "indexes" / "bm25"
         if index.is_dir():
             retriever = BM25Retriever.load(index)
@@ -421,11 +478,23 @@ def benchmark_examples(folder: str | os.PathLike, negatives: int = 7,
         queries = [strategy.format(e.question, e.history_turns()) for e in examples]
         hits = retriever.retrieve_batch(queries, k=3 * negatives + 20)
         for example, row in zip(examples, hits):
-            gold = gold_article[example.id]
-            ids = [h.passage_id for h in row if article_id_of(h.passage_id) != gold]
-            example.negatives = [store.get(pid) for pid in ids[:negatives]]
-            if len(example.negatives) < negatives:
+            if example.unanswerable:  # no passage answers it: the best ones are its negatives
+                ids = [h.passage_id for h in row]
+                wanted = max(negatives, 1)
+            else:
+                gold = gold_article[example.id]
+                ids = [h.passage_id for h in row if article_id_of(h.passage_id) != gold]
+                wanted = negatives
+            example.negatives = [store.get(pid) for pid in ids[:wanted]]
+            if len(example.negatives) < wanted:
                 report.add(source, "examples_with_fewer_negatives")
+    dropped = [e for e in splits["train"] if e.unanswerable and not e.negatives]
+    if dropped:  # a query BM25 finds nothing for (e.g. an empty first turn)
+        splits["train"] = [e for e in splits["train"] if not (e.unanswerable and not e.negatives)]
+        report.add(source, "train_unanswerable_without_passages", len(dropped))
+        examples = splits["train"] + splits["heldout"]
     for split, items in splits.items():
         report.add(source, f"{split}_examples", len(items))
+    if unanswerable:
+        report.add(source, "train_unanswerable", sum(e.unanswerable for e in splits["train"]))
     return examples

@@ -18,6 +18,10 @@ the way it was calibrated to (`convqa answer`, an eval row, `convqa serve` alike
   is right, and the threshold under which the reader answers that the collection holds no
   answer (still showing its best evidence). Both are chosen on training questions by
   readers/extractive/calibrate.py; a block may weigh any subset of the features.
+  A reader trained with the null option (model.py `null_option`) has one more feature,
+  `answerable`: the log-odds that some passage read answers rather than none, the logsumexp
+  of the read passages' selection logits against the null option's constant 0. A reader
+  without the option has no such feature, and a block that weighs it does not fit it.
 """
 from __future__ import annotations
 
@@ -31,7 +35,8 @@ from convqa.types import Passage
 
 from .decode import STRATEGIES, Choice, Fusion, PassageSpan
 
-CONFIDENCE_FEATURES = ("selection", "span", "evidence", "words", "agreement", "several")
+BASE_FEATURES = ("selection", "span", "evidence", "words", "agreement", "several")
+CONFIDENCE_FEATURES = BASE_FEATURES + ("answerable",)
 _KEYS = ("fusion", "strategy", "max_answer_length", "no_answer")
 
 
@@ -40,10 +45,28 @@ def _number(value: Any) -> bool:
             and math.isfinite(value))
 
 
+def feature_names(null_option: bool) -> tuple[str, ...]:
+    """The confidence features of a reader with or without the null option."""
+    return CONFIDENCE_FEATURES if null_option else BASE_FEATURES
+
+
+def answerable_log_odds(spans: Sequence[PassageSpan | None]) -> float:
+    """log(sum of exp(selection logit) over the passages read) - log(exp(0)): under the null
+    option's softmax, the log-odds that one of them answers rather than none (-inf: none read
+    with a selection logit, clipped to -1e4 to stay finite)."""
+    logits = [s.selection for s in spans if s is not None and s.selection is not None]
+    if not logits:
+        return -1e4
+    top = max(logits)
+    return max(-1e4, top + math.log(sum(math.exp(v - top) for v in logits)))
+
+
 def confidence_features(choice: Choice, spans: Sequence[PassageSpan | None],
-                        passages: Sequence[Passage]) -> dict[str, float]:
+                        passages: Sequence[Passage], null_option: bool = False
+                        ) -> dict[str, float]:
     """The features the confidence is computed from (see the module docstring): the chosen
-    span's (selection 0 without a selection head) and how the passages read agree with it."""
+    span's (selection 0 without a selection head) and how the passages read agree with it;
+    with `null_option`, also `answerable`."""
     from convqa.metrics.answer import normalize_answer
 
     span = choice.span
@@ -54,11 +77,14 @@ def confidence_features(choice: Choice, spans: Sequence[PassageSpan | None],
     answer = passages[span.passage].text[span.start:span.end]
     read = [s for s in spans if s is not None]
     chosen = text(span)
-    return {"selection": span.selection if span.selection is not None else 0.0,
-            "span": span.span_score, "evidence": choice.evidence,
-            "words": math.log1p(len(answer.split())),
-            "agreement": sum(text(s) == chosen for s in read) / len(read),
-            "several": float(len(read) > 1)}
+    features = {"selection": span.selection if span.selection is not None else 0.0,
+                "span": span.span_score, "evidence": choice.evidence,
+                "words": math.log1p(len(answer.split())),
+                "agreement": sum(text(s) == chosen for s in read) / len(read),
+                "several": float(len(read) > 1)}
+    if null_option:
+        features["answerable"] = answerable_log_odds(spans)
+    return features
 
 
 @dataclass(frozen=True)

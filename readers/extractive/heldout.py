@@ -25,9 +25,9 @@ def heldout_sample(examples: Sequence[ReaderExample], per_source: int | None,
                    seed: int = 0) -> list[ReaderExample]:
     """At most `per_source` examples of each source, the first in sha256("{seed}:{id}") order:
     a fixed sample that does not depend on the file order, and that grows by adding questions
-    when `per_source` grows."""
+    when `per_source` grows. Unanswerable examples have no gold passage to read: left out."""
     chosen: list[ReaderExample] = []
-    for items in by_source(examples).values():
+    for items in by_source([e for e in examples if not e.unanswerable]).values():
         ranked = sorted(items, key=lambda e: hashlib.sha256(f"{seed}:{e.id}".encode()).digest())
         chosen += ranked if per_source is None else ranked[:per_source]
     return chosen

@@ -11,6 +11,12 @@ For a question read against N passages (its positive among sampled negatives):
   decoder may choose from.
 total = mean selection loss over questions + mean span loss over the passages that have gold
 positions. Logits are taken in fp32.
+
+The null option ("no passage answers"): with `null_option=True` every question's softmax gets a
+constant logit 0 (no parameter) beside its N passage logits. An answerable question still
+targets its positive; an unanswerable one (`answerable` False: every passage read is a
+negative) targets that extra column and has no span loss. A passage's selection logit then
+means something on its own: above 0, "this passage answers it" beats "none does".
 """
 from __future__ import annotations
 
@@ -44,25 +50,41 @@ def span_nll(logits: Tensor, gold: Tensor, span_mask: Tensor) -> Tensor:
 
 def reader_loss(start_logits: Tensor, end_logits: Tensor, selection_logits: Tensor | None,
                 span_mask: Tensor, gold_starts: Tensor, gold_ends: Tensor,
-                positive: Tensor | None = None, passage_mask: Tensor | None = None) -> ReaderLoss:
+                positive: Tensor | None = None, passage_mask: Tensor | None = None,
+                null_option: bool = False, answerable: Tensor | None = None) -> ReaderLoss:
     """Shapes: start/end logits, span_mask, gold_starts/ends [Q, N, L]; selection_logits and
-    passage_mask [Q, N]; positive [Q] (index of the positive passage, default 0).
+    passage_mask [Q, N]; positive [Q] (index of the positive passage, default 0); answerable
+    [Q] bool (default all; a False one needs `null_option`, see the module docstring).
 
     Gold positions mark the positive passage's answer tokens (rows without any are left out of
     the span loss: e.g. an answer the window cut off); `passage_mask` False marks padding
     passages that do not take part in the selection softmax."""
     questions, passages = start_logits.shape[:2]
+    device = start_logits.device
     if positive is None:
-        positive = torch.zeros(questions, dtype=torch.long, device=start_logits.device)
+        positive = torch.zeros(questions, dtype=torch.long, device=device)
+    if answerable is None:
+        answerable = torch.ones(questions, dtype=torch.bool, device=device)
+    if not null_option and not bool(answerable.all()):
+        raise ValueError("unanswerable questions need the null option")
+    if null_option and selection_logits is None:
+        raise ValueError("the null option needs selection logits")
+    if bool((~answerable[:, None, None] & (gold_starts | gold_ends)).any()):
+        raise ValueError("an unanswerable question has gold span positions")
     parts: list[Tensor] = []
     selection = None
-    if selection_logits is not None and passages > 1:
+    if selection_logits is not None and (passages > 1 or null_option):
         logits = selection_logits.float()
         if passage_mask is not None:
-            if not bool(passage_mask.gather(1, positive[:, None]).all()):
+            kept = passage_mask.gather(1, positive[:, None]).squeeze(1)
+            if not bool((kept | ~answerable).all()):
                 raise ValueError("the positive passage is masked out")
             logits = logits.masked_fill(~passage_mask, float("-inf"))
-        selection = torch.nn.functional.cross_entropy(logits, positive)
+        target = positive
+        if null_option:  # the constant "no passage answers" logit, last
+            logits = torch.cat([logits, logits.new_zeros(questions, 1)], dim=1)
+            target = torch.where(answerable, positive, torch.full_like(positive, passages))
+        selection = torch.nn.functional.cross_entropy(logits, target)
         parts.append(selection)
     rows = (gold_starts.any(-1) & gold_ends.any(-1)).flatten()
     span = None
@@ -82,4 +104,6 @@ def reader_loss(start_logits: Tensor, end_logits: Tensor, selection_logits: Tens
         total = sum(parts[1:], parts[0])
         if selection_logits is not None and selection is None:  # one passage per question
             total = total + selection_logits.sum() * 0.0
+        if null_option and span is None:  # e.g. only unanswerable questions: heads stay in
+            total = total + (start_logits.sum() + end_logits.sum()) * 0.0
     return ReaderLoss(total, selection, span, count)

@@ -22,7 +22,7 @@ import os
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -62,6 +62,10 @@ class ExtractiveReaderConfig:
     # Keep only the first N transformer layers of `model` (None: all). A 3-layer MiniLM reader
     # reads about twice as fast; it is trained as such, so nothing is lost that it relied on.
     encoder_layers: int | None = None
+    # Trained with a "no passage answers" option (a constant logit 0 beside the passages'
+    # selection logits, loss.py): a selection logit > 0 then says "this passage answers it"
+    # more than "none does", and the confidence gets an `answerable` feature (decoding.py).
+    null_option: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, str) or not self.model:
@@ -85,6 +89,16 @@ class ExtractiveReaderConfig:
                                                 or self.encoder_layers < 1):
             raise ValueError(f"encoder_layers must be an int >= 1 or null, "
                              f"got {self.encoder_layers!r}")
+        if not isinstance(self.null_option, bool):
+            raise ValueError(f"null_option must be true or false, got {self.null_option!r}")
+
+    def record(self) -> dict[str, Any]:
+        """The settings as saved and hashed: `null_option` only when set, so a reader without
+        it is written, fingerprinted and cached exactly as before the option existed."""
+        data = asdict(self)
+        if not self.null_option:
+            del data["null_option"]
+        return data
 
     @property
     def passage_room(self) -> int:
@@ -226,6 +240,9 @@ class ExtractiveReader(ModelBase):
         if bool(meta.get("selection_head")) != (selection is not None):
             raise DataError("selection head listed in the metadata but not in the weights, or "
                             "the reverse", heads_path)
+        if config.null_option and selection is None:
+            raise DataError("null_option needs a selection head", folder / META_FILE, None,
+                            "config.null_option")
         reader = cls(config, encoder, tokenizer, span, selection)
         reader.source = str(folder)
         if meta.get("decoding") is not None:
@@ -270,8 +287,12 @@ class ExtractiveReader(ModelBase):
 
     # -- identity -------------------------------------------------------------------------
     def fingerprint_settings(self) -> dict:
-        """Window sizes are left out: a reader may change them without retraining."""
-        return {"selection_head": self.has_selection_head}
+        """Window sizes are left out: a reader may change them without retraining. The null
+        option changes what the selection logits mean, so it counts (only when set)."""
+        settings: dict[str, Any] = {"selection_head": self.has_selection_head}
+        if self.config.null_option:
+            settings["null_option"] = True
+        return settings
 
     def hash_weights(self, digest) -> None:
         """Tokenizer vocabulary, encoder (LoRA deltas included, so a merged copy hashes the
@@ -292,7 +313,7 @@ class ExtractiveReader(ModelBase):
         save_heads(self._head_state(), folder / HEADS_FILE)
 
     def _meta(self, adapter_only: bool) -> dict:
-        meta = {"config": asdict(self.config), "adapter": adapter_only,
+        meta = {"config": self.config.record(), "adapter": adapter_only,
                 "selection_head": self.has_selection_head, "hidden_size": self.hidden_size,
                 "fingerprint": self.fingerprint()}
         if self.decoding is not None and self.decoding.to_dict():

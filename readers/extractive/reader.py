@@ -98,9 +98,15 @@ def _passage_choice(options: ExtractiveReaderOptions, defaults: Decoding
     return defaults.fusion, defaults.strategy or "best_passage"
 
 
-def _no_answer(options: ExtractiveReaderOptions, defaults: Decoding) -> NoAnswer | None:
+def _no_answer(options: ExtractiveReaderOptions, defaults: Decoding, null_option: bool
+               ) -> NoAnswer | None:
     """The folder's calibrated confidence with the options' threshold, if any (None: the
     reader always answers, whatever the threshold)."""
+    if defaults.no_answer is not None and not null_option \
+            and "answerable" in defaults.no_answer.weights:
+        raise ConfigError("reader 'extractive': the no-answer confidence weighs 'answerable', "
+                          "which only a reader trained with the null option has "
+                          "(`convqa train reader --unanswerable`)")
     if defaults.no_answer is None:
         if options.no_answer_threshold is not None and not options.always_answer:
             raise ConfigError("reader 'extractive': no_answer_threshold needs a reader folder "
@@ -136,7 +142,7 @@ class SpanReader(MeasuredPrecision):
         history = self.options.history or model.config.history or DEFAULT_HISTORY
         self.history = model_history_strategy(history, model)
         self.fusion, self.strategy = _passage_choice(self.options, defaults)
-        self.no_answer = _no_answer(self.options, defaults)
+        self.no_answer = _no_answer(self.options, defaults, self.config.null_option)
         self._precision = PrecisionOnFirstUse(self.options.precision)
 
     @classmethod
@@ -153,7 +159,7 @@ class SpanReader(MeasuredPrecision):
         import hashlib
         import json
 
-        settings = {"model": self.model.fingerprint(), "config": dataclasses.asdict(self.config),
+        settings = {"model": self.model.fingerprint(), "config": self.config.record(),
                     "history": self.history.to_dict(), "strategy": self.strategy,
                     "precision": self.options.precision}  # auto: an agreeing choice
         if self.fusion is not None:
@@ -199,7 +205,7 @@ class SpanReader(MeasuredPrecision):
         answer = choice_answer(choice, passages)
         if self.no_answer is not None:
             answer.confidence = self.no_answer.confidence(
-                confidence_features(choice, spans, passages))
+                confidence_features(choice, spans, passages, self.config.null_option))
             abstains = not (always_answer or self.options.always_answer)
             if abstains and answer.confidence < self.no_answer.threshold:
                 answer = dataclasses.replace(answer, text="", start=None, end=None,

@@ -54,6 +54,7 @@ class ReaderRunConfig:
     article_negatives: int = 0          # answer-free passages of a turn's own gold article
     dense_top_k: int = 50             # passages retrieved per turn for them
     dense_history: str | dict = "oldest_first"  # the dense retriever's query formatting
+    unanswerable: bool = False        # also train on unanswerable questions (the null option)
     evaluate: bool = True
     train: ReaderTrainConfig = field(default_factory=ReaderTrainConfig)
 
@@ -67,7 +68,8 @@ class ReaderRunConfig:
                 **({"dense_negatives": self.dense_config().identity()}
                    if self.dense_negatives else {}),
                 **({"article_negatives": self.article_negatives}
-                   if self.article_negatives else {})}
+                   if self.article_negatives else {}),
+                **({"unanswerable": True} if self.unanswerable else {})}
 
     def dense_config(self):
         from .dense_negatives import DenseNegativesConfig
@@ -120,13 +122,13 @@ def prepare_data(config: ReaderRunConfig, out: str | os.PathLike, progress: bool
         say(f"data: {path}")
         examples += squad_examples(path, config.heldout_fraction, config.train.seed,
                                    config.negatives, config.max_examples, config.max_heldout,
-                                   report)
+                                   report, unanswerable=config.unanswerable)
     for path in config.benchmarks:
         say(f"data: {path}")
         turns = benchmark_examples(path, config.negatives, config.train.history,
                                    max_examples=config.max_examples,
                                    max_heldout=config.max_heldout, seed=config.train.seed,
-                                   report=report)
+                                   report=report, unanswerable=config.unanswerable)
         if config.dense_negatives and config.negatives:
             _use_dense_negatives(turns, config, folder, report, say)
         if config.article_negatives and config.negatives:
@@ -174,9 +176,18 @@ def _use_dense_negatives(examples: list[ReaderExample], config: ReaderRunConfig,
 
 
 def initial_reader(config: ReaderRunConfig) -> ExtractiveReader:
-    """The reader training starts from: a reader folder as saved, anything else via `build`."""
+    """The reader training starts from: a reader folder as saved (all of it: an adapter is
+    merged, and every weight trains on), anything else via `build`. LoRA over a reader folder
+    is refused: the new adapter would be saved over the base encoder alone, without what the
+    folder's own training changed."""
     init = Path(resolve_model(config.init_model))  # a shipped alias names its folder
     if init.is_dir() and (init / META_FILE).exists():
+        if config.lora_r:
+            raise ConfigError(f"{config.init_model}: LoRA (--lora) cannot start from a reader "
+                              "folder (its adapter would be saved over the base encoder and "
+                              "lose the reader's own training); train all weights (--lora 0) "
+                              "and export an adapter afterwards (convqa/front/tools/"
+                              "export_lora.py)")
         reader = ExtractiveReader.from_pretrained(init)
         if reader.has_adapters:
             reader.merge_adapters()
@@ -195,12 +206,13 @@ def initial_reader(config: ReaderRunConfig) -> ExtractiveReader:
 
 def evaluate_by_source(reader: ExtractiveReader, heldout: Sequence[ReaderExample],
                        limit: int | None, seed: int, progress: bool = False) -> dict[str, Any]:
-    """EM/F1 per source: gold passage alone and with its negatives (no predictions)."""
+    """EM/F1 per source: gold passage alone and with its negatives (no predictions); only
+    questions with an answer (an unanswerable one has no gold passage)."""
     from .reader import SpanReader
 
     span_reader = SpanReader.from_model(reader)
     sources: dict[str, list[ReaderExample]] = {}
-    for example in heldout:
+    for example in (e for e in heldout if not e.unanswerable):
         sources.setdefault(example.source or "examples", []).append(example)
     results: dict[str, Any] = {}
     for source, items in sources.items():

@@ -18,6 +18,11 @@ and scoring it on held-out examples.
   one window: for the positive, the first window holding a whole gold span (all gold spans in
   that window count), for a negative a seeded random one of its windows (always the first
   would teach the selection head that later windows are relevant).
+- Unanswerable examples (data.py): all their passages are negatives; the first one (its own
+  SQuAD paragraph, the retriever's best passage) takes the positive's slot and is read every
+  time, the others are drawn as above. With any unanswerable example, or a reader that already
+  has it, the run trains with the null option (loss.py) and the saved reader records
+  `null_option: true`.
 - Batches are built ahead of their step by `loader_workers` processes (a DataLoader,
   convqa/training/loader.py; `auto`: none on a CPU-only run, up to 4 with a GPU), the same
   batches in the same order as building each in the training process.
@@ -135,14 +140,18 @@ class ReaderBatch:
     group: int
     no_span: int = 0       # positives none of whose gold spans fits a window
     padded: int = 0        # padding passages (examples without negatives)
+    answerable: Tensor | None = None  # [Q] bool; None: every question has a positive
 
 
 def _choose_passages(example: ReaderExample, count: int, rng) -> tuple[int, list[Passage], int]:
-    """(positive number, the passages [positive, negatives...], padding passages)."""
-    positive = int(rng.integers(len(example.positives)))
-    chosen = [example.positives[positive].passage]
+    """(positive number, the passages [positive, negatives...], padding passages); for an
+    unanswerable example (-1, [its first negative, other negatives...], padding)."""
+    if example.unanswerable:
+        positive, chosen, pool = -1, [example.negatives[0]], example.negatives[1:]
+    else:
+        positive = int(rng.integers(len(example.positives)))
+        chosen, pool = [example.positives[positive].passage], example.negatives
     need = count - 1
-    pool = example.negatives
     if need and pool:
         if len(pool) >= need:
             chosen += [pool[int(i)] for i in rng.choice(len(pool), size=need, replace=False)]
@@ -177,7 +186,8 @@ def make_reader_batch(examples: Sequence[ReaderExample], indices: Sequence[int],
     for pair in range(len(passages)):
         options = features.windows_of(pair)
         question, slot = divmod(pair, n)
-        if slot:  # a negative: any of its windows, so window position tells nothing
+        if slot or positives[question] < 0:  # a negative: any of its windows, so window
+            # position tells nothing (slot 0 of an unanswerable example is a negative too)
             pick = np.random.default_rng([seed, epoch, int(indices[question]), slot, 2])
             windows.append(options[int(pick.integers(len(options)))] if len(options) > 1
                            else options[0])
@@ -203,8 +213,9 @@ def make_reader_batch(examples: Sequence[ReaderExample], indices: Sequence[int],
             starts[row, first] = True
             ends[row, last] = True
     mask = torch.tensor(real, dtype=torch.bool).view(q, n)
+    answerable = torch.tensor([p >= 0 for p in positives], dtype=torch.bool)
     return ReaderBatch(features, starts.view(q, n, length), ends.view(q, n, length), mask, q, n,
-                       no_span, real.count(False))
+                       no_span, real.count(False), answerable)
 
 
 def chunked_logits(model, inputs: dict[str, Tensor], chunk: int) -> ReaderLogits:
@@ -259,7 +270,12 @@ class ReaderTrainer(StepTrainer):
         self.examples = list(examples)
         self.strategy = model_history_strategy(config.history, reader)
         self.reader.config.history = self.strategy.to_dict()  # saved with the model
-        if self.reader.selection_head is None and config.passages_per_question > 1:
+        # the null option: asked for by unanswerable examples, kept by a reader that has it
+        self.null_option = self.reader.config.null_option or any(
+            e.unanswerable for e in self.examples)
+        self.reader.config.null_option = self.null_option  # saved with the model
+        if self.reader.selection_head is None and (config.passages_per_question > 1
+                                                   or self.null_option):
             self.reader.add_selection_head()
         self.data_key = {"examples": len(self.examples),
                          "ids_sha256": ids_digest(self.examples)}
@@ -269,7 +285,8 @@ class ReaderTrainer(StepTrainer):
         self._lengths: list[int] | None = None
 
     def schedule(self) -> dict[str, Any]:
-        return {**self.config.schedule_key(), "data": self.data_key}
+        extra = {"null_option": True} if self.null_option else {}
+        return {**self.config.schedule_key(), "data": self.data_key, **extra}
 
     def query(self, index: int) -> str:
         example = self.examples[index]
@@ -325,7 +342,10 @@ class ReaderTrainer(StepTrainer):
                                  self.config.passages_per_question, self.config.seed, epoch)
 
     def batch_counts(self, batch: ReaderBatch) -> dict[str, int]:
-        return {"no_span": batch.no_span}
+        counts = {"no_span": batch.no_span}
+        if self.null_option:
+            counts["unanswerable"] = int((~batch.answerable).sum())
+        return counts
 
     def compute_loss(self, model, batch: ReaderBatch):
         acc = self.accelerator
@@ -339,7 +359,10 @@ class ReaderTrainer(StepTrainer):
         loss = reader_loss(logits.start.view(shape), logits.end.view(shape), selection,
                            batch.features.context.view(shape).to(acc.device),
                            batch.gold_starts.to(acc.device), batch.gold_ends.to(acc.device),
-                           passage_mask=batch.passage_mask.to(acc.device))
+                           passage_mask=batch.passage_mask.to(acc.device),
+                           null_option=self.null_option,
+                           answerable=None if batch.answerable is None
+                           else batch.answerable.to(acc.device))
         logged = {"loss": loss.total, "selection_loss": loss.selection,
                   "span_loss": loss.span}
         # fp32 sums, an absent part counted as 0

@@ -140,8 +140,8 @@ def from_reader_examples(examples: Iterable[Any]) -> list[RerankExample]:
     article negative (a TopiOCQA article's passages share its title; a SQuAD article is a
     title); the others, and untitled ones (COVID-QA), are mined. A source whose passages all
     carry one title (SQuADShifts reddit) has no articles: all its negatives are mined, as
-    `squad_examples` has it."""
-    examples = list(examples)
+    `squad_examples` has it. Unanswerable reader examples (no positive) are left out."""
+    examples = [e for e in examples if not getattr(e, "unanswerable", False)]
     titles: dict[str, set[str]] = {}
     for example in examples:
         titles.setdefault(example.source, set()).update(

@@ -244,6 +244,11 @@ def _add_reader(jobs) -> None:
     p.add_argument("--dense-history", default="oldest_first", metavar="STRATEGY",
                    help="the dense retriever's query formatting (default oldest_first, as "
                         "DPR-IHN was trained)")
+    p.add_argument("--unanswerable", action="store_true",
+                   help="also train on unanswerable questions (SQuAD v2.0's impossible ones "
+                        "and the benchmarks' UNANSWERABLE train turns): the selection softmax "
+                        "gets a 'no passage answers' option and the reader learns to use it "
+                        "(recorded as null_option in its folder)")
     p.add_argument("--length-pool", type=count, default=64, metavar="BATCHES",
                    help="batches of similar length: the epoch order is sorted by length in "
                         "pools of this many batches (default 64; 0: no bucketing)")
@@ -327,7 +332,7 @@ def _reader_config(args: argparse.Namespace):
         eval_examples=args.eval_examples, evaluate=not args.no_eval,
         dense_negatives=args.dense_negatives, dense_top_k=args.dense_top_k,
         article_negatives=args.article_negatives,
-        dense_history=args.dense_history, train=train)
+        dense_history=args.dense_history, unanswerable=args.unanswerable, train=train)
 
 
 def run_reader(args: argparse.Namespace) -> int:

@@ -209,7 +209,7 @@ def calibrate(args: argparse.Namespace, say=print) -> dict[str, Any]:
     read_seconds = time.perf_counter() - started
     decoding, passage_choice, no_answer = calibrated_decoding(
         sources, squad, existing, args.ks, args.no_answer_ks, args.tolerance, args.keep_fusion,
-        args.prevalence)
+        args.prevalence, reader.config.null_option)
     report = {
         "reader": args.reader, "folder": str(folder),
         "reader_fingerprint": reader.model.fingerprint(),
