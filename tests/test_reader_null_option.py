@@ -464,3 +464,23 @@ def test_continuing_a_reader_folder_with_unanswerable_questions(tmp_path, capsys
     assert main(arguments(tmp_path / "lora", "--unanswerable", "--lora", "4")) == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]  # after progress bars
     assert "LoRA (--lora) cannot start from a reader folder" in last
+
+
+def test_other_negative_sources_take_unanswerable_examples():
+    """Dense negatives keep an unanswerable turn's best passages (no gold article, no answer to
+    avoid); reranker examples leave it out."""
+    from types import SimpleNamespace
+
+    from readers.extractive.dense_negatives import filter_hits
+    from retrievers.rerank.data import from_reader_examples
+
+    turn = ReaderExample("bench/c9_1", "how long is the nile?", [], [],
+                         [P["danube"]], source="topiocqa-wiki:bench", unanswerable=True)
+    store = SimpleNamespace(get=lambda pid: P[pid])
+    hits = [SimpleNamespace(passage_id=key, score=1.0 - i / 10)
+            for i, key in enumerate(("danube", "france", "jupiter"))]
+    kept, dropped = filter_hits(turn, hits, store, keep=2)
+    assert [k["id"] for k in kept] == ["danube", "france"]
+    assert dropped == {"gold_article": 0, "holds_answer": 0}
+    converted = from_reader_examples([TOY[0], turn, TOY[5]])
+    assert [e.id for e in converted] == ["a1"]
