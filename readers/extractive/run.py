@@ -175,19 +175,27 @@ def _use_dense_negatives(examples: list[ReaderExample], config: ReaderRunConfig,
         f"({counts['filled_with_bm25']} BM25 ones fill up)")
 
 
+def _reader_folder(config: ReaderRunConfig) -> Path | None:
+    """The reader folder training starts from (None: `init_model` is no reader folder); LoRA
+    over one is refused (see `initial_reader`)."""
+    init = Path(resolve_model(config.init_model))  # a shipped alias names its folder
+    if not (init.is_dir() and (init / META_FILE).exists()):
+        return None
+    if config.lora_r:
+        raise ConfigError(f"{config.init_model}: LoRA (--lora) cannot start from a reader "
+                          "folder (its adapter would be saved over the base encoder and lose "
+                          "the reader's own training); train all weights (--lora 0) and "
+                          "export an adapter afterwards (convqa/front/tools/export_lora.py)")
+    return init
+
+
 def initial_reader(config: ReaderRunConfig) -> ExtractiveReader:
     """The reader training starts from: a reader folder as saved (all of it: an adapter is
     merged, and every weight trains on), anything else via `build`. LoRA over a reader folder
     is refused: the new adapter would be saved over the base encoder alone, without what the
     folder's own training changed."""
-    init = Path(resolve_model(config.init_model))  # a shipped alias names its folder
-    if init.is_dir() and (init / META_FILE).exists():
-        if config.lora_r:
-            raise ConfigError(f"{config.init_model}: LoRA (--lora) cannot start from a reader "
-                              "folder (its adapter would be saved over the base encoder and "
-                              "lose the reader's own training); train all weights (--lora 0) "
-                              "and export an adapter afterwards (convqa/front/tools/"
-                              "export_lora.py)")
+    init = _reader_folder(config)
+    if init is not None:
         reader = ExtractiveReader.from_pretrained(init)
         if reader.has_adapters:
             reader.merge_adapters()
@@ -232,6 +240,7 @@ def run_reader_training(config: ReaderRunConfig, out: str | os.PathLike, acceler
                         say: Callable[[str], None] = print) -> dict[str, Any]:
     """Data, training and evaluation into `out` (each skipped when already done)."""
     out = Path(out)
+    _reader_folder(config)  # refuse a bad start before building any data
     acc = accelerator if accelerator is not None else make_accelerator()
     main = acc.is_main_process
     talk = say if main else (lambda _: None)
