@@ -60,6 +60,9 @@ def test_the_shipped_reranker_ranks_the_answer_passage_first():
 
     model = CrossEncoder.from_pretrained("convqa-reranker")
     assert model.config.model == "convqa-reader"
+    # calibrated per retriever: DPR-IHN's ranking weighs more than BM25's
+    weights = model.retriever_weights
+    assert weights["dense:convqa-dpr-ihn"] > weights["bm25"] > 0
     passages = [Passage("m#0", "Melbourne is the capital of the Australian state of Victoria.",
                         "Melbourne"),
                 Passage("k#0", "2001: A Space Odyssey is a 1968 film produced and directed by "
