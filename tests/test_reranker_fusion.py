@@ -12,9 +12,9 @@ from convqa.registry import RERANKERS
 from convqa.types import Hit, Passage, RerankedHit
 from reader_helpers import single_thread  # noqa: F401 (autouse fixture)
 from reranker_helpers import tiny_cross_encoder
-from retrievers.rerank.fusion import (choose_weight, fuse, read_weights, retriever_key,
-                                      standardised, weight_scores, write_weight)
-from retrievers.rerank.model import META_FILE
+from retrievers.rerank.fusion import (choose_weight, fuse, retriever_key, standardised,
+                                      weight_scores)
+from retrievers.rerank.model import META_FILE, read_weights, write_weight
 
 # the reranker prefers c, then b, then a; the retriever a, then b, then c
 RERANKED = [RerankedHit("c", 2.0, 1, 10.0, 3), RerankedHit("b", 1.5, 2, 20.0, 2),

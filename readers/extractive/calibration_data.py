@@ -23,18 +23,13 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from convqa.errors import ConfigError, DataError
-from convqa.metrics.answer import normalize_answer
 from convqa.types import Hit, Passage
 
+from .data import is_unanswerable  # noqa: F401 (also read from here)
 from .decode import PassageSpan
 from .fusion_tuning import ReadTurn, read_turns
 
 CACHE_VERSION = 1
-
-
-def is_unanswerable(answers: Sequence[str]) -> bool:
-    """No gold answer (SQuAD v2.0), or only TopiOCQA's UNANSWERABLE."""
-    return all(normalize_answer(a) == "unanswerable" for a in answers)
 
 
 @dataclass

@@ -253,6 +253,13 @@ class BuildReport:
         return {source: dict(sorted(c.items())) for source, c in self.counts.items()}
 
 
+def is_unanswerable(answers: Sequence[str]) -> bool:
+    """No gold answer (SQuAD v2.0), or only TopiOCQA's UNANSWERABLE."""
+    from convqa.metrics.answer import normalize_answer
+
+    return all(normalize_answer(a) == "unanswerable" for a in answers)
+
+
 def heldout_keys(keys: Iterable[str], fraction: float, seed: int) -> frozenset[str]:
     """The held-out keys: sha256("{seed}:{key}") order, the first round(n * fraction)."""
     from convqa.benchmark.labelled_turns import dev_conversation_ids
@@ -420,7 +427,6 @@ def benchmark_examples(folder: str | os.PathLike, negatives: int = 7,
     from convqa.metrics.answer import normalize_answer
     from retrievers.bm25 import BM25Retriever
 
-    from .calibration_data import is_unanswerable
 
     folder = Path(folder)
     report = report if report is not None else BuildReport()

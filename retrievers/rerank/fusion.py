@@ -9,7 +9,8 @@ reranker-fusion`, `choose_weight` here), keeps what each knows. Standardising ma
 independent of the retriever's scale (BM25's tens, a dense model's cosines). w = 0 is the
 reranker alone; a large w keeps the retriever's order.
 
-The weights live in the reranker's folder (`convqa_reranker.json`, "retriever_weights"), keyed
+The weights live in the reranker's folder (`convqa_reranker.json`, "retriever_weights", read and
+written by model.py `read_weights` / `write_weight`), keyed
 by `retriever_key` of the retriever spec they were chosen after, so a pipeline or an eval row
 that names the model and its retriever fuses as calibrated; a retriever without a weight gets
 w = 0; the reranker's `retriever_weight` option overrides.
@@ -17,8 +18,6 @@ w = 0; the reranker's `retriever_weight` option overrides.
 from __future__ import annotations
 
 import math
-import os
-from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from convqa.errors import ConfigError
@@ -93,16 +92,6 @@ def choose_weight(scores: Mapping[float, Mapping[str, float]]) -> float:
     return min(scores, key=lambda w: (-round(scores[w]["mrr"], 9), w))
 
 
-def read_weights(folder: str | os.PathLike) -> dict[str, float]:
-    """The calibrated weights a reranker folder holds ({} when none)."""
-    from convqa.io import load_json
-
-    from .model import META_FILE
-
-    block = load_json(Path(folder) / META_FILE).get(WEIGHTS_KEY) or {}
-    return weights_from_block(block, Path(folder) / META_FILE)
-
-
 def weights_from_block(block: Any, where: Any) -> dict[str, float]:
     """{retriever key: weight} of a folder's block, checked (a bad entry names the file)."""
     if not isinstance(block, Mapping):
@@ -116,21 +105,3 @@ def weights_from_block(block: Any, where: Any) -> dict[str, float]:
                               f"got {weight!r}")
         out[str(key)] = float(weight)
     return out
-
-
-def write_weight(folder: str | os.PathLike, key: str, weight: float,
-                 provenance: Mapping[str, Any]) -> Path:
-    """Record `weight` for retriever `key` in the folder's convqa_reranker.json (atomically;
-    the rest of the file and the other retrievers' weights are kept)."""
-    from convqa.io import load_format_json, write_json
-
-    from .model import FORMAT, META_FILE, VERSION
-
-    path = Path(folder) / META_FILE
-    meta = load_format_json(path, FORMAT, VERSION, "convqa cross-encoder reranker")
-    block = dict(meta.get(WEIGHTS_KEY) or {})
-    block[key] = {"weight": float(weight), **provenance}
-    weights_from_block(block, path)
-    meta[WEIGHTS_KEY] = block
-    write_json(path, meta)
-    return path

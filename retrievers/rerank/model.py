@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 from torch import Tensor
@@ -217,3 +217,27 @@ class CrossEncoder(ModelBase):
             meta[WEIGHTS_KEY] = {key: {"weight": weight}
                                  for key, weight in self.retriever_weights.items()}
         return meta
+
+
+def read_weights(folder: str | os.PathLike) -> dict[str, float]:
+    """The calibrated weights a reranker folder holds ({} when none)."""
+    from convqa.io import load_json
+
+    block = load_json(Path(folder) / META_FILE).get(WEIGHTS_KEY) or {}
+    return weights_from_block(block, Path(folder) / META_FILE)
+
+
+def write_weight(folder: str | os.PathLike, key: str, weight: float,
+                 provenance: Mapping[str, Any]) -> Path:
+    """Record `weight` for retriever `key` in the folder's convqa_reranker.json (atomically;
+    the rest of the file and the other retrievers' weights are kept)."""
+    from convqa.io import load_format_json, write_json
+
+    path = Path(folder) / META_FILE
+    meta = load_format_json(path, FORMAT, VERSION, "convqa cross-encoder reranker")
+    block = dict(meta.get(WEIGHTS_KEY) or {})
+    block[key] = {"weight": float(weight), **provenance}
+    weights_from_block(block, path)
+    meta[WEIGHTS_KEY] = block
+    write_json(path, meta)
+    return path

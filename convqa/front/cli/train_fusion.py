@@ -129,8 +129,8 @@ def calibrate(args: argparse.Namespace, say=print) -> dict[str, Any]:
     from convqa.errors import ConfigError
     from convqa.registry import RERANKERS
     from convqa.specs import parse_spec
-    from retrievers.rerank.fusion import (choose_weight, retriever_key, weight_scores,
-                                          write_weight)
+    from retrievers.rerank.fusion import choose_weight, retriever_key, weight_scores
+    from retrievers.rerank.model import write_weight
 
     if args.turns is not None and args.turns < 1:
         raise ConfigError(f"--turns must be at least 1, got {args.turns}")
