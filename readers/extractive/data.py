@@ -427,7 +427,6 @@ def benchmark_examples(folder: str | os.PathLike, negatives: int = 7,
     from convqa.metrics.answer import normalize_answer
     from retrievers.bm25 import BM25Retriever
 
-
     folder = Path(folder)
     report = report if report is not None else BuildReport()
     data = load_labelled_turns(folder)
@@ -438,15 +437,18 @@ def benchmark_examples(folder: str | os.PathLike, negatives: int = 7,
     splits: dict[str, list[ReaderExample]] = {"train": [], "heldout": []}
     gold_article: dict[str, str] = {}
     impossible: list[ReaderExample] = []
+
+    def history_of(turn) -> list[tuple[str, str]]:
+        return [(t.question, t.answer)
+                for t in data.conversations[turn.conversation_id].history(turn.turn)]
+
     for turn in data.turns:
         if unanswerable and turn.answers and is_unanswerable(turn.answers):
             if turn.split != "train":
                 report.add(source, "heldout_skipped_unanswerable")
                 continue
-            conversation = data.conversations[turn.conversation_id]
-            history_pairs = [(t.question, t.answer) for t in conversation.history(turn.turn)]
             impossible.append(ReaderExample(f"{corpus}/{turn.qid}", turn.question,
-                                            history_pairs, [], [], [], "train", source,
+                                            history_of(turn), [], [], [], "train", source,
                                             unanswerable=True))
             continue
         if not turn.answer_evaluable:
@@ -462,9 +464,7 @@ def benchmark_examples(folder: str | os.PathLike, negatives: int = 7,
         if not positives:
             report.add(source, f"{split}_skipped_no_exact_span")
             continue
-        conversation = data.conversations[turn.conversation_id]
-        history_pairs = [(t.question, t.answer) for t in conversation.history(turn.turn)]
-        example = ReaderExample(f"{corpus}/{turn.qid}", turn.question, history_pairs,
+        example = ReaderExample(f"{corpus}/{turn.qid}", turn.question, history_of(turn),
                                 positives, [], list(turn.answers), split, source)
         gold_article[example.id] = turn.gold_article_id or ""
         splits[split].append(example)
@@ -494,10 +494,10 @@ def benchmark_examples(folder: str | os.PathLike, negatives: int = 7,
             example.negatives = [store.get(pid) for pid in ids[:wanted]]
             if len(example.negatives) < wanted:
                 report.add(source, "examples_with_fewer_negatives")
-    dropped = [e for e in splits["train"] if e.unanswerable and not e.negatives]
-    if dropped:  # a query BM25 finds nothing for (e.g. an empty first turn)
-        splits["train"] = [e for e in splits["train"] if not (e.unanswerable and not e.negatives)]
-        report.add(source, "train_unanswerable_without_passages", len(dropped))
+    kept = [e for e in splits["train"] if e.negatives or not e.unanswerable]
+    if len(kept) < len(splits["train"]):  # a query BM25 finds nothing for (e.g. an empty turn)
+        report.add(source, "train_unanswerable_without_passages", len(splits["train"]) - len(kept))
+        splits["train"] = kept
         examples = splits["train"] + splits["heldout"]
     for split, items in splits.items():
         report.add(source, f"{split}_examples", len(items))

@@ -64,26 +64,28 @@ def fuse(hits: Sequence[RerankedHit], weight: float) -> list[RerankedHit]:
             for rank, (score, hit) in enumerate(fused, start=1)]
 
 
-def reciprocal_rank(ranking: Sequence[str], relevant: set[str]) -> float:
-    for rank, pid in enumerate(ranking, start=1):
-        if pid in relevant:
-            return 1.0 / rank
-    return 0.0
+def is_weight(value: Any) -> bool:
+    """A retriever weight: a finite number >= 0 (not a bool)."""
+    return (not isinstance(value, bool) and isinstance(value, (int, float))
+            and math.isfinite(value) and value >= 0)
 
 
 def weight_scores(turns: Iterable[tuple[Sequence[RerankedHit], set[str]]],
                   weights: Sequence[float] = WEIGHTS) -> dict[float, dict[str, float]]:
     """For each weight, the mean reciprocal rank and Hits@1 of the answer passages (`turns`:
     each turn's reranked hits and its relevant passage ids) after fusing."""
+    from convqa.metrics.retrieval import hits_at_k, reciprocal_rank
+
     turns = [(list(hits), relevant) for hits, relevant in turns]
     if not turns:
         raise ConfigError("no turns to choose the retriever weight on")
     out = {}
     for weight in weights:
-        rr = [reciprocal_rank([h.passage_id for h in fuse(hits, weight)], relevant)
-              for hits, relevant in turns]
-        out[float(weight)] = {"mrr": sum(rr) / len(rr),
-                              "hits@1": sum(r == 1.0 for r in rr) / len(rr)}
+        rankings = [([h.passage_id for h in fuse(hits, weight)], relevant)
+                    for hits, relevant in turns]
+        out[float(weight)] = {
+            "mrr": sum(reciprocal_rank(r, rel) for r, rel in rankings) / len(rankings),
+            "hits@1": sum(hits_at_k(r, rel, 1) for r, rel in rankings) / len(rankings)}
     return out
 
 
@@ -99,8 +101,7 @@ def weights_from_block(block: Any, where: Any) -> dict[str, float]:
     out = {}
     for key, entry in block.items():
         weight = entry.get("weight") if isinstance(entry, Mapping) else entry
-        if isinstance(weight, bool) or not isinstance(weight, (int, float)) \
-                or not math.isfinite(weight) or weight < 0:
+        if not is_weight(weight):
             raise ConfigError(f"{where}: '{WEIGHTS_KEY}.{key}' must be a weight >= 0, "
                               f"got {weight!r}")
         out[str(key)] = float(weight)

@@ -21,7 +21,6 @@ rows), else 0 (the reranker alone).
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -33,7 +32,7 @@ from convqa.precision import (MeasuredPrecision, PrecisionChoice, PrecisionOnFir
 from convqa.registry import RERANKERS
 from convqa.types import Hit, Passage, RerankedHit, Turn
 
-from .fusion import fuse, retriever_key
+from .fusion import fuse, is_weight, retriever_key
 from .model import CrossEncoder
 
 # fp32's pairwise order of the probe pairs that another precision must keep
@@ -54,9 +53,7 @@ class CrossEncoderRerankerOptions:
 
     def __post_init__(self) -> None:
         weight = self.retriever_weight
-        if weight is not None and (isinstance(weight, bool)
-                                   or not isinstance(weight, (int, float))
-                                   or not math.isfinite(weight) or weight < 0):
+        if weight is not None and not is_weight(weight):
             raise ValueError(f"retriever_weight must be a number >= 0 or null, got {weight!r}")
         for name in ("top_n", "batch_size", "max_length"):
             value = getattr(self, name)
