@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +67,6 @@ def reranker_folder(name: str) -> Path:
 def scored_turns(args: argparse.Namespace, reranker: Any, say) -> tuple[list, dict[str, Any]]:
     """[(the turn's hits rescored by the reranker alone, its answer passage ids)], and facts."""
     from convqa.benchmark import load_labelled_turns
-    from convqa.corpus import PassageStore
     from convqa.errors import ConfigError
     from convqa.specs import parse_spec
     from readers.extractive.calibration_data import benchmark_turns, retrieve
@@ -93,19 +91,12 @@ def scored_turns(args: argparse.Namespace, reranker: Any, say) -> tuple[list, di
                   set(t.answer_passage_ids)) for t in turns], stored["facts"])
     hits = retrieve(turns, data.conversations, retriever, history, top_n,
                     progress=not args.quiet)
-    from tqdm.auto import tqdm
+    from convqa.front.evaluation.rerank import rerank_turns
 
-    out, ms = {}, []
-    with PassageStore.open(Path(args.benchmark) / "passages") as store:
-        for turn in tqdm(turns, desc="rerank", unit=" q", disable=args.quiet):
-            top = hits[turn.qid][:top_n]
-            started = time.perf_counter()
-            out[turn.qid] = reranker.rerank_turn(
-                turn.question, data.conversations[turn.conversation_id].history(turn.turn),
-                top, [store.get(hit.passage_id) for hit in top])
-            ms.append((time.perf_counter() - started) * 1000)
+    out, ms = rerank_turns(reranker, turns, data.conversations, hits,
+                           Path(args.benchmark) / "passages", top_n, progress=not args.quiet)
     facts = {"turns": len(turns), "top_n": top_n,
-             "rerank_ms_per_turn_p50": round(sorted(ms)[len(ms) // 2], 1)}
+             "rerank_ms_per_turn_p50": round(sorted(ms)[len(ms) // 2], 1) if ms else None}
     if cache is not None:
         from convqa.io import write_json
 

@@ -100,30 +100,43 @@ class Reranking:
                     conversations: Mapping[str, Any], passages: str | Path, progress: bool,
                     label: str | None) -> tuple[dict[str, list[Hit]], dict[str, Any]]:
         import torch
-        from tqdm.auto import tqdm
 
-        from convqa.corpus import PassageStore
         from convqa.precision import cpu_capability
 
-        out: dict[str, list[Hit]] = {}
-        ms: list[float] = []
-        with PassageStore.open(passages) as store:
-            for turn in tqdm(turns, desc=f"rerank {label or ''}".strip(), unit=" q",
-                             disable=not progress):
-                hits = list(source.hits.get(turn.qid, []))
-                top = hits[:self.top_n]
-                texts = [_passage(store, hit.passage_id, source.path) for hit in top]
-                history = conversations[turn.conversation_id].history(turn.turn)
-                started = time.perf_counter()
-                reranked = self.model.rerank_turn(turn.question, history, top, texts) if top else []
-                if top:
-                    ms.append((time.perf_counter() - started) * 1000)
-                out[turn.qid] = reranked_order(reranked, hits)
+        reranked, ms = rerank_turns(self.model, turns, conversations, source.hits, passages,
+                                    self.top_n, progress, label, run_file=source.path)
+        out = {turn.qid: reranked_order(reranked[turn.qid], source.hits.get(turn.qid, []))
+               for turn in turns}
         device = getattr(getattr(self.model, "model", None), "device", None)
         return out, {"turns": len(ms), "ms_per_turn": percentiles(ms), "cpu": cpu_capability(),
                      "device": str(device) if device is not None else None,
                      "threads": torch.get_num_threads(),
                      "precision": getattr(self.model, "precision", None)}
+
+
+def rerank_turns(model: Any, turns: Sequence[Any], conversations: Mapping[str, Any],
+                 hits: Mapping[str, Sequence[Hit]], passages: str | Path, top_n: int,
+                 progress: bool = True, label: str | None = None,
+                 run_file: Path | None = None) -> tuple[dict[str, list[Hit]], list[float]]:
+    """Each turn's first `top_n` hits rescored by `model.rerank_turn` on its conversation (the
+    reranker's order, only those hits), and the milliseconds of each turn that had hits."""
+    from tqdm.auto import tqdm
+
+    from convqa.corpus import PassageStore
+
+    out: dict[str, list[Hit]] = {}
+    ms: list[float] = []
+    with PassageStore.open(passages) as store:
+        for turn in tqdm(turns, desc=f"rerank {label or ''}".strip(), unit=" q",
+                         disable=not progress):
+            top = list(hits.get(turn.qid, []))[:top_n]
+            texts = [_passage(store, hit.passage_id, run_file) for hit in top]
+            history = conversations[turn.conversation_id].history(turn.turn)
+            started = time.perf_counter()
+            out[turn.qid] = model.rerank_turn(turn.question, history, top, texts) if top else []
+            if top:
+                ms.append((time.perf_counter() - started) * 1000)
+    return out, ms
 
 
 def open_reranker(reranker: Any, retriever: Any = None) -> Reranking:
