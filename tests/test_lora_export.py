@@ -201,3 +201,40 @@ def test_phrase_model_export_reproduces_both_towers_and_heads(tmp_path):
         same = all(torch.allclose(a, b, atol=1e-4) for a, b in zip(want, got))
         assert same == exact, flags
     assert module.main(["--tuned", str(out), "--rank", "2", "--out", str(tmp_path / "x")]) == 2
+
+
+def test_reranker_export_keeps_head_weights_and_card_and_reproduces_logits(tmp_path):
+    """convqa/front/tools/export_lora.py on a fully fine-tuned cross-encoder: the adapter folder
+    scores pairs as the tuned model does and keeps its head, retriever weights and card."""
+    from reranker_helpers import model_config, save_tiny_encoder
+
+    from convqa.types import Passage
+    from retrievers.rerank.model import CrossEncoder
+
+    base_dir = save_tiny_encoder(tmp_path / "base")
+    tuned = CrossEncoder.build(model_config(model=str(base_dir)))
+    generator = torch.Generator().manual_seed(7)
+    with torch.no_grad():  # a rank-2 change of every linear weight: exact at rank 2
+        for name, param in tuned.encoder.named_parameters():
+            if name.endswith(".weight") and param.dim() == 2 and "embeddings" not in name:
+                param += (torch.randn(param.shape[0], 2, generator=generator) * 0.05) @ \
+                    torch.randn(2, param.shape[1], generator=generator)
+        tuned.head.weight.normal_(0.0, 0.5, generator=generator)
+    tuned.retriever_weights = {"bm25": 0.25}
+    tuned.save_pretrained(tmp_path / "tuned")
+    from convqa.front.tools import export_lora as module
+    assert module.main(["--tuned", str(tmp_path / "tuned"), "--rank", "2",
+                        "--out", str(tmp_path / "adapter")]) == 0
+    adapter = CrossEncoder.from_pretrained(tmp_path / "adapter").eval()
+    assert adapter.has_adapters and adapter.retriever_weights == {"bm25": 0.25}
+    passages = [Passage(id="a", title="Hamlet", text="Hamlet was written by Shakespeare."),
+                Passage(id="b", title="Glacier", text="A glacier is a body of dense ice.")]
+    batch = tuned.encode_pairs(["who wrote hamlet?"] * 2, passages)
+    with torch.no_grad():
+        want = tuned.eval()(**batch)
+        got = adapter(**batch)
+    assert torch.allclose(want, got, atol=1e-5) and not torch.allclose(want[0], want[1])
+    card = (tmp_path / "adapter" / "README.md").read_text()
+    assert "rank-2 LoRA adapter" in card
+    assert module.main(["--tuned", str(tmp_path / "adapter"), "--rank", "2",
+                        "--out", str(tmp_path / "again")]) == 2

@@ -1,10 +1,12 @@
-"""Export a fully fine-tuned dual encoder, extractive reader, ConvDR student or phrase model as
-a small LoRA adapter over its base model.
+"""Export a fully fine-tuned dual encoder, extractive reader, cross-encoder reranker, ConvDR
+student or phrase model as a small LoRA adapter over its base model.
 
     python -m convqa.front.tools.export_lora --tuned runs/dpr-ihn-full/iter3/model --rank 32 \\
         --out convqa/assets/retriever-dpr-ihn
     python -m convqa.front.tools.export_lora --tuned runs/reader-v1/model --rank 64 \\
         --out convqa/assets/reader-extractive
+    python -m convqa.front.tools.export_lora --tuned runs/reranker-large/model --rank 64 \\
+        --out convqa/assets/reranker-large
     python -m convqa.front.tools.export_lora --tuned runs/convdr-kd-minilm/model --rank 32 \\
         --out convqa/assets/retriever-convdr
     python -m convqa.front.tools.export_lora --tuned runs/phrase-v2/model --rank 32 --exact-embeddings \\
@@ -53,6 +55,32 @@ def export_reader(tuned_path: str, rank: int, out: str, base_name: str | None,
     adapted = ExtractiveReader(tuned.config, encoder, tuned.tokenizer, tuned.span_head,
                                tuned.selection_head)
     adapted.save_pretrained(out, adapter_only=True)
+    return tuned.fingerprint(), report.to_dict()
+
+
+def export_reranker(tuned_path: str, rank: int, out: str, base_name: str | None,
+                    exact: tuple[str, ...]):
+    """A cross-encoder's encoder as an adapter; its head, retriever weights and card exactly."""
+    from convqa.towers import keep_layers, load_encoder
+    from retrievers.rerank.card import CARD_FILE
+    from retrievers.rerank.model import CrossEncoder
+
+    tuned = CrossEncoder.from_pretrained(tuned_path)
+    if tuned.has_adapters:
+        raise ConvQAError(f"{tuned_path}: already a LoRA reranker; nothing to export")
+    base = keep_layers(load_encoder(base_name or tuned.config.model), tuned.config.encoder_layers)
+    encoder, report = encoder_lora_from_finetuned(base, tuned.encoder, r=rank,
+                                                  exact_modules=exact)
+    adapted = CrossEncoder(tuned.config, encoder, tuned.tokenizer, tuned.head)
+    adapted.retriever_weights = dict(tuned.retriever_weights)
+    adapted.save_pretrained(out, adapter_only=True)
+    card = Path(tuned_path) / CARD_FILE
+    if card.exists():  # the trained model's card, with how this folder was made from it
+        kept = f" (mean SVD energy kept {report.mean_energy_kept:.3f})"
+        (Path(out) / CARD_FILE).write_text(
+            card.read_text(encoding="utf-8").rstrip() + "\n\nThis folder stores the trained "
+            f"encoder as a rank-{rank} LoRA adapter over `{base_name or tuned.config.model}`"
+            f"{kept}; export_report.json has the details.\n", encoding="utf-8")
     return tuned.fingerprint(), report.to_dict()
 
 
@@ -110,6 +138,8 @@ def main(argv: list[str] | None = None) -> int:
             export = export_phrase
         elif (folder / "convqa_reader.json").exists():
             export = export_reader
+        elif (folder / "convqa_reranker.json").exists():
+            export = export_reranker
         elif (folder / "convqa_convdr.json").exists():
             export = export_convdr
         else:
