@@ -238,3 +238,23 @@ def test_reranker_export_keeps_head_weights_and_card_and_reproduces_logits(tmp_p
     assert "rank-2 LoRA adapter" in card
     assert module.main(["--tuned", str(tmp_path / "adapter"), "--rank", "2",
                         "--out", str(tmp_path / "again")]) == 2
+    # --half: fp16 LoRA matrices, half the bytes, and the reloaded model is what was recorded
+    assert module.main(["--tuned", str(tmp_path / "tuned"), "--rank", "2", "--half",
+                        "--out", str(tmp_path / "half")]) == 0
+    half = CrossEncoder.from_pretrained(tmp_path / "half").eval()
+    from safetensors import safe_open
+    with safe_open(str(tmp_path / "half" / "adapter_model.safetensors"), "pt") as stored:
+        tensors = {k: stored.get_tensor(k) for k in stored.keys()}
+    dtypes = {k: t.dtype for k, t in tensors.items()}
+    lora_numel = sum(t.numel() for k, t in tensors.items() if ".lora_" in k)
+    assert {d for k, d in dtypes.items() if ".lora_" in k} == {torch.float16}
+    assert {d for k, d in dtypes.items() if ".lora_" not in k} == {torch.float32}
+    full_size = (tmp_path / "adapter" / "adapter_model.safetensors").stat().st_size
+    half_size = (tmp_path / "half" / "adapter_model.safetensors").stat().st_size
+    assert full_size - half_size >= 2 * lora_numel - 256  # 2 bytes saved per LoRA value
+    import json
+    meta = json.loads((tmp_path / "half" / "convqa_reranker.json").read_text())
+    assert half.fingerprint() == meta["fingerprint"] != adapter.fingerprint()
+    with torch.no_grad():
+        assert torch.allclose(half(**batch), want, atol=1e-3)
+    assert "rank-2 LoRA adapter in fp16" in (tmp_path / "half" / "README.md").read_text()

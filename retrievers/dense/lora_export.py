@@ -137,3 +137,40 @@ def _low_rank(delta: torch.Tensor, r: int, scale: float) -> tuple[torch.Tensor, 
     total = float((s ** 2).sum())
     kept = float((s[:k] ** 2).sum() / total) if total > 0 else 1.0
     return a, b, kept
+
+
+def round_lora_to_half(model: torch.nn.Module) -> int:
+    """Round every LoRA matrix of `model` to fp16 values (kept as fp32 tensors), so a copy
+    stored in fp16 (`store_lora_half`) loads back to exactly these weights and the model's
+    fingerprint holds. Returns the number of matrices; refuses values fp16 cannot hold."""
+    count = 0
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if ".lora_" not in name:
+                continue
+            if param.abs().max().item() >= torch.finfo(torch.float16).max:
+                raise ConvQAError(f"LoRA matrix {name} exceeds the fp16 range; export without "
+                                  "--half")
+            param.copy_(param.half().float())
+            count += 1
+    return count
+
+
+def store_lora_half(folder) -> int:
+    """Rewrite the LoRA matrices of every adapter_model.safetensors under `folder` in fp16
+    (LayerNorms, biases and other exact modules stay fp32): half the bytes on disk. Returns the
+    bytes saved. Call after `round_lora_to_half` and saving, so nothing changes on reload."""
+    from pathlib import Path
+
+    from safetensors.torch import load_file, save_file
+
+    saved = 0
+    for path in sorted(Path(folder).rglob("adapter_model.safetensors")):
+        before = path.stat().st_size
+        state = {k: (v.half() if ".lora_" in k and v.is_floating_point() else v)
+                 for k, v in load_file(str(path)).items()}
+        partial = path.with_name(path.name + ".partial")
+        save_file(state, str(partial), metadata={"format": "pt"})
+        partial.replace(path)
+        saved += before - path.stat().st_size
+    return saved

@@ -26,23 +26,26 @@ from pathlib import Path
 from convqa.errors import ConvQAError
 from convqa.io import write_json
 from retrievers.dense.lora_export import (EXACT_MODULES, SMALL_EMBEDDINGS,
-                                         encoder_lora_from_finetuned, lora_from_finetuned)
+                                         encoder_lora_from_finetuned, lora_from_finetuned,
+                                         round_lora_to_half, store_lora_half)
 
 
 def export_dual_encoder(tuned_path: str, rank: int, out: str, base_name: str | None,
-                        exact: tuple[str, ...]):
+                        exact: tuple[str, ...], half: bool = False):
     from retrievers.dense.model import DualEncoder
 
     tuned = DualEncoder.from_pretrained(tuned_path)
     base = DualEncoder.from_pretrained(base_name or tuned.config.model)
     base.config = tuned.config  # same pooling / lengths as the model that was trained
     adapted, report = lora_from_finetuned(base, tuned, r=rank, exact_modules=exact)
+    if half:
+        round_lora_to_half(adapted)
     adapted.save_adapter(out)
     return tuned.fingerprint(), report.to_dict()
 
 
 def export_reader(tuned_path: str, rank: int, out: str, base_name: str | None,
-                  exact: tuple[str, ...]):
+                  exact: tuple[str, ...], half: bool = False):
     from convqa.towers import keep_layers, load_encoder
     from readers.extractive.model import ExtractiveReader
 
@@ -54,12 +57,14 @@ def export_reader(tuned_path: str, rank: int, out: str, base_name: str | None,
                                                   exact_modules=exact)
     adapted = ExtractiveReader(tuned.config, encoder, tuned.tokenizer, tuned.span_head,
                                tuned.selection_head)
+    if half:
+        round_lora_to_half(adapted)
     adapted.save_pretrained(out, adapter_only=True)
     return tuned.fingerprint(), report.to_dict()
 
 
 def export_reranker(tuned_path: str, rank: int, out: str, base_name: str | None,
-                    exact: tuple[str, ...]):
+                    exact: tuple[str, ...], half: bool = False):
     """A cross-encoder's encoder as an adapter; its head, retriever weights and card exactly."""
     from convqa.towers import keep_layers, load_encoder
     from retrievers.rerank.card import CARD_FILE
@@ -73,19 +78,22 @@ def export_reranker(tuned_path: str, rank: int, out: str, base_name: str | None,
                                                   exact_modules=exact)
     adapted = CrossEncoder(tuned.config, encoder, tuned.tokenizer, tuned.head)
     adapted.retriever_weights = dict(tuned.retriever_weights)
+    if half:
+        round_lora_to_half(adapted)
     adapted.save_pretrained(out, adapter_only=True)
     card = Path(tuned_path) / CARD_FILE
     if card.exists():  # the trained model's card, with how this folder was made from it
         kept = f" (mean SVD energy kept {report.mean_energy_kept:.3f})"
         (Path(out) / CARD_FILE).write_text(
             card.read_text(encoding="utf-8").rstrip() + "\n\nThis folder stores the trained "
-            f"encoder as a rank-{rank} LoRA adapter over `{base_name or tuned.config.model}`"
+            f"encoder as a rank-{rank} LoRA adapter{' in fp16' if half else ''} over "
+            f"`{base_name or tuned.config.model}`"
             f"{kept}; export_report.json has the details.\n", encoding="utf-8")
     return tuned.fingerprint(), report.to_dict()
 
 
 def export_convdr(tuned_path: str, rank: int, out: str, base_name: str | None,
-                  exact: tuple[str, ...]):
+                  exact: tuple[str, ...], half: bool = False):
     """A ConvDR student as an adapter over its teacher's query tower (its starting point)."""
     import copy
 
@@ -101,12 +109,14 @@ def export_convdr(tuned_path: str, rank: int, out: str, base_name: str | None,
                                                 exact_modules=exact)
     adapted = ConvDR(tuned.config, tuned.teacher, tower,
                      teacher_fingerprint=tuned.teacher_fingerprint)
+    if half:
+        round_lora_to_half(adapted)
     adapted.save_pretrained(out, adapter_only=True)
     return tuned.fingerprint(), report.to_dict()
 
 
 def export_phrase(tuned_path: str, rank: int, out: str, base_name: str | None,
-                  exact: tuple[str, ...]):
+                  exact: tuple[str, ...], half: bool = False):
     """Both towers of a phrase model (phrase and query) as adapters; its heads exactly."""
     from phrase_index.model import PhraseModel
     from phrase_index.train import export_adapter
@@ -116,6 +126,8 @@ def export_phrase(tuned_path: str, rank: int, out: str, base_name: str | None,
         raise ConvQAError(f"{tuned_path}: already a LoRA phrase model; nothing to export")
     config = tuned.config if base_name is None else replace(tuned.config, base=base_name)
     adapted, reports = export_adapter(PhraseModel.build(config), tuned, rank, exact)
+    if half:
+        round_lora_to_half(adapted)
     adapted.save(out)
     return tuned.full_fingerprint(), {"towers": reports}
 
@@ -127,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="its initial checkpoint (default: the one its config names)")
     parser.add_argument("--rank", type=int, default=32)
     parser.add_argument("--out", required=True)
+    parser.add_argument("--half", action="store_true",
+                        help="store the LoRA matrices in fp16 (half the bytes; the loaded "
+                             "model computes with exactly the stored values)")
     parser.add_argument("--exact-embeddings", action="store_true",
                         help="also store the token-type and position embedding tables exactly "
                              "(~0.8 MB for MiniLM; the reader's fine-tuning moves them)")
@@ -144,7 +159,11 @@ def main(argv: list[str] | None = None) -> int:
             export = export_convdr
         else:
             export = export_dual_encoder
-        fingerprint, report = export(args.tuned, args.rank, args.out, args.base, exact)
+        fingerprint, report = export(args.tuned, args.rank, args.out, args.base, exact,
+                                     args.half)
+        report["lora_dtype"] = "float16" if args.half else "float32"
+        if args.half:
+            report["bytes_saved_by_half"] = store_lora_half(args.out)
         write_json(Path(args.out) / "export_report.json",
                    {"tuned": args.tuned, "tuned_fingerprint": fingerprint, **report})
     except ConvQAError as exc:
