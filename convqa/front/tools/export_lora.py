@@ -44,43 +44,45 @@ def export_dual_encoder(tuned_path: str, rank: int, out: str, base_name: str | N
     return tuned.fingerprint(), report.to_dict()
 
 
-def export_reader(tuned_path: str, rank: int, out: str, base_name: str | None,
-                  exact: tuple[str, ...], half: bool = False):
+def _encoder_as_adapter(tuned, tuned_path: str, noun: str, rank: int, base_name: str | None,
+                        exact: tuple[str, ...]):
+    """A single-encoder model's `encoder` as LoRA over its base (cut to the same layers)."""
     from convqa.towers import keep_layers, load_encoder
-    from readers.extractive.model import ExtractiveReader
 
-    tuned = ExtractiveReader.from_pretrained(tuned_path)
     if tuned.has_adapters:
-        raise ConvQAError(f"{tuned_path}: already a LoRA reader; nothing to export")
+        raise ConvQAError(f"{tuned_path}: already a LoRA {noun}; nothing to export")
     base = keep_layers(load_encoder(base_name or tuned.config.model), tuned.config.encoder_layers)
-    encoder, report = encoder_lora_from_finetuned(base, tuned.encoder, r=rank,
-                                                  exact_modules=exact)
-    adapted = ExtractiveReader(tuned.config, encoder, tuned.tokenizer, tuned.span_head,
-                               tuned.selection_head)
+    return encoder_lora_from_finetuned(base, tuned.encoder, r=rank, exact_modules=exact)
+
+
+def _save_adapter(adapted, out: str, half: bool) -> None:
     if half:
         round_lora_to_half(adapted)
     adapted.save_pretrained(out, adapter_only=True)
+
+
+def export_reader(tuned_path: str, rank: int, out: str, base_name: str | None,
+                  exact: tuple[str, ...], half: bool = False):
+    from readers.extractive.model import ExtractiveReader
+
+    tuned = ExtractiveReader.from_pretrained(tuned_path)
+    encoder, report = _encoder_as_adapter(tuned, tuned_path, "reader", rank, base_name, exact)
+    _save_adapter(ExtractiveReader(tuned.config, encoder, tuned.tokenizer, tuned.span_head,
+                                   tuned.selection_head), out, half)
     return tuned.fingerprint(), report.to_dict()
 
 
 def export_reranker(tuned_path: str, rank: int, out: str, base_name: str | None,
                     exact: tuple[str, ...], half: bool = False):
     """A cross-encoder's encoder as an adapter; its head, retriever weights and card exactly."""
-    from convqa.towers import keep_layers, load_encoder
     from retrievers.rerank.card import CARD_FILE
     from retrievers.rerank.model import CrossEncoder
 
     tuned = CrossEncoder.from_pretrained(tuned_path)
-    if tuned.has_adapters:
-        raise ConvQAError(f"{tuned_path}: already a LoRA reranker; nothing to export")
-    base = keep_layers(load_encoder(base_name or tuned.config.model), tuned.config.encoder_layers)
-    encoder, report = encoder_lora_from_finetuned(base, tuned.encoder, r=rank,
-                                                  exact_modules=exact)
+    encoder, report = _encoder_as_adapter(tuned, tuned_path, "reranker", rank, base_name, exact)
     adapted = CrossEncoder(tuned.config, encoder, tuned.tokenizer, tuned.head)
     adapted.retriever_weights = dict(tuned.retriever_weights)
-    if half:
-        round_lora_to_half(adapted)
-    adapted.save_pretrained(out, adapter_only=True)
+    _save_adapter(adapted, out, half)
     card = Path(tuned_path) / CARD_FILE
     if card.exists():  # the trained model's card, with how this folder was made from it
         kept = f" (mean SVD energy kept {report.mean_energy_kept:.3f})"
