@@ -25,7 +25,7 @@ def test_ranks_each_model_on_the_same_sample_and_writes_json(tmp_path, capsys):
         scores = saved["models"][name]
         assert scores["count"] == 4 and scores["candidates"] == 6.0
         assert 1 / 6 <= scores["mrr"] <= 1.0
-    # two random models rank differently, each deterministically
+    # ranking the same sample again gives the same scores
     again = tool.rank_models(names[:1], str(tmp_path / "examples.jsonl"), 4)
     assert again[names[0]]["mrr"] == saved["models"][names[0]]["mrr"]
 

@@ -5,8 +5,8 @@ student or phrase model as a small LoRA adapter over its base model.
         --out convqa/assets/retriever-dpr-ihn
     python -m convqa.front.tools.export_lora --tuned runs/reader-v1/model --rank 64 \\
         --out convqa/assets/reader-extractive
-    python -m convqa.front.tools.export_lora --tuned runs/reranker-large/model --rank 64 \\
-        --out convqa/assets/reranker-large
+    python -m convqa.front.tools.export_lora --tuned runs/reranker-large/model --rank 32 --half \\
+        --out runs/reranker-large-r32
     python -m convqa.front.tools.export_lora --tuned runs/convdr-kd-minilm/model --rank 32 \\
         --out convqa/assets/retriever-convdr
     python -m convqa.front.tools.export_lora --tuned runs/phrase-v2/model --rank 32 --exact-embeddings \\
@@ -109,11 +109,8 @@ def export_convdr(tuned_path: str, rank: int, out: str, base_name: str | None,
     base_tower = copy.deepcopy(tuned.teacher.query_encoder)
     tower, report = encoder_lora_from_finetuned(base_tower, tuned.query_encoder, r=rank,
                                                 exact_modules=exact)
-    adapted = ConvDR(tuned.config, tuned.teacher, tower,
-                     teacher_fingerprint=tuned.teacher_fingerprint)
-    if half:
-        round_lora_to_half(adapted)
-    adapted.save_pretrained(out, adapter_only=True)
+    _save_adapter(ConvDR(tuned.config, tuned.teacher, tower,
+                         teacher_fingerprint=tuned.teacher_fingerprint), out, half)
     return tuned.fingerprint(), report.to_dict()
 
 
