@@ -64,6 +64,22 @@ def test_retriever_keys():
     assert retriever_key(object()) is None
 
 
+def test_a_dense_spec_without_model_takes_the_encoder_its_index_records(tmp_path):
+    """`{name: dense, index: DIR}` (the encoder read from the index) shares the weight
+    calibrated for `{name: dense, model: convqa-dpr-ihn, ...}`."""
+    import numpy as np
+
+    from retrievers.dense.index import DenseIndex
+
+    vectors = np.random.default_rng(0).standard_normal((6, 8)).astype("float32")
+    DenseIndex.build(vectors, encoder="convqa-dpr-ihn").save(tmp_path / "dense")
+    assert retriever_key({"name": "dense", "index": str(tmp_path / "dense")}) == \
+        "dense:convqa-dpr-ihn"
+    assert retriever_key({"name": "dense", "index": tmp_path / "dense", "model": "other"}) == \
+        "dense:other"
+    assert retriever_key({"name": "dense", "index": str(tmp_path / "missing")}) == "dense"
+
+
 @pytest.fixture()
 def folder(tmp_path):
     path = tmp_path / "model"
@@ -163,3 +179,49 @@ def test_command_line_bad_input_is_one_line(tmp_path, capsys):
     assert code != 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not a reranker folder" in err[0]
+
+
+def test_several_benchmarks_choose_on_the_mean_of_their_mrrs(folder, tmp_path, capsys):
+    from training_helpers import make_benchmark
+
+    from convqa.corpus import PassageStore
+    from convqa.front.cli.main import main as convqa
+    from retrievers.bm25 import BM25Retriever
+
+    specs = []
+    for name in ("one", "two"):
+        bench = make_benchmark(tmp_path / name)
+        with PassageStore.open(bench / "passages") as store:
+            BM25Retriever.build_from_store(store).save(tmp_path / f"bm25-{name}")
+        specs += ["--benchmark", str(bench), "--retriever",
+                  json.dumps({"name": "bm25", "index": str(tmp_path / f"bm25-{name}")})]
+    args = ["train", "reranker-fusion", "--reranker", str(folder), *specs,
+            "--history", "current_first", "--top-n", "4", "--report", str(tmp_path / "r.json"),
+            "--quiet", "--write"]
+    assert convqa(args) == 0
+    report = json.loads((tmp_path / "r.json").read_text())
+    first, second = report["benchmarks"]
+    assert report["turns"] == first["turns"] + second["turns"]
+    for weight, scores in report["scores"].items():
+        mean = (first["scores"][weight]["mrr"] + second["scores"][weight]["mrr"]) / 2
+        assert scores["mrr"] == pytest.approx(mean)
+    best = max(s["mrr"] for s in report["scores"].values())
+    assert report["scores"][str(report["weight"])]["mrr"] == best
+    chosen_on = json.loads((folder / META_FILE).read_text())["retriever_weights"]["bm25"]
+    assert "one" in chosen_on["chosen_on"] and "two" in chosen_on["chosen_on"]
+    assert "on the mean MRR of one, two" in capsys.readouterr().out
+
+
+def test_several_benchmarks_must_follow_one_retriever(folder, tmp_path, capsys):
+    from convqa.front.cli.main import main as convqa
+
+    base = ["train", "reranker-fusion", "--reranker", str(folder),
+            "--benchmark", str(tmp_path / "a"), "--benchmark", str(tmp_path / "b")]
+    assert convqa(base + ["--retriever", "bm25", "--retriever",
+                          json.dumps({"name": "dense", "model": "convqa-dpr-ihn"})]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "one weight is chosen for one retriever" in err[0]
+    assert convqa(base + ["--retriever", "bm25", "--history", "full", "--history", "full",
+                          "--history", "full"]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "3 --history for 2 --benchmark" in err[0]

@@ -30,17 +30,35 @@ WEIGHTS_KEY = "retriever_weights"
 
 def retriever_key(spec: Any) -> str | None:
     """What a weight is chosen for: the retriever's registry name, with its model when it has
-    one (`bm25`, `dense:convqa-dpr-ihn`); None for a retriever given built."""
+    one (`bm25`, `dense:convqa-dpr-ihn`); a spec that names no model but an index that records
+    its encoder (a dense index) has that encoder, so `{name: dense, index: DIR}` and
+    `{name: dense, model: convqa-dpr-ihn, index: DIR}` share a weight. None for a retriever
+    given built."""
     if isinstance(spec, str):
         return spec
     if isinstance(spec, Mapping) and isinstance(spec.get("name"), str):
-        model = spec.get("model")
+        model = spec.get("model") or recorded_encoder(spec.get("index"))
         return f"{spec['name']}:{model}" if isinstance(model, str) and model else spec["name"]
     name = getattr(spec, "name", None)
     if isinstance(name, str):
         options = getattr(spec, "options", None) or {}
         return retriever_key({"name": name, **dict(options)})
     return None
+
+
+def recorded_encoder(index: Any) -> str | None:
+    """The encoder a dense index folder records (`dense_index.json`), None for anything else."""
+    import json
+    from pathlib import Path
+
+    if not isinstance(index, (str, Path)) or not index:
+        return None
+    meta = Path(index) / "dense_index.json"
+    try:
+        encoder = json.loads(meta.read_text(encoding="utf-8")).get("encoder")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return encoder if isinstance(encoder, str) and encoder else None
 
 
 def standardised(scores: Sequence[float]) -> list[float]:

@@ -1,21 +1,26 @@
 """`convqa train reranker-fusion`: choose how much of a retriever's score a reranker keeps
 (retrievers/rerank/fusion.py) on training turns, and record it in the reranker's folder.
 
-    convqa train reranker-fusion --reranker convqa-reranker --benchmark bench/vital \\
-        --retriever '{name: dense, model: convqa-dpr-ihn, index: ..., passages: ...}' \\
+    convqa train reranker-fusion --reranker convqa-reranker \\
+        --benchmark bench/full --retriever '{name: dense, index: bench/full/indexes/dpr-ihn}' \\
+        --benchmark bench/vital --retriever '{name: dense, index: bench/vital/indexes/dpr-ihn}' \\
         --history oldest_first --turns 300 --cache /tmp/fusion --write
 
 Each sampled answer-evaluable turn of --split is retrieved (top --top-n), rescored by the
 reranker alone (kept in --cache: choosing again scores nothing twice), then every weight of
 fusion.WEIGHTS is scored by the answer passages' mean reciprocal rank; the best is written for
-the retriever's key (`dense:convqa-dpr-ihn`, `bm25`). Wired into `convqa train` by
-`add_fusion_parser(jobs)`.
+the retriever's key (`dense:convqa-dpr-ihn`, `bm25`). With several --benchmark the weight is
+chosen on the mean of their MRRs, each collection counting the same: one weight per retriever
+serves every collection it is used on, and a retriever that is strong on a small collection
+and weak at the passage level of a large one (DPR-IHN) is weighed on both. Wired into
+`convqa train` by `add_fusion_parser(jobs)`.
 """
 from __future__ import annotations
 
 import argparse
 import hashlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,16 +35,19 @@ def add_fusion_parser(jobs) -> argparse.ArgumentParser:
                     "in the reranker's folder for that retriever.")
     p.add_argument("--reranker", default="convqa-reranker",
                    help="reranker folder or shipped alias (default convqa-reranker)")
-    p.add_argument("--benchmark", required=True, metavar="DIR",
-                   help="`convqa data topiocqa-wiki` folder")
-    p.add_argument("--retriever", required=True, metavar="SPEC",
-                   help="the retriever the reranker follows: a name, inline YAML/JSON or a "
-                        "YAML file (its key in the folder: name, and model when it has one)")
-    p.add_argument("--history", default="oldest_first", metavar="SPEC",
-                   help="the retriever's query formatting (default oldest_first)")
+    p.add_argument("--benchmark", required=True, action="append", metavar="DIR",
+                   help="`convqa data topiocqa-wiki` folder (repeat for several collections)")
+    p.add_argument("--retriever", required=True, action="append", metavar="SPEC",
+                   help="the retriever the reranker follows, one per --benchmark in order or "
+                        "one for all: a name, inline YAML/JSON or a YAML file (its key in the "
+                        "folder: name, and model when it has one; the same for every "
+                        "--benchmark)")
+    p.add_argument("--history", action="append", default=[], metavar="SPEC",
+                   help="the retriever's query formatting, one per --benchmark or one for all "
+                        "(default oldest_first)")
     p.add_argument("--split", default="train", help="benchmark turns to use (default train)")
     p.add_argument("--turns", type=int, default=300,
-                   help="answer-evaluable turns, a seeded sample (default 300)")
+                   help="answer-evaluable turns per benchmark, a seeded sample (default 300)")
     p.add_argument("--top-n", type=int, default=None,
                    help="hits rescored (default the reranker's top_n, 20)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
@@ -64,37 +72,75 @@ def reranker_folder(name: str) -> Path:
     return folder
 
 
-def scored_turns(args: argparse.Namespace, reranker: Any, say) -> tuple[list, dict[str, Any]]:
-    """[(the turn's hits rescored by the reranker alone, its answer passage ids)], and facts."""
-    from convqa.benchmark import load_labelled_turns
+@dataclass(frozen=True)
+class Source:
+    """One --benchmark with its retriever spec and history spec."""
+
+    benchmark: str
+    retriever: Any
+    history: Any
+
+
+def sources(args: argparse.Namespace) -> list[Source]:
+    """The --benchmark folders paired with their --retriever and --history (one for all, or one
+    each in order); every retriever must have the same key, the one the weight is recorded for."""
     from convqa.errors import ConfigError
     from convqa.specs import parse_spec
+    from retrievers.rerank.fusion import retriever_key
+
+    count = len(args.benchmark)
+
+    def per_benchmark(values: list[str], what: str, default: str) -> list[str]:
+        if not values:
+            return [default] * count
+        if len(values) == 1:
+            return values * count
+        if len(values) != count:
+            raise ConfigError(f"{len(values)} {what} for {count} --benchmark")
+        return values
+
+    retrievers = [parse_spec(spec, "retriever")[0]
+                  for spec in per_benchmark(args.retriever, "--retriever", "")]
+    histories = [parse_spec(spec, "history")[0]
+                 for spec in per_benchmark(args.history, "--history", "oldest_first")]
+    keys = {retriever_key(spec) for spec in retrievers}
+    if len(keys) > 1:
+        raise ConfigError("one weight is chosen for one retriever: the --retriever specs name "
+                          f"{', '.join(sorted(map(str, keys)))}")
+    return [Source(b, r, h) for b, r, h in zip(args.benchmark, retrievers, histories)]
+
+
+def scored_turns(args: argparse.Namespace, source: Source, reranker: Any, say
+                 ) -> tuple[list, dict[str, Any]]:
+    """[(the turn's hits rescored by the reranker alone, its answer passage ids)] of one
+    benchmark, and facts."""
+    from convqa.benchmark import load_labelled_turns
+    from convqa.errors import ConfigError
     from readers.extractive.calibration_data import benchmark_turns, retrieve
 
-    data = load_labelled_turns(args.benchmark)
+    data = load_labelled_turns(source.benchmark)
     turns, _ = benchmark_turns(data.turns, args.split, args.turns, 0, args.seed)
     turns = [t for t in turns if t.answer_passage_ids]
     if not turns:
-        raise ConfigError(f"{args.benchmark}: no answer-evaluable turns with answer passages "
+        raise ConfigError(f"{source.benchmark}: no answer-evaluable turns with answer passages "
                           f"in split {args.split!r}")
-    retriever = parse_spec(args.retriever, "retriever")[0]
-    history = parse_spec(args.history, "history")[0]
     top_n = reranker.options.top_n
-    cache = _cache_file(args, reranker, retriever, history, [t.qid for t in turns])
+    name = Path(source.benchmark).name
+    cache = _cache_file(args, source, reranker, [t.qid for t in turns])
     if cache is not None and cache.is_file():
         from convqa.io import load_json
         from convqa.types import RerankedHit
 
         stored = load_json(cache)
-        say(f"{len(turns)} {args.split} turns, rescored top {top_n} (cached)")
+        say(f"{name}: {len(turns)} {args.split} turns, rescored top {top_n} (cached)")
         return ([([RerankedHit.from_dict(h) for h in stored["hits"][t.qid]],
                   set(t.answer_passage_ids)) for t in turns], stored["facts"])
-    hits = retrieve(turns, data.conversations, retriever, history, top_n,
+    hits = retrieve(turns, data.conversations, source.retriever, source.history, top_n,
                     progress=not args.quiet)
     from convqa.front.evaluation.rerank import rerank_turns
 
     out, ms = rerank_turns(reranker, turns, data.conversations, hits,
-                           Path(args.benchmark) / "passages", top_n, progress=not args.quiet)
+                           Path(source.benchmark) / "passages", top_n, progress=not args.quiet)
     facts = {"turns": len(turns), "top_n": top_n,
              "rerank_ms_per_turn_p50": round(sorted(ms)[len(ms) // 2], 1) if ms else None}
     if cache is not None:
@@ -102,46 +148,61 @@ def scored_turns(args: argparse.Namespace, reranker: Any, say) -> tuple[list, di
 
         write_json(cache, {"facts": facts, "hits": {
             q: [h.to_dict() for h in hs] for q, hs in out.items()}})
-    say(f"{len(turns)} {args.split} turns, rescored top {top_n}")
+    say(f"{name}: {len(turns)} {args.split} turns, rescored top {top_n}")
     return [(out[t.qid], set(t.answer_passage_ids)) for t in turns], facts
 
 
-def _cache_file(args, reranker, retriever, history, qids) -> Path | None:
+def _cache_file(args, source: Source, reranker, qids) -> Path | None:
     if not args.cache:
         return None
-    key = json.dumps({"reranker": reranker.fingerprint(), "retriever": retriever,
-                      "history": history, "benchmark": str(Path(args.benchmark).resolve()),
-                      "qids": qids}, sort_keys=True, default=str)
+    key = json.dumps({"reranker": reranker.fingerprint(), "retriever": source.retriever,
+                      "history": source.history,
+                      "benchmark": str(Path(source.benchmark).resolve()), "qids": qids},
+                     sort_keys=True, default=str)
     return Path(args.cache) / f"fusion-{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
+
+
+def mean_scores(per_benchmark: list[dict[float, dict[str, float]]]
+                ) -> dict[float, dict[str, float]]:
+    """Each weight's metrics averaged over the benchmarks (each counts the same)."""
+    return {w: {m: sum(s[w][m] for s in per_benchmark) / len(per_benchmark)
+                for m in per_benchmark[0][w]} for w in per_benchmark[0]}
 
 
 def calibrate(args: argparse.Namespace, say=print) -> dict[str, Any]:
     """Score, choose, and (with --write) record; returns the report."""
     from convqa.errors import ConfigError
     from convqa.registry import RERANKERS
-    from convqa.specs import parse_spec
     from retrievers.rerank.fusion import choose_weight, retriever_key, weight_scores
     from retrievers.rerank.model import write_weight
 
     if args.turns is not None and args.turns < 1:
         raise ConfigError(f"--turns must be at least 1, got {args.turns}")
     folder = reranker_folder(args.reranker)
+    chosen_on = sources(args)
     options = {"name": "cross_encoder", "model": str(folder), "retriever_weight": 0.0}
     if args.top_n is not None:
         options["top_n"] = args.top_n
     reranker = RERANKERS.build(options)
-    key = retriever_key(parse_spec(args.retriever, "retriever")[0])
-    turns, facts = scored_turns(args, reranker, say)
-    scores = weight_scores(turns)
+    key = retriever_key(chosen_on[0].retriever)
+    benchmarks = []
+    for source in chosen_on:
+        turns, facts = scored_turns(args, source, reranker, say)
+        benchmarks.append({"benchmark": str(source.benchmark), **facts,
+                           "scores": weight_scores(turns)})
+    scores = mean_scores([b["scores"] for b in benchmarks])
     weight = choose_weight(scores)
+    names = " + ".join(f"{Path(b['benchmark']).name} {b['turns']}" for b in benchmarks)
     report = {"reranker": args.reranker, "folder": str(folder), "retriever": key,
-              "benchmark": str(args.benchmark), "split": args.split, **facts,
+              "split": args.split, "top_n": benchmarks[0]["top_n"],
+              "turns": sum(b["turns"] for b in benchmarks),
+              "benchmarks": [{**b, "scores": {str(w): s for w, s in b["scores"].items()}}
+                             for b in benchmarks],
               "scores": {str(w): s for w, s in scores.items()}, "weight": weight,
               "written": False}
     if args.write:
         write_weight(folder, key, weight, {
-            "chosen_on": f"{Path(args.benchmark).name} {args.split}, {facts['turns']} turns, "
-                         f"top {facts['top_n']}",
+            "chosen_on": f"{args.split} turns ({names}), top {report['top_n']}",
             "mrr": round(scores[weight]["mrr"], 4),
             "mrr_reranker_alone": round(scores[0.0]["mrr"], 4)})
         report["written"] = True
@@ -153,12 +214,17 @@ def calibrate(args: argparse.Namespace, say=print) -> dict[str, Any]:
 
 
 def summary(report: dict[str, Any]) -> str:
+    names = [Path(b["benchmark"]).name for b in report["benchmarks"]]
+    several = len(names) > 1
     lines = [f"retriever {report['retriever']}: weight {report['weight']:g}"
-             + (" (written)" if report["written"] else "")]
+             + (" (written)" if report["written"] else "")
+             + (f", on the mean MRR of {', '.join(names)}" if several else "")]
     for weight, s in report["scores"].items():
         mark = " <-" if float(weight) == report["weight"] else ""
+        each = "".join(f"; {name} {b['scores'][weight]['mrr']:.3f}"
+                       for name, b in zip(names, report["benchmarks"])) if several else ""
         lines.append(f"  w={float(weight):g}: MRR {s['mrr']:.3f}, H@1 "
-                     f"{100 * s['hits@1']:.1f}{mark}")
+                     f"{100 * s['hits@1']:.1f}{each}{mark}")
     return "\n".join(lines)
 
 
