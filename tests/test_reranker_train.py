@@ -159,3 +159,20 @@ def test_bad_settings(settings, message):
 def test_too_few_examples_for_a_step(tmp_path):
     with pytest.raises(ConfigError, match="3 training examples are too few"):
         train_reranker(tiny_cross_encoder(), toy_examples(3), tmp_path / "r", config())
+
+
+def test_training_further_from_a_shipped_alias_starts_from_its_weights(tmp_path, monkeypatch):
+    """`--init-model convqa-reranker` continues the shipped reranker (its encoder and its head),
+    not a fresh head on its encoder."""
+    import convqa.models
+    from retrievers.rerank.run import RerankRunConfig, initial_model
+
+    shipped = tiny_cross_encoder(seed=7)
+    torch.nn.init.normal_(shipped.head.weight, std=1.0)
+    shipped.save_pretrained(tmp_path / "assets" / "tiny-reranker")
+    monkeypatch.setattr(convqa.models, "ASSETS_DIR", tmp_path / "assets")
+    monkeypatch.setitem(convqa.models.SHIPPED_MODELS, "tiny-reranker-alias", "tiny-reranker")
+    model = initial_model(RerankRunConfig(init_model="tiny-reranker-alias", lora_r=0))
+    inputs = shipped.encode_pairs(["which harbour"] * 2, toy_examples(1)[0].positives * 2)
+    with torch.no_grad():
+        assert torch.allclose(model.eval()(**inputs), shipped.eval()(**inputs), atol=1e-6)

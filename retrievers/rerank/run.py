@@ -116,9 +116,11 @@ def prepare_examples(config: RerankRunConfig, out: str | os.PathLike, accelerato
 
 def initial_model(config: RerankRunConfig) -> CrossEncoder:
     """A fresh head on `init_model`'s encoder (with LoRA when `lora_r`), or a trained reranker
-    folder to train further (its own settings kept; new LoRA adapters then sit over its
+    folder (or a shipped reranker's alias, `convqa-reranker`) to train further (its own settings kept; new LoRA adapters then sit over its
     weights, so only a folder of full weights can take them)."""
-    folder = Path(config.init_model)
+    from convqa.models import shipped_model_path
+
+    folder = shipped_model_path(config.init_model) or Path(config.init_model)
     if folder.is_dir() and (folder / META_FILE).exists():
         model = CrossEncoder.from_pretrained(folder)
         if model.has_adapters and config.lora_r:
