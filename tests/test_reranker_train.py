@@ -167,12 +167,29 @@ def test_training_further_from_a_shipped_alias_starts_from_its_weights(tmp_path,
     import convqa.models
     from retrievers.rerank.run import RerankRunConfig, initial_model
 
+    import dataclasses
+
     shipped = tiny_cross_encoder(seed=7)
     torch.nn.init.normal_(shipped.head.weight, std=1.0)
+    shipped.encoder.save_pretrained(tmp_path / "base")  # the adapter's base, by path
+    shipped.tokenizer.save_pretrained(tmp_path / "base")
+    shipped.config = dataclasses.replace(shipped.config, model=str(tmp_path / "base"))
+    shipped.add_lora(r=2)  # shipped rerankers are LoRA adapters
+    with torch.no_grad():
+        for name, parameter in shipped.named_parameters():
+            if "lora_B" in name:
+                parameter.normal_(std=0.5)
     shipped.save_pretrained(tmp_path / "assets" / "tiny-reranker")
+    shipped = CrossEncoder.from_pretrained(tmp_path / "assets" / "tiny-reranker")
     monkeypatch.setattr(convqa.models, "ASSETS_DIR", tmp_path / "assets")
     monkeypatch.setitem(convqa.models.SHIPPED_MODELS, "tiny-reranker-alias", "tiny-reranker")
     model = initial_model(RerankRunConfig(init_model="tiny-reranker-alias", lora_r=0))
     inputs = shipped.encode_pairs(["which harbour"] * 2, toy_examples(1)[0].positives * 2)
     with torch.no_grad():
-        assert torch.allclose(model.eval()(**inputs), shipped.eval()(**inputs), atol=1e-6)
+        assert torch.allclose(model.eval()(**inputs), shipped.eval()(**inputs), atol=1e-5)
+    # --lora 0 trains every weight, not only the head (the adapter's base loads frozen)
+    assert all(parameter.requires_grad for parameter in model.parameters())
+    before = weights(model)
+    train_reranker(model, toy_examples(8), tmp_path / "run", config(epochs=1))
+    changed = {k for k, v in weights(model).items() if not torch.equal(v, before[k])}
+    assert any(k.startswith("encoder.") for k in changed) and "head.weight" in changed

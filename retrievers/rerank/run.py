@@ -128,6 +128,8 @@ def initial_model(config: RerankRunConfig) -> CrossEncoder:
                               "adapters is not supported; give --lora 0 to train all its "
                               "weights")
         model.merge_adapters()
+        for parameter in model.parameters():  # a LoRA folder loads with its base frozen
+            parameter.requires_grad_(True)
         if config.lora_r:  # the adapter's base is this folder's encoder
             model.config = dataclasses.replace(model.config, model=str(folder.resolve()))
             model.add_lora(r=config.lora_r, alpha=2 * config.lora_r)
