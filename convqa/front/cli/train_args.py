@@ -54,6 +54,20 @@ def fraction(text: str) -> float:
     return value
 
 
+def per_benchmark(values: list[str], count: int, what: str, default: Any) -> list:
+    """A repeatable flag matched to `count` --benchmark folders: none (each gets `default`), one
+    (for all), or one each in order; any other number is a one-line error."""
+    from convqa.errors import ConfigError
+
+    if not values:
+        return [default] * count
+    if len(values) == 1:
+        return values * count
+    if len(values) != count:
+        raise ConfigError(f"{len(values)} {what} for {count} --benchmark")
+    return values
+
+
 def add_schedule_args(p: argparse.ArgumentParser, *, batch_size: int, unit: str, lr: float,
                       checkpoint_every: int = 200, weight_decay: float | None = None,
                       steps_help: str = "cap on optimizer steps",

@@ -104,16 +104,6 @@ def reader_folder(name: str) -> Path:
     return folder
 
 
-def _per_benchmark(values: list[str], count: int, what: str, default: str | None) -> list:
-    if not values:
-        return [default] * count
-    if len(values) == 1:
-        return values * count
-    if len(values) != count:
-        raise ConfigError(f"{len(values)} {what} for {count} --benchmark")
-    return values
-
-
 def benchmark_sources(args: argparse.Namespace, reader: Any, say,
                       unanswerable_k: int | None = None) -> list:
     """Every --benchmark's turns of --split, read through the cache: the answer-evaluable ones
@@ -124,13 +114,15 @@ def benchmark_sources(args: argparse.Namespace, reader: Any, say,
                                                      benchmark_turns, read_benchmark_turns,
                                                      retrieve, run_file_hits)
 
+    from .train_args import per_benchmark
+
     count = len(args.benchmark)
     if args.run and args.retriever:
         raise ConfigError("give --retriever or --run, not both")
-    runs = _per_benchmark(args.run, count, "--run", None) if args.run else [None] * count
-    retrievers = _per_benchmark(args.retriever, count, "--retriever", None) \
+    runs = per_benchmark(args.run, count, "--run", None) if args.run else [None] * count
+    retrievers = per_benchmark(args.retriever, count, "--retriever", None) \
         if args.retriever else [None] * count
-    histories = _per_benchmark(args.history, count, "--history", "oldest_first")
+    histories = per_benchmark(args.history, count, "--history", "oldest_first")
     depth_unanswerable = min(args.k, unanswerable_k or args.k)
     sources = []
     for folder, run_file, retriever, history in zip(args.benchmark, runs, retrievers, histories):

@@ -88,21 +88,13 @@ def sources(args: argparse.Namespace) -> list[Source]:
     from convqa.specs import parse_spec
     from retrievers.rerank.fusion import retriever_key
 
+    from .train_args import per_benchmark
+
     count = len(args.benchmark)
-
-    def per_benchmark(values: list[str], what: str, default: str) -> list[str]:
-        if not values:
-            return [default] * count
-        if len(values) == 1:
-            return values * count
-        if len(values) != count:
-            raise ConfigError(f"{len(values)} {what} for {count} --benchmark")
-        return values
-
     retrievers = [parse_spec(spec, "retriever")[0]
-                  for spec in per_benchmark(args.retriever, "--retriever", "")]
+                  for spec in per_benchmark(args.retriever, count, "--retriever", "")]
     histories = [parse_spec(spec, "history")[0]
-                 for spec in per_benchmark(args.history, "--history", "oldest_first")]
+                 for spec in per_benchmark(args.history, count, "--history", "oldest_first")]
     keys = {retriever_key(spec) for spec in retrievers}
     if len(keys) > 1:
         raise ConfigError("one weight is chosen for one retriever: the --retriever specs name "
@@ -162,11 +154,9 @@ def _cache_file(args, source: Source, reranker, qids) -> Path | None:
     return Path(args.cache) / f"fusion-{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
 
 
-def mean_scores(per_benchmark: list[dict[float, dict[str, float]]]
-                ) -> dict[float, dict[str, float]]:
+def mean_scores(each: list[dict[float, dict[str, float]]]) -> dict[float, dict[str, float]]:
     """Each weight's metrics averaged over the benchmarks (each counts the same)."""
-    return {w: {m: sum(s[w][m] for s in per_benchmark) / len(per_benchmark)
-                for m in per_benchmark[0][w]} for w in per_benchmark[0]}
+    return {w: {m: sum(s[w][m] for s in each) / len(each) for m in each[0][w]} for w in each[0]}
 
 
 def calibrate(args: argparse.Namespace, say=print) -> dict[str, Any]:
