@@ -164,10 +164,10 @@ def test_too_few_examples_for_a_step(tmp_path):
 def test_training_further_from_a_shipped_alias_starts_from_its_weights(tmp_path, monkeypatch):
     """`--init-model convqa-reranker` continues the shipped reranker (its encoder and its head),
     not a fresh head on its encoder."""
+    import dataclasses
+
     import convqa.models
     from retrievers.rerank.run import RerankRunConfig, initial_model
-
-    import dataclasses
 
     shipped = tiny_cross_encoder(seed=7)
     torch.nn.init.normal_(shipped.head.weight, std=1.0)

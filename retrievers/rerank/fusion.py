@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable, Mapping, Sequence
 
-from convqa.errors import ConfigError
+from convqa.errors import ConfigError, ConvQAError
 from convqa.types import RerankedHit
 
 # the weights `choose_weight` tries (0: the reranker alone)
@@ -47,16 +47,17 @@ def retriever_key(spec: Any) -> str | None:
 
 
 def recorded_encoder(index: Any) -> str | None:
-    """The encoder a dense index folder records (`dense_index.json`), None for anything else."""
-    import json
+    """The encoder a dense index folder records (`DenseIndex.read_meta`), None for anything
+    else (no folder, another kind of index, a damaged one: building it says why)."""
     from pathlib import Path
 
-    if not isinstance(index, (str, Path)) or not index:
+    from retrievers.dense.index import DenseIndex
+
+    if not isinstance(index, (str, Path)) or not index or not Path(index).is_dir():
         return None
-    meta = Path(index) / "dense_index.json"
     try:
-        encoder = json.loads(meta.read_text(encoding="utf-8")).get("encoder")
-    except (OSError, ValueError, AttributeError):
+        encoder = DenseIndex.read_meta(index).get("encoder")
+    except ConvQAError:
         return None
     return encoder if isinstance(encoder, str) and encoder else None
 

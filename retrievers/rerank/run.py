@@ -116,8 +116,9 @@ def prepare_examples(config: RerankRunConfig, out: str | os.PathLike, accelerato
 
 def initial_model(config: RerankRunConfig) -> CrossEncoder:
     """A fresh head on `init_model`'s encoder (with LoRA when `lora_r`), or a trained reranker
-    folder (or a shipped reranker's alias, `convqa-reranker`) to train further (its own settings kept; new LoRA adapters then sit over its
-    weights, so only a folder of full weights can take them)."""
+    folder (or a shipped reranker's alias, `convqa-reranker`) to train further: its own
+    settings kept, every weight trainable; new LoRA adapters then sit over its weights, so only
+    a folder of full weights can take them."""
     from convqa.models import shipped_model_path
 
     folder = shipped_model_path(config.init_model) or Path(config.init_model)
