@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Protocol, Sequence
 from .config import load_yaml
 from .errors import ConfigError, ConvQAError
 from .registry import HISTORY_STRATEGIES, READERS, RERANKERS, RETRIEVERS
-from .types import Answer, Hit, Passage, Turn
+from .types import Answer, Hit, Passage, RerankedHit, Turn
 
 # the keys of a pipeline config (YAML or dict)
 PIPELINE_KEYS = ("passages", "retriever", "history", "reranker", "reader", "top_k")
@@ -27,14 +27,21 @@ PIPELINE_KEYS = ("passages", "retriever", "history", "reranker", "reader", "top_
 
 def read_passages(reader: Any, question: str, history: Sequence[Turn],
                   passages: Sequence[Passage], hits: Sequence[Hit],
-                  always_answer: bool = False) -> Answer | None:
+                  always_answer: bool = False, reranked: bool | None = None
+                  ) -> Answer | None:
     """`reader.read` of retrieved passages, with the retriever's scores for a reader that
     weighs them in (`reads_retriever_scores`, e.g. the extractive reader with a fusion).
     `always_answer`: a reader that can answer "no answer in the collection" (`abstains`) is
-    told not to (evaluation on questions that all have an answer)."""
+    told not to (evaluation on questions that all have an answer). `reranked`: the hits are a
+    reranker's (None: when they are `RerankedHit`s), told to a reader that decodes those its
+    own way (`reads_reranked`)."""
     options: dict[str, Any] = {}
     if getattr(reader, "reads_retriever_scores", False):
         options["scores"] = [hit.score for hit in hits[:len(passages)]]
+    if reranked is None:
+        reranked = bool(hits) and isinstance(hits[0], RerankedHit)
+    if reranked and getattr(reader, "reads_reranked", False):
+        options["reranked"] = True
     if always_answer and getattr(reader, "abstains", False):
         options["always_answer"] = True
     return reader.read(question, history, passages, **options)

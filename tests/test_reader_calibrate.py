@@ -6,6 +6,7 @@ held-out check (convqa/front/tools/reader_no_answer_check.py) end to end on a ti
 and on real SQuAD v2.0."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 
@@ -304,6 +305,73 @@ def test_command_line_writes_the_block_the_reader_then_uses(tiny_setup, tmp_path
     assert [row["k"] for row in rows] == [1, 2]
     assert rows[0]["answerable"] == 7 and rows[0]["unanswerable"] == 1
     assert rows[0]["no_answer_f1"] in (0.0, 100.0)
+
+
+def test_calibrating_after_a_reranker_writes_only_its_block(tiny_setup, tmp_path, capsys):
+    """--reranker: the retrieved passages are rescored before they are read, and the choice
+    goes into the after_reranker block; the outer block is left as it was."""
+    from convqa.front.cli.main import main as convqa
+    from convqa.registry import READERS
+    from readers.extractive.model import META_FILE
+    from reranker_helpers import tiny_cross_encoder
+
+    root, bench = tiny_setup
+    reranker_dir = tmp_path / "reranker"
+    tiny_cross_encoder(seed=3).save_pretrained(reranker_dir)
+    reader_dir = tmp_path / "reader"
+    model = tiny_reader(seed=1)
+    outer = Decoding(fusion=Fusion(0.0, 0.1, 0.25), max_answer_length=12)
+    model.decoding = outer
+    model.save_pretrained(reader_dir)
+    report = tmp_path / "report.json"
+    cache = tmp_path / "cache"
+    spec = json.dumps({"model": str(reranker_dir), "top_n": 3})
+    args = ["train", "reader-decoding", "--reader", str(reader_dir), "--benchmark", str(bench),
+            "--retriever", json.dumps({"name": "bm25", "index": str(root / "bm25")}),
+            "--history", "current_first", "--k", "3", "--ks", "1", "2", "3",
+            "--no-answer-ks", "2", "--cache", str(cache), "--quiet", "--reranker", spec,
+            "--report", str(report), "--write"]
+    assert convqa(args) == 0
+    result = json.loads(report.read_text())
+    assert result["reranker"] == {"name": "cross_encoder", "model": str(reranker_dir),
+                                  "top_n": 3}
+    decoding = folder_decoding(reader_dir)
+    assert decoding.fusion == outer.fusion and decoding.max_answer_length == 12
+    after = decoding.after_reranker
+    assert after.fusion == Fusion(**result["passage_choice"]["chosen"]["fusion"])
+    assert after.no_answer == NoAnswer.from_dict(result["no_answer"]["no_answer"], "x")
+    assert json.loads((reader_dir / META_FILE).read_text())["decoding"] == result["decoding"]
+    reader = READERS.build({"name": "extractive", "model": str(reader_dir)})
+    assert reader.fusion == outer.fusion and reader.reranked_fusion == after.fusion
+    # the reranked hits are kept: a rerun reranks nothing and chooses the same
+    assert len(list(cache.glob("rerank-*.json"))) == 1
+    stamp = next(cache.glob("rerank-*.json")).stat().st_mtime_ns
+    assert convqa(args) == 0
+    assert next(cache.glob("rerank-*.json")).stat().st_mtime_ns == stamp
+    assert json.loads(report.read_text())["decoding"] == result["decoding"]
+    # --keep-no-answer: only the passage choice; the outer confidence goes on applying
+    first = dataclasses.replace(outer, no_answer=NoAnswer({"span": 0.5}, -1.0, 0.3))
+    model.decoding = first
+    model.save_pretrained(reader_dir)
+    assert convqa(args + ["--keep-no-answer"]) == 0
+    written = folder_decoding(reader_dir)
+    assert written.no_answer == first.no_answer and written.after_reranker.no_answer is None
+    assert written.after_reranker.fusion == after.fusion  # the same reads, the same choice
+    assert json.loads(report.read_text())["no_answer"] is None
+    reader = READERS.build({"name": "extractive", "model": str(reader_dir)})
+    assert reader.reranked_no_answer == first.no_answer
+    capsys.readouterr()
+    assert convqa(args + ["--keep-no-answer", "--keep-fusion"]) == 2
+    assert "leaves nothing to calibrate" in capsys.readouterr().err
+    # reading past the reranked passages is refused
+    assert convqa(args[:args.index("--k") + 1] + ["4"] + args[args.index("--k") + 2:]) == 2
+    assert "reads past the reranker's top_n 3" in capsys.readouterr().err
+
+
+def folder_decoding(folder):
+    from readers.extractive.model import ExtractiveReader
+
+    return ExtractiveReader.from_pretrained(folder).decoding
 
 
 def test_command_line_errors(tiny_setup, tmp_path, capsys):

@@ -11,7 +11,7 @@ import readers.extractive.reader  # noqa: F401 - registers "extractive"
 from convqa.errors import ConfigError, DataError
 from convqa.pipeline import read_passages
 from convqa.registry import READERS
-from convqa.types import Answer, Hit, Passage
+from convqa.types import Answer, Hit, Passage, RerankedHit
 from readers.extractive.decode import Fusion
 from readers.extractive.decoding import Decoding, NoAnswer
 from readers.extractive.model import META_FILE, ExtractiveReader, write_decoding
@@ -117,7 +117,78 @@ def test_write_decoding_replaces_only_the_block(tmp_path):
     assert not [p.name for p in folder.iterdir() if p.name.startswith(".")]  # no temp left
 
 
+def test_after_reranker_block_decides_for_a_rerankers_passages(tmp_path):
+    """Passages a reranker ordered (RerankedHits in a pipeline, `reranked=True` from an eval
+    row) are decoded with the folder's after_reranker fusion and no-answer; others as before."""
+    span_only = Fusion(0.0, 1.0, 0.0)
+    plain = _save(tmp_path / "plain", Decoding(fusion=span_only))
+    reader = READERS.build({"name": "extractive", "model": str(plain), "precision": "fp32"})
+    span_best = reader.read(QUESTION, [], PASSAGES).passage_id
+    other = next(i for i, p in enumerate(PASSAGES) if p.id != span_best)
+    scores = [1.0] * len(PASSAGES)
+    scores[other] = 9.0
+    always_abstain = NoAnswer({"span": 0.5}, -1.0, 1.0)
+    folder = _save(tmp_path / "after", Decoding(
+        fusion=span_only,
+        after_reranker=Decoding(Fusion(0.0, 0.0, 1000.0), no_answer=always_abstain)))
+    meta = json.loads((folder / META_FILE).read_text())
+    assert meta["decoding"]["after_reranker"] == {
+        "fusion": {"selection": 0.0, "span": 0.0, "retriever": 1000.0},
+        "no_answer": always_abstain.to_dict()}
+    reader = READERS.build({"name": "extractive", "model": str(folder), "precision": "fp32"})
+    hits = [Hit(p.id, s, i + 1) for i, (p, s) in enumerate(zip(PASSAGES, scores))]
+    reranked = [RerankedHit(h.passage_id, h.score, h.rank, 0.0, h.rank) for h in hits]
+    retrieved = read_passages(reader, QUESTION, [], PASSAGES, hits)
+    assert retrieved.passage_id == span_best and not retrieved.no_answer
+    after = read_passages(reader, QUESTION, [], PASSAGES, reranked)
+    assert after.no_answer and after.passage_id == PASSAGES[other].id  # evidence kept
+    evaluated = read_passages(reader, QUESTION, [], PASSAGES, hits, always_answer=True,
+                              reranked=True)
+    assert evaluated.passage_id == PASSAGES[other].id and not evaluated.no_answer
+    # explicit weights decide for both; the block changes the fingerprint (result caches)
+    explicit = READERS.build({"name": "extractive", "model": str(folder), "precision": "fp32",
+                              "fusion": span_only.to_dict(), "always_answer": True})
+    assert read_passages(explicit, QUESTION, [], PASSAGES, reranked).passage_id == span_best
+    assert reader.fingerprint() != READERS.build(
+        {"name": "extractive", "model": str(plain), "precision": "fp32"}).fingerprint()
+    assert ExtractiveReader.from_pretrained(folder).decoding.after_reranker == Decoding(
+        Fusion(0.0, 0.0, 1000.0), no_answer=always_abstain)
+
+
+def test_answers_that_always_answer_do_not_depend_on_the_confidence(tmp_path):
+    """Eval rows always answer, so their cache key (the fingerprint with always_answer) is the
+    same for folders that differ only in the confidence, and differs in the passage choice."""
+    def fingerprints(name, decoding):
+        reader = READERS.build({"name": "extractive", "model": str(_save(tmp_path / name,
+                                                                         decoding))})
+        return reader.fingerprint(), reader.fingerprint(always_answer=True)
+
+    fusion = Fusion(0.0, 0.1, 0.25)
+    plain = fingerprints("a", Decoding(fusion=fusion))
+    confident = fingerprints("b", Decoding(fusion=fusion, no_answer=NoAnswer(
+        {"span": 0.5}, -1.0, 0.3), after_reranker=Decoding(no_answer=NoAnswer(
+            {"span": 0.2}, -1.0, 0.3))))
+    assert plain[0] != confident[0] and plain[1] == confident[1]
+    reranked = fingerprints("c", Decoding(fusion=fusion,
+                                          after_reranker=Decoding(Fusion(0.0, 0.05, 2.0))))
+    assert reranked[1] != plain[1]
+
+
+def test_a_block_without_after_reranker_decodes_reranked_passages_the_same(tmp_path):
+    folder = _save(tmp_path / "r", Decoding(fusion=Fusion(0.0, 0.0, 1000.0)))
+    reader = READERS.build({"name": "extractive", "model": str(folder), "precision": "fp32"})
+    assert (reader.reranked_fusion, reader.reranked_strategy, reader.reranked_no_answer) == \
+        (reader.fusion, reader.strategy, reader.no_answer)
+    reranked = [RerankedHit(h.passage_id, h.score, h.rank, 0.0, h.rank) for h in HITS]
+    assert read_passages(reader, QUESTION, [], PASSAGES, reranked).passage_id == "c#0"
+
+
 @pytest.mark.parametrize("block, field", [
+    ({"after_reranker": {"strategy": "global"}}, "decoding.after_reranker"),
+    ({"after_reranker": [1]}, "decoding.after_reranker"),
+    ({"after_reranker": {"fusion": {"ret": 1}}}, "decoding.after_reranker.fusion"),
+    ({"after_reranker": {"no_answer": {"weights": {"span": 1}, "bias": 0, "threshold": 2}}},
+     "decoding.after_reranker.no_answer.threshold"),
     ({"fusion": {"ret": 1}}, "decoding.fusion"),
     ({"strategy": "vote"}, "decoding.strategy"),
     ({"max_answer_length": 0}, "decoding.max_answer_length"),

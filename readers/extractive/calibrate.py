@@ -317,14 +317,16 @@ def calibrated_decoding(sources: Sequence[Source], extra: Sequence[Source] = (),
                         existing: Decoding | None = None, ks: Sequence[int] = KS,
                         no_answer_ks: Sequence[int] = NO_ANSWER_KS,
                         tolerance: float = TOLERANCE, keep_fusion: bool = False,
-                        prevalence: str = "natural", null_option: bool = False
+                        prevalence: str = "natural", null_option: bool = False,
+                        keep_no_answer: bool = False
                         ) -> tuple[Decoding, dict[str, Any] | None, dict[str, Any] | None]:
     """(the decoding, the passage choice's report, the no-answer calibration's report):
     the fusion chosen on the benchmark `sources` (kept from `existing` with `keep_fusion` or
     without benchmark sources), then the confidence and threshold calibrated on `sources` and
     `extra` (SQuAD) with that fusion. What is not calibrated is kept from `existing`; without
     unanswerable questions there is no threshold (a kept one was fitted to another choice).
-    `null_option`: the reader was trained with it, and its `answerable` feature is weighed."""
+    `null_option`: the reader was trained with it, and its `answerable` feature is weighed.
+    `keep_no_answer`: the confidence is not calibrated; `existing`'s stays."""
     existing = existing or Decoding()
     if keep_fusion or not sources:
         fusion, strategy = existing.fusion, existing.strategy or "best_passage"
@@ -336,9 +338,12 @@ def calibrated_decoding(sources: Sequence[Source], extra: Sequence[Source] = (),
     everything = list(sources) + list(extra)
     no_answer = calibrate_no_answer(everything, fusion, no_answer_ks, strategy, prevalence,
                                     null_option) \
-        if any(s.unanswerable for s in everything) else None
+        if any(s.unanswerable for s in everything) and not keep_no_answer else None
+    if keep_no_answer:
+        confidence = existing.no_answer
+    else:
+        confidence = NoAnswer.from_dict(no_answer["no_answer"], "calibration") \
+            if no_answer is not None else None
     decoding = Decoding(fusion, existing.strategy if fusion is None else None,
-                        existing.max_answer_length,
-                        NoAnswer.from_dict(no_answer["no_answer"], "calibration")
-                        if no_answer is not None else None)
+                        existing.max_answer_length, confidence)
     return decoding, passage_choice, no_answer

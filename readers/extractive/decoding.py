@@ -6,7 +6,9 @@ the way it was calibrated to (`convqa answer`, an eval row, `convqa serve` alike
     "decoding": {"fusion": {"selection": 0.0, "span": 0.1, "retriever": 0.25},
                  "strategy": "best_passage", "max_answer_length": 30,
                  "no_answer": {"weights": {"selection": 0.2, "span": 0.3, "evidence": 0.1},
-                               "bias": -4.0, "threshold": 0.35}}
+                               "bias": -4.0, "threshold": 0.35},
+                 "after_reranker": {"fusion": {"selection": 0.0, "span": 0.05, "retriever": 2.0},
+                                    "no_answer": {...}}}
 
 - fusion / strategy / max_answer_length: how the answer passage and span are chosen
   (decode.py); the reader's options override them, and a folder without the block reads as
@@ -22,6 +24,11 @@ the way it was calibrated to (`convqa answer`, an eval row, `convqa serve` alike
   `answerable`: the log-odds that some passage read answers rather than none, the logsumexp
   of the read passages' selection logits against the null option's constant 0. A reader
   without the option has no such feature, and a block that weighs it does not fit it.
+- after_reranker: the fusion and no_answer to use when the passages come from a reranker
+  (`convqa answer --rerank`, an eval row with a `reranker`). Its scores rank far better than a
+  retriever's, so the weight its evidence deserves is another one, calibrated on reranked
+  training turns (`convqa train reader-decoding --reranker MODEL`); what the block leaves out
+  is taken from the outer one.
 """
 from __future__ import annotations
 
@@ -37,7 +44,8 @@ from .decode import STRATEGIES, Choice, Fusion, PassageSpan
 
 BASE_FEATURES = ("selection", "span", "evidence", "words", "agreement", "several")
 CONFIDENCE_FEATURES = BASE_FEATURES + ("answerable",)
-_KEYS = ("fusion", "strategy", "max_answer_length", "no_answer")
+_KEYS = ("fusion", "strategy", "max_answer_length", "no_answer", "after_reranker")
+_AFTER_RERANKER_KEYS = ("fusion", "no_answer")
 
 
 def _number(value: Any) -> bool:
@@ -104,9 +112,9 @@ class NoAnswer:
         return {"weights": dict(self.weights), "bias": self.bias, "threshold": self.threshold}
 
     @classmethod
-    def from_dict(cls, data: Any, where: str) -> "NoAnswer":
+    def from_dict(cls, data: Any, where: str, block: str = "decoding") -> "NoAnswer":
         def fail(message: str, field: str) -> DataError:
-            name = f"decoding.no_answer.{field}" if field else "decoding.no_answer"
+            name = f"{block}.no_answer.{field}" if field else f"{block}.no_answer"
             return DataError(message, where, None, name)
 
         if not isinstance(data, dict):
@@ -141,6 +149,18 @@ class Decoding:
     strategy: str | None = None
     max_answer_length: int | None = None
     no_answer: NoAnswer | None = None
+    after_reranker: "Decoding | None" = None   # only its fusion and no_answer are set
+
+    def reranked(self) -> "Decoding":
+        """The decoding of passages a reranker ordered: `after_reranker`'s fusion and no_answer
+        where it has them, this block's otherwise."""
+        after = self.after_reranker
+        if after is None:
+            return self
+        fusion = after.fusion if after.fusion is not None else self.fusion
+        return Decoding(fusion, None if after.fusion is not None else self.strategy,
+                        self.max_answer_length,
+                        after.no_answer if after.no_answer is not None else self.no_answer)
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {}
@@ -152,6 +172,8 @@ class Decoding:
             data["max_answer_length"] = self.max_answer_length
         if self.no_answer is not None:
             data["no_answer"] = self.no_answer.to_dict()
+        if self.after_reranker is not None:
+            data["after_reranker"] = self.after_reranker.to_dict()
         return data
 
     @classmethod
@@ -180,4 +202,25 @@ class Decoding:
                             "decoding.max_answer_length")
         no_answer = data.get("no_answer")
         return cls(fusion, strategy, length,
-                   NoAnswer.from_dict(no_answer, where) if no_answer is not None else None)
+                   NoAnswer.from_dict(no_answer, where) if no_answer is not None else None,
+                   _after_reranker(data.get("after_reranker"), where))
+
+
+def _after_reranker(data: Any, where: str) -> Decoding | None:
+    """The `after_reranker` block: a fusion and/or a no_answer, nothing else."""
+    if data is None:
+        return None
+    block = "decoding.after_reranker"
+    if not isinstance(data, dict):
+        raise DataError("expected a mapping {fusion, no_answer}", where, None, block)
+    unknown = sorted(set(data) - set(_AFTER_RERANKER_KEYS))
+    if unknown:
+        raise DataError(f"unknown key {unknown[0]!r} (one of "
+                        f"{', '.join(_AFTER_RERANKER_KEYS)})", where, None, block)
+    try:
+        fusion = Fusion.from_value(data.get("fusion"))
+    except ConfigError as exc:
+        raise DataError(str(exc), where, None, f"{block}.fusion") from None
+    no_answer = data.get("no_answer")
+    return Decoding(fusion, no_answer=NoAnswer.from_dict(no_answer, where, block)
+                    if no_answer is not None else None)

@@ -20,13 +20,16 @@ from .calibration_data import Source
 from .fusion_tuning import ReadTurn
 
 
-def answers_at(reader: Any, turns: Sequence[ReadTurn], k: int) -> list[tuple[Any, Any]]:
-    """(the reader's answer, its always-answer answer) of each turn reading the top `k`."""
+def answers_at(reader: Any, turns: Sequence[ReadTurn], k: int, reranked: bool = False
+               ) -> list[tuple[Any, Any]]:
+    """(the reader's answer, its always-answer answer) of each turn reading the top `k`
+    (`reranked`: the turns' passages are a reranker's)."""
     out = []
     for turn in turns:
         spans, passages, scores = turn.spans[:k], turn.passages[:k], turn.scores[:k]
-        out.append((reader.answer_from(spans, passages, scores),
-                    reader.answer_from(spans, passages, scores, always_answer=True)))
+        out.append((reader.answer_from(spans, passages, scores, reranked=reranked),
+                    reader.answer_from(spans, passages, scores, always_answer=True,
+                                       reranked=reranked)))
     return out
 
 
@@ -39,10 +42,11 @@ def _abstains(answer: Any) -> bool:
     return answer is None or answer.no_answer
 
 
-def source_scores(reader: Any, source: Source, k: int) -> dict[str, Any]:
+def source_scores(reader: Any, source: Source, k: int, reranked: bool = False
+                  ) -> dict[str, Any]:
     """Percentages over the source's questions at top `k` (see the module docstring)."""
-    has = answers_at(reader, source.answerable, k)
-    no = answers_at(reader, source.unanswerable, k)
+    has = answers_at(reader, source.answerable, k, reranked)
+    no = answers_at(reader, source.unanswerable, k, reranked)
     has_f1 = [_f1(a, t, source.convention) for (a, _), t in zip(has, source.answerable)]
     always_f1 = [_f1(a, t, source.convention) for (_, a), t in zip(has, source.answerable)]
     caught = [float(_abstains(a)) for a, _ in no]

@@ -123,6 +123,7 @@ class SpanReader(MeasuredPrecision):
     """Reads passages with an `ExtractiveReader` and returns the best span as an `Answer`."""
 
     reads_retriever_scores = True  # `read` takes the retriever's scores (convqa/pipeline.py)
+    reads_reranked = True  # `read` takes `reranked`: the passages are a reranker's (the same)
     abstains = True  # `read` may answer "no answer" and takes `always_answer` (the same)
 
     def __init__(self, model: ExtractiveReader, options: ExtractiveReaderOptions | None = None):
@@ -143,6 +144,10 @@ class SpanReader(MeasuredPrecision):
         self.history = model_history_strategy(history, model)
         self.fusion, self.strategy = _passage_choice(self.options, defaults)
         self.no_answer = _no_answer(self.options, defaults, self.config.null_option)
+        # the same choices for passages a reranker ordered (the folder's after_reranker block)
+        reranked = defaults.reranked()
+        self.reranked_fusion, self.reranked_strategy = _passage_choice(self.options, reranked)
+        self.reranked_no_answer = _no_answer(self.options, reranked, self.config.null_option)
         self._precision = PrecisionOnFirstUse(self.options.precision)
 
     @classmethod
@@ -154,8 +159,10 @@ class SpanReader(MeasuredPrecision):
         model = ExtractiveReader.from_pretrained(options.model)
         return cls(model.for_inference(options.device, "reader 'extractive'"), options)
 
-    def fingerprint(self) -> str:
-        """The model's weights and everything that changes its answers (for result caches)."""
+    def fingerprint(self, always_answer: bool = False) -> str:
+        """The model's weights and everything that changes its answers (for result caches);
+        `always_answer`: of answers read with `always_answer=True`, which the confidence
+        does not change."""
         import hashlib
         import json
 
@@ -164,8 +171,15 @@ class SpanReader(MeasuredPrecision):
                     "precision": self.options.precision}  # auto: an agreeing choice
         if self.fusion is not None:
             settings["fusion"] = self.fusion.to_dict()
-        if self.no_answer is not None and not self.options.always_answer:
+        confident = not (always_answer or self.options.always_answer)
+        if self.no_answer is not None and confident:
             settings["no_answer"] = self.no_answer.to_dict()
+        after = (self.reranked_fusion, self.reranked_strategy,
+                 self.reranked_no_answer if confident else None)
+        if after != (self.fusion, self.strategy, self.no_answer if confident else None):
+            settings["after_reranker"] = {
+                "fusion": after[0].to_dict() if after[0] else None, "strategy": after[1],
+                "no_answer": after[2].to_dict() if after[2] is not None else None}
         text = json.dumps(settings, sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:24]
 
@@ -175,39 +189,43 @@ class SpanReader(MeasuredPrecision):
         return cls(model, ExtractiveReaderOptions(**options))
 
     def read(self, question: str, history: Sequence[Turn], passages: Sequence[Passage],
-             scores: Sequence[float] | None = None, always_answer: bool = False
-             ) -> Answer | None:
+             scores: Sequence[float] | None = None, always_answer: bool = False,
+             reranked: bool = False) -> Answer | None:
         """The answer to `question` asked after `history`, from `passages` (None if there is
-        no passage, or none has text to answer from); `scores`: the retriever's, one per
-        passage, used by a `fusion`; `always_answer`: never a no-answer."""
+        no passage, or none has text to answer from); `scores`: the retriever's (or with
+        `reranked`, the reranker's), one per passage, used by a `fusion`; `always_answer`:
+        never a no-answer; `reranked`: decode as the folder's `after_reranker` block says."""
         if not passages:
             return None
         return self.read_query(self.history.format(question, list(history)), passages, scores,
-                               always_answer)
+                               always_answer, reranked)
 
     def read_query(self, query: str, passages: Sequence[Passage],
-                   scores: Sequence[float] | None = None, always_answer: bool = False
-                   ) -> Answer | None:
+                   scores: Sequence[float] | None = None, always_answer: bool = False,
+                   reranked: bool = False) -> Answer | None:
         """The answer for a query text already formatted."""
         if not passages:
             return None
         passages = list(passages)
         return self.answer_from(self.passage_spans(query, passages), passages, scores,
-                                always_answer)
+                                always_answer, reranked)
 
     def answer_from(self, spans: Sequence[PassageSpan | None], passages: Sequence[Passage],
-                    scores: Sequence[float] | None = None, always_answer: bool = False
-                    ) -> Answer | None:
+                    scores: Sequence[float] | None = None, always_answer: bool = False,
+                    reranked: bool = False) -> Answer | None:
         """The answer chosen among passages' best spans, as `read` decides it."""
-        choice = choose_span(spans, self.strategy, self.fusion, scores)
+        strategy, fusion, no_answer = (
+            (self.reranked_strategy, self.reranked_fusion, self.reranked_no_answer) if reranked
+            else (self.strategy, self.fusion, self.no_answer))
+        choice = choose_span(spans, strategy, fusion, scores)
         if choice is None:
             return None
         answer = choice_answer(choice, passages)
-        if self.no_answer is not None:
-            answer.confidence = self.no_answer.confidence(
+        if no_answer is not None:
+            answer.confidence = no_answer.confidence(
                 confidence_features(choice, spans, passages, self.config.null_option))
             abstains = not (always_answer or self.options.always_answer)
-            if abstains and answer.confidence < self.no_answer.threshold:
+            if abstains and answer.confidence < no_answer.threshold:
                 answer = dataclasses.replace(answer, text="", start=None, end=None,
                                              no_answer=True)
         return answer

@@ -6,6 +6,10 @@ fusion, no-answer threshold) on training questions and write them into its folde
         --history '{name: full, max_tokens: 128, keep_first: true}' \\
         --squad ../shared/data/squad/dev-v2.0.json --cache /tmp/reads --report report.json --write
 
+With `--reranker convqa-reranker` the retrieved passages are rescored by that reranker before
+they are read (as `convqa answer --rerank` reads them), and what is chosen is written as the
+folder's `after_reranker` block (readers/extractive/decoding.py); the rest stays.
+
 The questions are read here (readers/extractive/calibration_data.py: each read once, kept in
 --cache), the choice is readers/extractive/calibrate.py's. The sources helpers below are shared
 with convqa/front/tools/reader_no_answer_check.py, which scores the written decoding on held-out
@@ -15,6 +19,7 @@ convqa/front/cli/train.py.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -46,6 +51,10 @@ def add_source_arguments(p: argparse.ArgumentParser, split: str, count: int | No
     p.add_argument("--unanswerable", type=int, default=count,
                    help=f"UNANSWERABLE turns per benchmark ({every}; 0: none)")
     p.add_argument("--k", type=int, default=k, help=f"passages read per turn (default {k})")
+    p.add_argument("--reranker", metavar="SPEC",
+                   help="a reranker (a folder, the shipped alias, or inline YAML with top_n / "
+                        "retriever_weight) that rescores the retrieved passages before they "
+                        "are read; the decoding is then the folder's `after_reranker` block")
     p.add_argument("--squad", metavar="FILE", help="a SQuAD v2.0 file")
     p.add_argument("--squad-questions", type=int, default=count,
                    help=f"answerable and unanswerable SQuAD questions each ({every})")
@@ -78,6 +87,8 @@ def add_decoding_parser(jobs) -> argparse.ArgumentParser:
                    help="F1 the second k may lose against the first (default 0.5)")
     p.add_argument("--keep-fusion", action="store_true",
                    help="keep the folder's passage choice; calibrate only the confidence")
+    p.add_argument("--keep-no-answer", action="store_true",
+                   help="keep the folder's confidence; calibrate only the passage choice")
     p.add_argument("--prevalence", choices=("natural", "balanced"), default="natural",
                    help="how each source's answerable and unanswerable questions weigh in the "
                         "confidence fit and threshold: natural (their shares in the source, "
@@ -124,6 +135,14 @@ def benchmark_sources(args: argparse.Namespace, reader: Any, say,
         if args.retriever else [None] * count
     histories = per_benchmark(args.history, count, "--history", "oldest_first")
     depth_unanswerable = min(args.k, unanswerable_k or args.k)
+    reranker = reranker_spec(args.reranker) if args.reranker else None
+    if reranker is not None:
+        from convqa.front.paths import RerankerConfig
+
+        top_n = RerankerConfig.from_spec(reranker, "--reranker").check().top_n
+        if args.k > top_n:
+            raise ConfigError(f"--k {args.k} reads past the reranker's top_n {top_n}: a "
+                              "pipeline reads only reranked passages")
     sources = []
     for folder, run_file, retriever, history in zip(args.benchmark, runs, retrievers, histories):
         if run_file is None and retriever is None:
@@ -134,9 +153,14 @@ def benchmark_sources(args: argparse.Namespace, reader: Any, say,
         if not answerable:
             raise ConfigError(f"{folder}: no answer-evaluable turns in split {args.split!r}")
         turns = answerable + unanswerable
+        depth = max(args.k, top_n) if reranker is not None else args.k
+        retriever_spec = parse_spec(retriever, "retriever")[0] if retriever else None
         hits = run_file_hits(run_file, turns) if run_file is not None else retrieve(
-            turns, data.conversations, parse_spec(retriever, "retriever")[0],
-            parse_spec(history, "history")[0], args.k, progress=not args.quiet)
+            turns, data.conversations, retriever_spec, parse_spec(history, "history")[0],
+            depth, progress=not args.quiet)
+        if reranker is not None:
+            hits = reranked_hits(args, reranker, retriever_spec, turns, data.conversations,
+                                 hits, Path(folder) / "passages", say)
         name = f"{data.meta.get('corpus') or Path(folder).name}"
         reads = []
         for group, depth in ((answerable, args.k), (unanswerable, depth_unanswerable)):
@@ -150,6 +174,60 @@ def benchmark_sources(args: argparse.Namespace, reader: Any, say,
         sources.append(Source(name, "topiocqa", reads[0], reads[1],
                               benchmark_share(data.turns, args.split)))
     return sources
+
+
+def reranker_spec(text: str) -> dict[str, Any]:
+    """--reranker: a model folder or alias (the cross-encoder), or inline YAML / a YAML file
+    with its options (`{model: convqa-reranker, top_n: 50}`; name defaults to cross_encoder)."""
+    import yaml
+
+    from convqa.config import load_yaml
+
+    text = text.strip()
+    if text.startswith("{"):
+        try:
+            spec = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"--reranker: malformed inline YAML ({exc.__class__.__name__}): "
+                              f"{text}") from None
+    elif text.endswith((".yaml", ".yml")) and Path(text).is_file():
+        spec = load_yaml(Path(text))
+    else:
+        return {"name": "cross_encoder", "model": text}
+    if not isinstance(spec, dict):
+        raise ConfigError(f"--reranker: expected a model folder or a mapping, got {text!r}")
+    return {"name": "cross_encoder", **spec}
+
+
+def reranked_hits(args: argparse.Namespace, spec: dict[str, Any], retriever: Any, turns: list,
+                  conversations: Any, hits: dict, passages: Path, say) -> dict:
+    """The turns' retrieved hits rescored by the reranker, as a pipeline with it would pass
+    them to the reader (its calibrated weight for `retriever`; a --run has none, so the
+    reranker's own score unless its spec sets retriever_weight), kept in --cache."""
+    import hashlib
+
+    from convqa.front.evaluation.rerank import open_reranker, rerank_turns
+    from convqa.io import load_json, write_json
+    from convqa.types import RerankedHit
+
+    reranking = open_reranker(spec, retriever)
+    model, top_n = reranking.model, reranking.top_n
+    key = json.dumps({"reranker": model.fingerprint(), "spec": reranking.spec,
+                      "weight": getattr(model, "retriever_weight", None),
+                      "passages": str(passages.resolve()),
+                      "hits": [[t.qid, [[h.passage_id, h.score] for h in hits[t.qid][:top_n]]]
+                               for t in turns]}, sort_keys=True, default=str)
+    cache = Path(args.cache) / f"rerank-{hashlib.sha256(key.encode()).hexdigest()[:24]}.json" \
+        if args.cache else None
+    if cache is not None and cache.is_file():
+        stored = load_json(cache)
+        say(f"{len(turns)} turns reranked (cached)")
+        return {q: [RerankedHit.from_dict(h) for h in hs] for q, hs in stored.items()}
+    out, _ = rerank_turns(model, turns, conversations, hits, passages, top_n,
+                          progress=not args.quiet)
+    if cache is not None:
+        write_json(cache, {q: [h.to_dict() for h in hs] for q, hs in out.items()})
+    return out
 
 
 def squad_source(args: argparse.Namespace, reader: Any, side: str, say):
@@ -166,6 +244,17 @@ def squad_source(args: argparse.Namespace, reader: Any, side: str, say):
         "unanswerable questions" + (" (cached reads)" if cached else ""))
     return Source(f"squad-{side}", "squad", reads[:len(answerable)], reads[len(answerable):],
                   share)
+
+
+def after_reranker(existing: Any) -> Any:
+    """What a calibration after a reranker starts from: the folder's decoding of reranked
+    passages, except that a confidence it keeps (--keep-no-answer) is the after_reranker
+    block's own (none: the outer one goes on applying)."""
+    from readers.extractive.decoding import Decoding
+
+    block = existing.after_reranker or Decoding()
+    return dataclasses.replace(existing.reranked(), no_answer=block.no_answer,
+                               after_reranker=None)
 
 
 def build_reader(folder: Path, **options: Any) -> Any:
@@ -192,6 +281,10 @@ def calibrate(args: argparse.Namespace, say=print) -> dict[str, Any]:
     if not 1 <= args.k <= 100 or max(args.ks + args.no_answer_ks) > args.k:
         raise ConfigError(f"--k must be in 1..100 and at least every --ks and --no-answer-ks, "
                           f"got {args.k}")
+    if args.reranker and not args.benchmark:
+        raise ConfigError("--reranker reranks benchmark turns: give --benchmark")
+    if args.keep_fusion and args.keep_no_answer:
+        raise ConfigError("--keep-fusion with --keep-no-answer leaves nothing to calibrate")
     folder = reader_folder(args.reader)
     reader = build_reader(folder)
     existing = reader.model.decoding or Decoding()
@@ -200,8 +293,12 @@ def calibrate(args: argparse.Namespace, say=print) -> dict[str, Any]:
     squad = [squad_source(args, reader, "train", say)] if args.squad else []
     read_seconds = time.perf_counter() - started
     decoding, passage_choice, no_answer = calibrated_decoding(
-        sources, squad, existing, args.ks, args.no_answer_ks, args.tolerance, args.keep_fusion,
-        args.prevalence, reader.config.null_option)
+        sources, squad, after_reranker(existing) if args.reranker else existing, args.ks,
+        args.no_answer_ks, args.tolerance, args.keep_fusion, args.prevalence,
+        reader.config.null_option, args.keep_no_answer)
+    if args.reranker:  # only the after_reranker block changes
+        decoding = dataclasses.replace(existing, after_reranker=Decoding(
+            decoding.fusion, no_answer=decoding.no_answer))
     report = {
         "reader": args.reader, "folder": str(folder),
         "reader_fingerprint": reader.model.fingerprint(),
@@ -212,6 +309,7 @@ def calibrate(args: argparse.Namespace, say=print) -> dict[str, Any]:
         "settings": {k: v for k, v in vars(args).items() if k not in ("func", "quiet")},
         "read_seconds": round(read_seconds, 1), "threads": torch.get_num_threads(),
         "cpu": torch.backends.cpu.get_cpu_capability(),
+        "reranker": reranker_spec(args.reranker) if args.reranker else None,
         "passage_choice": passage_choice, "no_answer": no_answer,
         "decoding": decoding.to_dict(), "written": False}
     if args.write:

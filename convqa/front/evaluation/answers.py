@@ -57,8 +57,10 @@ def _reader_key(reader_spec: Any, reader: Any) -> str | None:
         reader_spec = getattr(reader, "spec", None)
     if not callable(fingerprint) or not isinstance(reader_spec, (str, dict)):
         return None
-    text = json.dumps({"spec": reader_spec, "fingerprint": fingerprint()}, sort_keys=True,
-                      default=str)
+    # rows always answer: a reader's confidence does not change them
+    text = json.dumps({"spec": reader_spec, "fingerprint": fingerprint(always_answer=True)
+                       if getattr(reader, "abstains", False) else fingerprint()},
+                      sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -159,7 +161,8 @@ def read_and_score(turns: Sequence[Any], conversations: Mapping[str, Any],
                 passages = [_passage(store, hit.passage_id, run_file) for hit in hits]
                 started = time.perf_counter()
                 answer = read_passages(model, turn.question, conversation.history(turn.turn),
-                                       passages, hits, always_answer=True)
+                                       passages, hits, always_answer=True,
+                                       reranked=top_n is not None)
                 ms = (time.perf_counter() - started) * 1000
                 predictions[turn.qid] = {
                     "qid": turn.qid, "prediction": answer.text if answer else "",

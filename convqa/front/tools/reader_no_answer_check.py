@@ -35,13 +35,16 @@ def check(args: argparse.Namespace, say=print) -> dict[str, Any]:
     decoding = reader.model.decoding
     result: dict[str, Any] = {
         "reader": args.reader, "decoding": decoding.to_dict() if decoding else {},
-        "threshold": reader.no_answer.threshold if reader.no_answer else None, "sources": {}}
+        "threshold": reader.no_answer.threshold if reader.no_answer else None,
+        "threshold_after_reranker": reader.reranked_no_answer.threshold
+        if reader.reranked_no_answer else None, "sources": {}}
     if args.squad:
         source = squad_source(args, reader, "heldout", say)
         result["sources"]["squad-v2-heldout-articles"] = source_scores(reader, source, 1)
     for source in benchmark_sources(args, reader, say):
         result["sources"][f"{source.name}-{args.split}"] = [
-            source_scores(reader, source, k) for k in sorted(set(args.ks))]
+            source_scores(reader, source, k, bool(args.reranker))
+            for k in sorted(set(args.ks))]
     if args.report:
         from convqa.io import write_json
 
