@@ -34,12 +34,7 @@ def parse_spec(text: str, what: str = "retriever") -> tuple[Any, dict[str, Any]]
         raise ConfigError(f"empty {what} spec")
     text = text.strip()
     if text.startswith("{"):
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{what} spec: malformed inline YAML ({exc.__class__.__name__}): "
-                              f"{text}") from None
-        return _check(data, what), {}
+        return _check(inline_yaml(text, f"{what} spec"), what), {}
     path = Path(text)
     if text.endswith((".yaml", ".yml", ".json")) or os.sep in text:
         if not path.is_file():
@@ -50,6 +45,15 @@ def parse_spec(text: str, what: str = "retriever") -> tuple[Any, dict[str, Any]]
             return data[what], defaults
         return _check(data, what), {}
     return text, {}
+
+
+def inline_yaml(text: str, where: str) -> Any:
+    """`text` parsed as YAML; malformed: a ConfigError headed by `where`."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{where}: malformed inline YAML ({exc.__class__.__name__}): "
+                          f"{text}") from None
 
 
 def _check(data: Any, what: str) -> dict[str, Any]:

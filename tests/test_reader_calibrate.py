@@ -363,6 +363,9 @@ def test_calibrating_after_a_reranker_writes_only_its_block(tiny_setup, tmp_path
     capsys.readouterr()
     assert convqa(args + ["--keep-no-answer", "--keep-fusion"]) == 2
     assert "leaves nothing to calibrate" in capsys.readouterr().err
+    bad = args[:args.index("--reranker") + 1] + ["{model: [x"] + args[args.index("--reranker") + 2:]
+    assert convqa(bad) == 2
+    assert "--reranker: malformed inline YAML" in capsys.readouterr().err
     # reading past the reranked passages is refused
     assert convqa(args[:args.index("--k") + 1] + ["4"] + args[args.index("--k") + 2:]) == 2
     assert "reads past the reranker's top_n 3" in capsys.readouterr().err

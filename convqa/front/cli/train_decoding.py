@@ -179,17 +179,12 @@ def benchmark_sources(args: argparse.Namespace, reader: Any, say,
 def reranker_spec(text: str) -> dict[str, Any]:
     """--reranker: a model folder or alias (the cross-encoder), or inline YAML / a YAML file
     with its options (`{model: convqa-reranker, top_n: 50}`; name defaults to cross_encoder)."""
-    import yaml
-
     from convqa.config import load_yaml
+    from convqa.specs import inline_yaml
 
     text = text.strip()
     if text.startswith("{"):
-        try:
-            spec = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"--reranker: malformed inline YAML ({exc.__class__.__name__}): "
-                              f"{text}") from None
+        spec = inline_yaml(text, "--reranker")
     elif text.endswith((".yaml", ".yml")) and Path(text).is_file():
         spec = load_yaml(Path(text))
     else:
