@@ -264,3 +264,34 @@ def test_an_official_file_is_reranked_the_same_way(fixtures_dir, model_dir, tmp_
             assert [h.passage_id for h in run[turn.qid]] == \
                 [ranked[i] for i in order] + ranked[2:]
     assert result["rerank"]["turns"] == len(turns) and result["top_n"] == 2
+
+
+def test_cached_rerank_turns_keeps_one_file_per_model_and_retrieved_hits(bench, model_dir,
+                                                                        tmp_path):
+    """The training-turn jobs' cache (reranker fusion, reader decoding): the same reranker on
+    the same hits reads its file back; other hits or another weight rerank into a file of
+    their own."""
+    from convqa.front.evaluation.rerank import cached_rerank_turns
+
+    data = load_labelled_turns(bench)
+    turns = select_turns(data.turns, "all")
+    hits = {t.qid: Everything().retrieve_batch([""], TOP_N)[0] for t in turns}
+    reranker = RERANKERS.build(spec(model_dir))
+    cache = tmp_path / "cache"
+    first = cached_rerank_turns(reranker, turns, data.conversations, hits, bench / "passages",
+                                TOP_N, cache, progress=False)
+    assert not first.cached and first.facts["turns"] == len(turns)
+    assert {q: [h.passage_id for h in hs] for q, hs in first.hits.items()} == {
+        q: ids[:TOP_N] for q, ids in expected_run(bench, model_dir).items()}
+    again = cached_rerank_turns(reranker, turns, data.conversations, hits, bench / "passages",
+                                TOP_N, cache, progress=False)
+    assert again.cached and again.hits == first.hits and again.facts == first.facts
+    shifted = {q: [Hit(h.passage_id, h.score + 1, h.rank) for h in hs] for q, hs in hits.items()}
+    assert not cached_rerank_turns(reranker, turns, data.conversations, shifted,
+                                   bench / "passages", TOP_N, cache, progress=False).cached
+    weighted = RERANKERS.build({**spec(model_dir), "retriever_weight": 0.5})
+    assert not cached_rerank_turns(weighted, turns, data.conversations, hits,
+                                   bench / "passages", TOP_N, cache, progress=False).cached
+    assert len(list(cache.glob("rerank-*.json"))) == 3
+    assert cached_rerank_turns(reranker, turns, data.conversations, hits, bench / "passages",
+                               TOP_N, None, progress=False).cached is False

@@ -166,7 +166,12 @@ def test_command_line_chooses_and_writes_the_weight(folder, tmp_path, capsys):
     assert report["retriever"] == "bm25" and report["top_n"] == 4 and report["turns"] > 0
     best = max(s["mrr"] for s in report["scores"].values())
     assert report["scores"][str(report["weight"])]["mrr"] == best
+    cached = list((tmp_path / "cache").glob("rerank-*.json"))
+    assert len(cached) == 1
+    stamp = cached[0].stat().st_mtime_ns
     assert convqa(args + ["--write"]) == 0  # the scores come from the cache this time
+    assert cached[0].stat().st_mtime_ns == stamp
+    assert list((tmp_path / "cache").glob("rerank-*.json")) == cached
     assert read_weights(folder) == {"bm25": report["weight"]}
     assert f"retriever bm25: weight {report['weight']:g} (written)" in capsys.readouterr().out
 

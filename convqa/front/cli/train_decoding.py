@@ -121,6 +121,7 @@ def benchmark_sources(args: argparse.Namespace, reader: Any, say,
     at top --k, the unanswerable ones at top `unanswerable_k` (default --k)."""
     from convqa.benchmark import load_labelled_turns
     from convqa.specs import parse_spec
+    from convqa.front.evaluation.rerank import cached_rerank_turns
     from readers.extractive.calibration_data import (Source, benchmark_share,
                                                      benchmark_turns, read_benchmark_turns,
                                                      retrieve, run_file_hits)
@@ -135,14 +136,7 @@ def benchmark_sources(args: argparse.Namespace, reader: Any, say,
         if args.retriever else [None] * count
     histories = per_benchmark(args.history, count, "--history", "oldest_first")
     depth_unanswerable = min(args.k, unanswerable_k or args.k)
-    reranker = reranker_spec(args.reranker) if args.reranker else None
-    if reranker is not None:
-        from convqa.front.paths import RerankerConfig
-
-        top_n = RerankerConfig.from_spec(reranker, "--reranker").check().top_n
-        if args.k > top_n:
-            raise ConfigError(f"--k {args.k} reads past the reranker's top_n {top_n}: a "
-                              "pipeline reads only reranked passages")
+    reranking = open_reranking(args.reranker, args.k) if args.reranker else None
     sources = []
     for folder, run_file, retriever, history in zip(args.benchmark, runs, retrievers, histories):
         if run_file is None and retriever is None:
@@ -153,14 +147,20 @@ def benchmark_sources(args: argparse.Namespace, reader: Any, say,
         if not answerable:
             raise ConfigError(f"{folder}: no answer-evaluable turns in split {args.split!r}")
         turns = answerable + unanswerable
-        depth = max(args.k, top_n) if reranker is not None else args.k
+        depth = max(args.k, reranking.top_n) if reranking is not None else args.k
         retriever_spec = parse_spec(retriever, "retriever")[0] if retriever else None
         hits = run_file_hits(run_file, turns) if run_file is not None else retrieve(
             turns, data.conversations, retriever_spec, parse_spec(history, "history")[0],
             depth, progress=not args.quiet)
-        if reranker is not None:
-            hits = reranked_hits(args, reranker, retriever_spec, turns, data.conversations,
-                                 hits, Path(folder) / "passages", say)
+        if reranking is not None:
+            # a --run names no retriever: the reranker's own score, unless its spec sets a weight
+            reranking.model.for_retriever(retriever_spec)
+            reranked = cached_rerank_turns(reranking.model, turns, data.conversations, hits,
+                                           Path(folder) / "passages", reranking.top_n,
+                                           args.cache, progress=not args.quiet)
+            say(f"{folder}: {len(turns)} turns reranked" + (" (cached)" if reranked.cached
+                                                            else ""))
+            hits = reranked.hits
         name = f"{data.meta.get('corpus') or Path(folder).name}"
         reads = []
         for group, depth in ((answerable, args.k), (unanswerable, depth_unanswerable)):
@@ -194,35 +194,18 @@ def reranker_spec(text: str) -> dict[str, Any]:
     return {"name": "cross_encoder", **spec}
 
 
-def reranked_hits(args: argparse.Namespace, spec: dict[str, Any], retriever: Any, turns: list,
-                  conversations: Any, hits: dict, passages: Path, say) -> dict:
-    """The turns' retrieved hits rescored by the reranker, as a pipeline with it would pass
-    them to the reader (its calibrated weight for `retriever`; a --run has none, so the
-    reranker's own score unless its spec sets retriever_weight), kept in --cache."""
-    import hashlib
+def open_reranking(text: str, k: int) -> Any:
+    """--reranker checked and built once (`rerank.open_reranker`); --k may not read past its
+    top_n, as a pipeline reads only reranked passages."""
+    from convqa.front.evaluation.rerank import open_reranker
+    from convqa.front.paths import RerankerConfig
 
-    from convqa.front.evaluation.rerank import open_reranker, rerank_turns
-    from convqa.io import load_json, write_json
-    from convqa.types import RerankedHit
-
-    reranking = open_reranker(spec, retriever)
-    model, top_n = reranking.model, reranking.top_n
-    key = json.dumps({"reranker": model.fingerprint(), "spec": reranking.spec,
-                      "weight": getattr(model, "retriever_weight", None),
-                      "passages": str(passages.resolve()),
-                      "hits": [[t.qid, [[h.passage_id, h.score] for h in hits[t.qid][:top_n]]]
-                               for t in turns]}, sort_keys=True, default=str)
-    cache = Path(args.cache) / f"rerank-{hashlib.sha256(key.encode()).hexdigest()[:24]}.json" \
-        if args.cache else None
-    if cache is not None and cache.is_file():
-        stored = load_json(cache)
-        say(f"{len(turns)} turns reranked (cached)")
-        return {q: [RerankedHit.from_dict(h) for h in hs] for q, hs in stored.items()}
-    out, _ = rerank_turns(model, turns, conversations, hits, passages, top_n,
-                          progress=not args.quiet)
-    if cache is not None:
-        write_json(cache, {q: [h.to_dict() for h in hs] for q, hs in out.items()})
-    return out
+    spec = reranker_spec(text)
+    top_n = RerankerConfig.from_spec(spec, "--reranker").check().top_n
+    if k > top_n:
+        raise ConfigError(f"--k {k} reads past the reranker's top_n {top_n}: a pipeline "
+                          "reads only reranked passages")
+    return open_reranker(spec)
 
 
 def squad_source(args: argparse.Namespace, reader: Any, side: str, say):

@@ -18,8 +18,6 @@ and weak at the passage level of a large one (DPR-IHN) is weighed on both. Wired
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -108,6 +106,7 @@ def scored_turns(args: argparse.Namespace, source: Source, reranker: Any, say
     benchmark, and facts."""
     from convqa.benchmark import load_labelled_turns
     from convqa.errors import ConfigError
+    from convqa.front.evaluation.rerank import cached_rerank_turns
     from readers.extractive.calibration_data import benchmark_turns, retrieve
 
     data = load_labelled_turns(source.benchmark)
@@ -117,41 +116,15 @@ def scored_turns(args: argparse.Namespace, source: Source, reranker: Any, say
         raise ConfigError(f"{source.benchmark}: no answer-evaluable turns with answer passages "
                           f"in split {args.split!r}")
     top_n = reranker.options.top_n
-    name = Path(source.benchmark).name
-    cache = _cache_file(args, source, reranker, [t.qid for t in turns])
-    if cache is not None and cache.is_file():
-        from convqa.io import load_json
-        from convqa.types import RerankedHit
-
-        stored = load_json(cache)
-        say(f"{name}: {len(turns)} {args.split} turns, rescored top {top_n} (cached)")
-        return ([([RerankedHit.from_dict(h) for h in stored["hits"][t.qid]],
-                  set(t.answer_passage_ids)) for t in turns], stored["facts"])
     hits = retrieve(turns, data.conversations, source.retriever, source.history, top_n,
                     progress=not args.quiet)
-    from convqa.front.evaluation.rerank import rerank_turns
-
-    out, ms = rerank_turns(reranker, turns, data.conversations, hits,
-                           Path(source.benchmark) / "passages", top_n, progress=not args.quiet)
-    facts = {"turns": len(turns), "top_n": top_n,
-             "rerank_ms_per_turn_p50": round(sorted(ms)[len(ms) // 2], 1) if ms else None}
-    if cache is not None:
-        from convqa.io import write_json
-
-        write_json(cache, {"facts": facts, "hits": {
-            q: [h.to_dict() for h in hs] for q, hs in out.items()}})
-    say(f"{name}: {len(turns)} {args.split} turns, rescored top {top_n}")
-    return [(out[t.qid], set(t.answer_passage_ids)) for t in turns], facts
-
-
-def _cache_file(args, source: Source, reranker, qids) -> Path | None:
-    if not args.cache:
-        return None
-    key = json.dumps({"reranker": reranker.fingerprint(), "retriever": source.retriever,
-                      "history": source.history,
-                      "benchmark": str(Path(source.benchmark).resolve()), "qids": qids},
-                     sort_keys=True, default=str)
-    return Path(args.cache) / f"fusion-{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
+    reranked = cached_rerank_turns(reranker, turns, data.conversations, hits,
+                                   Path(source.benchmark) / "passages", top_n, args.cache,
+                                   progress=not args.quiet)
+    say(f"{Path(source.benchmark).name}: {len(turns)} {args.split} turns, rescored top {top_n}"
+        + (" (cached)" if reranked.cached else ""))
+    return ([(reranked.hits[t.qid], set(t.answer_passage_ids)) for t in turns],
+            reranked.facts)
 
 
 def mean_scores(each: list[dict[float, dict[str, float]]]) -> dict[float, dict[str, float]]:

@@ -21,6 +21,8 @@ retrievers/rerank/), kept as a run of its own that the row is scored and read on
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -137,6 +139,46 @@ def rerank_turns(model: Any, turns: Sequence[Any], conversations: Mapping[str, A
             if top:
                 ms.append((time.perf_counter() - started) * 1000)
     return out, ms
+
+
+class CachedRerank(NamedTuple):
+    """Turns' reranked hits, what reranking them cost, and whether a cache file gave them."""
+
+    hits: dict[str, list[Hit]]
+    facts: dict[str, Any]
+    cached: bool
+
+
+def cached_rerank_turns(model: Any, turns: Sequence[Any], conversations: Mapping[str, Any],
+                        hits: Mapping[str, Sequence[Hit]], passages: str | Path, top_n: int,
+                        cache_dir: str | Path | None = None, progress: bool = True
+                        ) -> CachedRerank:
+    """`rerank_turns`, kept in `cache_dir` (None: not kept) as rerank-KEY.json, for the jobs
+    that choose settings on reranked training turns and rerun them (reranker fusion, reader
+    decoding). KEY hashes the reranker's fingerprint and weight, `top_n`, the passage store and
+    every turn's first `top_n` hits: another model, retriever or sample of turns never reads
+    another's file."""
+    from convqa.types import RerankedHit
+
+    key = json.dumps({"version": CACHE_VERSION, "reranker": model.fingerprint(),
+                      "weight": getattr(model, "retriever_weight", None), "top_n": top_n,
+                      "passages": str(Path(passages).resolve()),
+                      "hits": [[t.qid, [[h.passage_id, h.score] for h in
+                                        list(hits.get(t.qid, []))[:top_n]]] for t in turns]},
+                     sort_keys=True, default=str)
+    cache = Path(cache_dir) / f"rerank-{hashlib.sha256(key.encode()).hexdigest()[:24]}.json" \
+        if cache_dir else None
+    if cache is not None and cache.is_file():
+        stored = load_json(cache)
+        return CachedRerank({q: [RerankedHit.from_dict(h) for h in hs]
+                             for q, hs in stored["hits"].items()}, stored["facts"], True)
+    out, ms = rerank_turns(model, turns, conversations, hits, passages, top_n, progress)
+    facts = {"turns": len(turns), "top_n": top_n,
+             "rerank_ms_per_turn_p50": percentiles(ms)["p50"] if ms else None}
+    if cache is not None:
+        write_json(cache, {"facts": facts,
+                           "hits": {q: [h.to_dict() for h in hs] for q, hs in out.items()}})
+    return CachedRerank(out, facts, False)
 
 
 def open_reranker(reranker: Any, retriever: Any = None) -> Reranking:
