@@ -107,3 +107,72 @@ def reader_loss(start_logits: Tensor, end_logits: Tensor, selection_logits: Tens
         if null_option and span is None:  # e.g. only unanswerable questions: heads stay in
             total = total + (start_logits.sum() + end_logits.sum()) * 0.0
     return ReaderLoss(total, selection, span, count)
+
+
+class DistillationLoss(NamedTuple):
+    total: Tensor
+    selection: Tensor | None
+    span: Tensor | None
+
+
+def soft_cross_entropy(logits: Tensor, target: Tensor, mask: Tensor) -> Tensor:
+    """-sum(target * log_softmax(logits)) over `mask`, per row; `target` sums to 1 over it."""
+    log_probs = torch.log_softmax(logits.float().masked_fill(~mask, float("-inf")), dim=-1)
+    return -(target * log_probs.masked_fill(~mask, 0.0)).sum(-1)
+
+
+def distillation_loss(start_logits: Tensor, end_logits: Tensor, selection_logits: Tensor | None,
+                      span_mask: Tensor, passage_mask: Tensor, teacher_selection: Tensor,
+                      start_targets: Tensor, end_targets: Tensor,
+                      temperature: float = 1.0) -> DistillationLoss:
+    """Knowledge distillation from a teacher reader (distill.py), both parts scaled by T^2:
+
+    - selection: cross-entropy of the student's selection softmax (logits / T) against the
+      teacher's over the same passages (`teacher_selection` [Q, N], -inf where it has none);
+    - span: each passage window's start and end distributions (student logits / T) against the
+      teacher's on that window (`start_targets` / `end_targets` [Q, N, L]: each row sums to the
+      teacher's probability mass inside the window, 0 where it has none), each row weighed by
+      the teacher's probability of its passage among the question's, so spans in passages the
+      teacher finds irrelevant count little (p(passage) p(span | passage), as the reader
+      decodes).
+
+    A question or row without teacher targets takes no part."""
+    t = float(temperature)
+    if t <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    kept = passage_mask & torch.isfinite(teacher_selection)
+    has_any = kept.any(-1)
+    teacher_probs = torch.zeros_like(teacher_selection, dtype=torch.float)
+    if bool(has_any.any()):
+        teacher_probs[has_any] = torch.softmax(
+            teacher_selection[has_any].float().masked_fill(~kept[has_any], float("-inf")) / t,
+            dim=-1)
+    parts: list[Tensor] = []
+    selection = None
+    several = kept.sum(-1) > 1
+    if selection_logits is not None and bool(several.any()):
+        rows = several
+        selection = (t * t) * soft_cross_entropy(selection_logits[rows] / t,
+                                                 teacher_probs[rows], kept[rows]).mean()
+        parts.append(selection)
+    weights = torch.where(has_any[:, None], teacher_probs, passage_mask.float()
+                          / passage_mask.float().sum(-1, keepdim=True).clamp(min=1))
+    span = None
+    span_terms = []
+    for logits, targets in ((start_logits, start_targets), (end_logits, end_targets)):
+        rows = (targets.sum(-1) > 0) & passage_mask
+        if not bool(rows.any()):
+            continue
+        loss = soft_cross_entropy(logits[rows] / t, targets[rows].float(), span_mask[rows])
+        weight = weights[rows]
+        span_terms.append((t * t) * (loss * weight).sum() / weight.sum().clamp(min=1e-8))
+    if span_terms:
+        span = sum(span_terms[1:], span_terms[0])
+        parts.append(span)
+    if not parts:
+        total = (start_logits.sum() + end_logits.sum()) * 0.0
+        if selection_logits is not None:
+            total = total + selection_logits.sum() * 0.0
+    else:
+        total = sum(parts[1:], parts[0])
+    return DistillationLoss(total, selection, span)

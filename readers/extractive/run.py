@@ -27,6 +27,7 @@ from convqa.models import DEFAULT_MODEL, resolve_model
 
 from .data import (BuildReport, ReaderExample, benchmark_examples, load_examples, save_examples,
                    scoring_convention, squad_examples)
+from .distill import load_teacher_targets
 from .heldout import evaluate_reader
 from .model import META_FILE, ExtractiveReader, ExtractiveReaderConfig
 from .train import ReaderTrainConfig, make_accelerator, train_reader
@@ -55,6 +56,7 @@ class ReaderRunConfig:
     dense_top_k: int = 50             # passages retrieved per turn for them
     dense_history: str | dict = "oldest_first"  # the dense retriever's query formatting
     unanswerable: bool = False        # also train on unanswerable questions (the null option)
+    teacher_targets: str | None = None  # a teacher's targets of the examples (distill.py)
     evaluate: bool = True
     train: ReaderTrainConfig = field(default_factory=ReaderTrainConfig)
 
@@ -250,14 +252,18 @@ def run_reader_training(config: ReaderRunConfig, out: str | os.PathLike, acceler
     train, heldout = prepare_data(config, out)
     if not train:
         raise ConvQAError("no training examples (every example is held out?)")
+    teacher = load_teacher_targets(config.teacher_targets, train) \
+        if config.teacher_targets else None
     reader = initial_reader(config)
     talk(f"training: {len(train)} examples, init {config.init_model}"
-         f"{f', LoRA r={config.lora_r}' if config.lora_r else ''}")
+         f"{f', LoRA r={config.lora_r}' if config.lora_r else ''}"
+         + (f", distilled from {config.teacher_targets} (weight {config.train.distill_weight})"
+            if teacher else ""))
     result = train_reader(reader, train, out, config.train, acc,
                           info={"init_model": config.init_model, "lora_r": config.lora_r,
                                 "run": {k: v for k, v in asdict(config).items()
                                         if k != "train"}},
-                          heldout=heldout)
+                          heldout=heldout, teacher=teacher)
     talk(f"training: {result.steps} steps, last loss {result.last_loss}, model {result.model_dir}")
     summary: dict[str, Any] = {"model": str(result.model_dir), "steps": result.steps,
                                "train_examples": len(train), "heldout_examples": len(heldout)}

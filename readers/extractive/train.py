@@ -28,6 +28,10 @@ and scoring it on held-out examples.
   batches in the same order as building each in the training process.
 - Loss: loss.py (selection cross-entropy + span marginal likelihood). Each process scores its
   own questions; DDP averages the gradients.
+- Distillation (`distill_weight` w > 0 with a teacher's targets, distill.py): the loss is
+  (1 - w) x that loss + w x `loss.distillation_loss` against the teacher's selection and span
+  distributions on the same windows; the targets are read from a file made once, so the
+  teacher costs nothing per step. The targets' key (teacher, examples) joins the schedule key.
 - AdamW, linear warm-up then linear decay, gradient clipping, gradient accumulation; precision
   `auto` (the faster of fp32 and bf16 autocast whose loss agrees, timed on the first batch at
   every start: bf16 is ~1.3x faster to train on AVX512-BF16 CPUs, several times slower on
@@ -51,7 +55,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -68,9 +72,11 @@ from convqa.training_log import append_log
 from convqa.types import Passage
 
 from .data import ReaderExample
+from .distill import (ExampleTargets, PassageTargets, TeacherTargets, selection_targets,
+                      window_targets)
 from .heldout import heldout_sample
 from .inputs import ReaderFeatures, build_features, char_span_to_tokens
-from .loss import reader_loss
+from .loss import distillation_loss, reader_loss
 from .model import DEFAULT_HISTORY, ExtractiveReader, ReaderLogits
 
 __all__ = ["DEFAULT_HISTORY", "ReaderBatch", "ReaderTrainConfig", "ReaderTrainResult",
@@ -102,6 +108,8 @@ class ReaderTrainConfig:
     eval_per_source: int = 50         # held-out questions per source in those scores
     start_step: int = 0               # continue this schedule at that step (weights given)
     loader_workers: int | str = "auto"  # batch-building processes; auto: 0 on CPU, <= 4 on GPU
+    distill_weight: float = 0.0       # share of the teacher's loss (distill.py); 0: none
+    distill_temperature: float = 1.0  # softmax temperature of both sides of that loss
 
     def __post_init__(self) -> None:
         check_counts(self, ("epochs", "batch_size", "grad_accum", "passages_per_question",
@@ -111,14 +119,22 @@ class ReaderTrainConfig:
         check_schedule(self)
         self.precision = training_precision_setting(self.precision, self.bf16)
         self.loader_workers = loader_workers_setting(self.loader_workers)
+        if isinstance(self.distill_weight, bool) or not 0.0 <= self.distill_weight <= 1.0:
+            raise ValueError(f"distill_weight must be in [0, 1], got {self.distill_weight!r}")
+        if isinstance(self.distill_temperature, bool) or not self.distill_temperature > 0:
+            raise ValueError("distill_temperature must be > 0, got "
+                             f"{self.distill_temperature!r}")
 
     def schedule_key(self) -> dict[str, Any]:
         """The settings a checkpoint must share with the run that resumes it (the held-out
-        scores change nothing that is learned)."""
-        return {k: v for k, v in schedule_key(self).items() if k not in _EVALUATION}
+        scores change nothing that is learned; a run without a teacher keeps the key it had
+        before distillation existed)."""
+        skip = _EVALUATION + (_DISTILLATION if not self.distill_weight else ())
+        return {k: v for k, v in schedule_key(self).items() if k not in skip}
 
 
 _EVALUATION = ("eval_every", "eval_per_source")
+_DISTILLATION = ("distill_weight", "distill_temperature")
 
 
 ReaderTrainResult = TrainResult  # the shared result type (convqa/training/loop.py)
@@ -141,41 +157,65 @@ class ReaderBatch:
     no_span: int = 0       # positives none of whose gold spans fits a window
     padded: int = 0        # padding passages (examples without negatives)
     answerable: Tensor | None = None  # [Q] bool; None: every question has a positive
+    teacher: "TeacherBatch | None" = None  # the teacher's targets on these windows
 
 
-def _choose_passages(example: ReaderExample, count: int, rng) -> tuple[int, list[Passage], int]:
-    """(positive number, the passages [positive, negatives...], padding passages); for an
-    unanswerable example (-1, [its first negative, other negatives...], padding)."""
+@dataclass
+class TeacherBatch:
+    """A teacher's targets on a batch's windows (distill.py, loss.distillation_loss)."""
+
+    selection: Tensor      # [Q, N] logits, -inf for padding
+    starts: Tensor         # [Q, N, L] probabilities
+    ends: Tensor           # [Q, N, L]
+
+
+def _choose_passages(example: ReaderExample, count: int, rng
+                     ) -> tuple[int, list[Passage], int, list[int | None]]:
+    """(positive number, the passages [positive, negatives...], padding passages, each
+    passage's number in the example: positives first, then negatives; None for padding); for
+    an unanswerable example (-1, [its first negative, other negatives...], padding, numbers)."""
+    first = len(example.positives)
     if example.unanswerable:
-        positive, chosen, pool = -1, [example.negatives[0]], example.negatives[1:]
+        positive, chosen, pool, numbers = -1, [example.negatives[0]], example.negatives[1:], [first]
+        offset = first + 1
     else:
         positive = int(rng.integers(len(example.positives)))
-        chosen, pool = [example.positives[positive].passage], example.negatives
+        chosen, pool, numbers = [example.positives[positive].passage], example.negatives, [positive]
+        offset = first
     need = count - 1
     if need and pool:
         if len(pool) >= need:
-            chosen += [pool[int(i)] for i in rng.choice(len(pool), size=need, replace=False)]
+            picks = [int(i) for i in rng.choice(len(pool), size=need, replace=False)]
         else:
-            chosen += list(pool) + [pool[int(i)] for i in rng.integers(len(pool),
-                                                                        size=need - len(pool))]
+            picks = list(range(len(pool))) + [int(i) for i in rng.integers(
+                len(pool), size=need - len(pool))]
+        chosen += [pool[i] for i in picks]
+        numbers += [offset + i for i in picks]
     padding = count - len(chosen)
     chosen += [Passage("", "")] * padding
-    return positive, chosen, padding
+    numbers += [None] * padding
+    return positive, chosen, padding, numbers
 
 
 def make_reader_batch(examples: Sequence[ReaderExample], indices: Sequence[int],
                       queries: Callable[[int], str], reader: ExtractiveReader,
-                      passages_per_question: int, seed: int, epoch: int) -> ReaderBatch:
-    """The batch of examples `indices`; `queries(i)` is the query text of example i."""
+                      passages_per_question: int, seed: int, epoch: int,
+                      teacher: Mapping[str, ExampleTargets] | None = None,
+                      temperature: float = 1.0) -> ReaderBatch:
+    """The batch of examples `indices`; `queries(i)` is the query text of example i; with
+    `teacher` (targets by example id) the teacher's targets on the chosen windows too."""
     n = passages_per_question
     texts: list[str] = []
     passages: list[Passage] = []
     positives: list[int] = []
     real: list[bool] = []
+    numbers: list[int | None] = []
     for index in indices:
         example = examples[int(index)]
-        positive, chosen, pad = _choose_passages(example, n, example_rng(seed, epoch, int(index)))
+        positive, chosen, pad, chosen_numbers = _choose_passages(
+            example, n, example_rng(seed, epoch, int(index)))
         positives.append(positive)
+        numbers.extend(chosen_numbers)
         real.extend([True] * (n - pad) + [False] * pad)
         texts.extend([queries(int(index))] * n)
         passages.extend(chosen)
@@ -214,8 +254,29 @@ def make_reader_batch(examples: Sequence[ReaderExample], indices: Sequence[int],
             ends[row, last] = True
     mask = torch.tensor(real, dtype=torch.bool).view(q, n)
     answerable = torch.tensor([p >= 0 for p in positives], dtype=torch.bool)
+    taught = None if teacher is None else _teacher_batch(
+        features, [teacher[examples[int(i)].id] for i in indices], numbers, n, temperature)
     return ReaderBatch(features, starts.view(q, n, length), ends.view(q, n, length), mask, q, n,
-                       no_span, real.count(False), answerable)
+                       no_span, real.count(False), answerable, taught)
+
+
+def _teacher_batch(features: ReaderFeatures, targets: Sequence[ExampleTargets],
+                   numbers: Sequence[int | None], n: int, temperature: float) -> TeacherBatch:
+    """The teacher's targets of each (question, slot) passage on the window chosen for it."""
+    length = features.length
+    starts = torch.zeros(len(numbers), length)
+    ends = torch.zeros(len(numbers), length)
+    kept: list[PassageTargets | None] = []
+    for row, number in enumerate(numbers):
+        if number is None:
+            kept.append(None)
+            continue
+        passage = targets[row // n].passage(number)
+        kept.append(passage)
+        starts[row], ends[row] = window_targets(features, row, passage, temperature)
+    q = len(numbers) // n
+    return TeacherBatch(selection_targets(kept).view(q, n), starts.view(q, n, length),
+                        ends.view(q, n, length))
 
 
 def chunked_logits(model, inputs: dict[str, Tensor], chunk: int) -> ReaderLogits:
@@ -260,11 +321,18 @@ class ReaderTrainer(StepTrainer):
     def __init__(self, reader: ExtractiveReader, examples: Sequence[ReaderExample],
                  out: str | os.PathLike, config: ReaderTrainConfig, accelerator: Any = None,
                  info: dict[str, Any] | None = None,
-                 heldout: Sequence[ReaderExample] = ()):
+                 heldout: Sequence[ReaderExample] = (),
+                 teacher: TeacherTargets | None = None):
         from convqa.history import model_history_strategy
 
         if not examples:
             raise ConvQAError("no reader training examples")
+        if bool(config.distill_weight) != (teacher is not None):
+            raise ConvQAError("distillation needs both a teacher's targets and a distill "
+                              "weight above 0" if teacher is None else
+                              "teacher targets given with distill weight 0: nothing would "
+                              "learn from them")
+        self.teacher = teacher
         super().__init__(reader, out, config, accelerator, info)
         self.reader = reader
         self.examples = list(examples)
@@ -286,6 +354,8 @@ class ReaderTrainer(StepTrainer):
 
     def schedule(self) -> dict[str, Any]:
         extra = {"null_option": True} if self.null_option else {}
+        if self.teacher is not None:
+            extra["teacher"] = self.teacher.key
         return {**self.config.schedule_key(), "data": self.data_key, **extra}
 
     def query(self, index: int) -> str:
@@ -339,7 +409,9 @@ class ReaderTrainer(StepTrainer):
 
     def make_batch(self, indices, epoch: int) -> ReaderBatch:
         return make_reader_batch(self.examples, indices, self.query, self.reader,
-                                 self.config.passages_per_question, self.config.seed, epoch)
+                                 self.config.passages_per_question, self.config.seed, epoch,
+                                 self.teacher.examples if self.teacher else None,
+                                 self.config.distill_temperature)
 
     def batch_counts(self, batch: ReaderBatch) -> dict[str, int]:
         counts = {"no_span": batch.no_span}
@@ -365,8 +437,22 @@ class ReaderTrainer(StepTrainer):
                            else batch.answerable.to(acc.device))
         logged = {"loss": loss.total, "selection_loss": loss.selection,
                   "span_loss": loss.span}
+        total = loss.total
+        if batch.teacher is not None:
+            device = acc.device
+            taught = distillation_loss(
+                logits.start.view(shape), logits.end.view(shape), selection,
+                batch.features.context.view(shape).to(device),
+                batch.passage_mask.to(device), batch.teacher.selection.to(device),
+                batch.teacher.starts.to(device), batch.teacher.ends.to(device),
+                self.config.distill_temperature)
+            weight = self.config.distill_weight
+            total = (1.0 - weight) * loss.total + weight * taught.total
+            logged.update({"loss": total, "hard_loss": loss.total,
+                           "distill_selection_loss": taught.selection,
+                           "distill_span_loss": taught.span})
         # fp32 sums, an absent part counted as 0
-        return loss.total, {name: torch.tensor(float(value.detach()) if value is not None
+        return total, {name: torch.tensor(float(value.detach()) if value is not None
                                                 else 0.0)
                             for name, value in logged.items()}
 
@@ -379,8 +465,10 @@ def train_reader(reader: ExtractiveReader, examples: Sequence[ReaderExample],
                  out: str | os.PathLike, config: ReaderTrainConfig | None = None,
                  accelerator: Any = None, info: dict[str, Any] | None = None,
                  on_step: Callable[[int, float], None] | None = None,
-                 heldout: Sequence[ReaderExample] = ()) -> ReaderTrainResult:
+                 heldout: Sequence[ReaderExample] = (),
+                 teacher: TeacherTargets | None = None) -> ReaderTrainResult:
     """Train (or resume, or return the finished result of) one run into `out`; with
-    `config.eval_every`, a fixed sample of `heldout` is scored every that many steps."""
+    `config.eval_every`, a fixed sample of `heldout` is scored every that many steps; with
+    `teacher` (and `config.distill_weight`), learning from a teacher's targets too."""
     return ReaderTrainer(reader, examples, out, config or ReaderTrainConfig(), accelerator,
-                         info, heldout).train(on_step)
+                         info, heldout, teacher).train(on_step)

@@ -62,11 +62,13 @@ def add_parser(subparsers) -> None:
     from .train_fid import add_fid_parser
     from .train_fusion import add_fusion_parser
     from .train_reranker import add_reranker_parsers
+    from .train_teacher import add_teacher_parser
 
     add_fid_parser(jobs)
     add_reranker_parsers(jobs)
     add_fusion_parser(jobs)
     add_decoding_parser(jobs)
+    add_teacher_parser(jobs)
     for job in jobs.choices.values():  # other libraries' bars and warnings only with --verbose
         add_verbose_argument(job)
 
@@ -249,6 +251,16 @@ def _add_reader(jobs) -> None:
                         "and the benchmarks' UNANSWERABLE train turns): the selection softmax "
                         "gets a 'no passage answers' option and the reader learns to use it "
                         "(recorded as null_option in its folder)")
+    p.add_argument("--teacher-targets", metavar="FILE",
+                   help="learn from a teacher reader too: its targets of this run's examples "
+                        "(`convqa train reader-teacher --run OUT` writes them to "
+                        "OUT/data/teacher-targets.jsonl)")
+    p.add_argument("--distill-weight", type=fraction, default=0.5, metavar="W",
+                   help="with --teacher-targets: loss = (1 - W) x the gold answers' loss + W x "
+                        "the teacher's (default 0.5)")
+    p.add_argument("--distill-temperature", type=positive_float, default=2.0, metavar="T",
+                   help="with --teacher-targets: softmax temperature of both distributions "
+                        "(default 2)")
     p.add_argument("--length-pool", type=count, default=64, metavar="BATCHES",
                    help="batches of similar length: the epoch order is sorted by length in "
                         "pools of this many batches (default 64; 0: no bucketing)")
@@ -322,7 +334,8 @@ def _reader_config(args: argparse.Namespace):
         eval_every=args.eval_every,
         eval_per_source=args.eval_per_source, precision=args.precision,
         start_step=args.start_step, loader_workers=args.loader_workers,
-        **schedule_settings(args))
+        distill_weight=args.distill_weight if args.teacher_targets else 0.0,
+        distill_temperature=args.distill_temperature, **schedule_settings(args))
     return ReaderRunConfig(
         squad=list(args.squad), benchmarks=list(args.benchmark), examples=list(args.examples),
         init_model=args.init_model, max_length=args.max_length,
@@ -332,7 +345,8 @@ def _reader_config(args: argparse.Namespace):
         eval_examples=args.eval_examples, evaluate=not args.no_eval,
         dense_negatives=args.dense_negatives, dense_top_k=args.dense_top_k,
         article_negatives=args.article_negatives,
-        dense_history=args.dense_history, unanswerable=args.unanswerable, train=train)
+        dense_history=args.dense_history, unanswerable=args.unanswerable,
+        teacher_targets=args.teacher_targets, train=train)
 
 
 def run_reader(args: argparse.Namespace) -> int:

@@ -1,0 +1,75 @@
+"""`convqa train reader-teacher`: a teacher reader's targets of a reader run's training
+examples, for distilling it into the run's student (readers/extractive/distill.py).
+
+    convqa train reader --out run ... --data-only          # the examples, in run/data
+    convqa train reader-teacher --teacher runs/reader-large/model --run run
+    convqa train reader --out run ... --teacher-targets run/data/teacher-targets.jsonl
+
+The teacher reads every passage of every training example once; rerun to resume a killed
+build. Several processes (`accelerate launch` / torchrun ... -m convqa.front.cli.main train
+reader-teacher ...) share the examples. Wired into `convqa train` by
+`add_teacher_parser(jobs)`.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+TARGETS_FILE = "teacher-targets.jsonl"
+
+
+def add_teacher_parser(jobs) -> argparse.ArgumentParser:
+    from .train_args import add_process_args, positive_int
+
+    p = jobs.add_parser(
+        "reader-teacher", help="a teacher reader's targets of a reader run's examples "
+        "(for --teacher-targets)",
+        description="Read every passage of a reader run's training examples (OUT/data/"
+                    "train.jsonl of `convqa train reader`, e.g. made with --data-only) with a "
+                    "teacher reader and keep its selection logits and its most likely answer "
+                    "starts and ends, by character: the targets `convqa train reader "
+                    "--teacher-targets` distils from. Rerun to resume.")
+    p.add_argument("--teacher", required=True, metavar="MODEL",
+                   help="the teacher: a reader folder or shipped alias")
+    p.add_argument("--run", required=True, metavar="DIR",
+                   help="the student's run folder (its data/train.jsonl is read)")
+    p.add_argument("--out", metavar="FILE",
+                   help=f"where the targets go (default DIR/data/{TARGETS_FILE})")
+    p.add_argument("--top-k", type=positive_int, default=20, metavar="K",
+                   help="answer starts and ends kept per passage (default 20)")
+    p.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
+                   help="the teacher's arithmetic (default auto: the faster whose targets "
+                        "agree with fp32's on the first example)")
+    add_process_args(p)
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    from convqa.errors import ConfigError
+    from convqa.models import shipped_model_path
+    from convqa.training.loop import make_accelerator
+    from readers.extractive.data import load_examples
+    from readers.extractive.distill import build_teacher_targets
+    from readers.extractive.model import META_FILE, ExtractiveReader
+
+    examples_file = Path(args.run) / "data" / "train.jsonl"
+    if not examples_file.is_file():
+        raise ConfigError(f"{args.run}: no data/train.jsonl (build the run's examples first: "
+                          "`convqa train reader --out DIR ... --data-only`)")
+    folder = shipped_model_path(args.teacher) or Path(args.teacher)
+    if not (folder / META_FILE).is_file():
+        raise ConfigError(f"{args.teacher}: not a reader folder (no {META_FILE})")
+    teacher = ExtractiveReader.from_pretrained(folder)
+    if teacher.has_adapters:
+        teacher.merge_adapters()
+    if not teacher.has_selection_head:
+        raise ConfigError(f"{args.teacher}: the teacher has no passage-selection head")
+    examples = load_examples(examples_file)
+    out = Path(args.out) if args.out else Path(args.run) / "data" / TARGETS_FILE
+    accelerator = make_accelerator(cpu=args.cpu)
+    path = build_teacher_targets(teacher, examples, out, args.top_k, precision=args.precision,
+                                 progress=not args.quiet, accelerator=accelerator)
+    if accelerator.is_main_process:
+        print(f"{path}: the teacher's targets of {len(examples)} examples")
+    return 0

@@ -1,0 +1,385 @@
+"""A teacher reader's targets for distilling a student reader (a large reader into the fast one).
+
+    targets = build_teacher_targets(teacher, examples, "run/data/teacher.jsonl")
+    # then: convqa train reader ... --teacher-targets run/data/teacher.jsonl --distill-weight 0.5
+
+The teacher reads every passage of every training example once (its positives, then its
+negatives, in the example's order) with its own query formatting, and keeps per passage
+- `selection`: its selection logit (the highest over the passage's windows);
+- `starts` / `ends`: its `top_k` most likely answer starts and ends as (character offset into
+  the passage text, logit), each character position's highest logit over the windows that
+  read it. A start offset is where a token begins, an end offset where one ends.
+
+Characters, not tokens, because teacher and student need not share a tokenizer (MPNet and
+MiniLM do not): the student maps each offset to the token of its own window that holds it
+(`window_targets`). Targets are computed once, offline, so a CPU run pays for the large model
+once and every student epoch reuses them.
+
+The file is JSONL, one record per example (`{"id", "positives": [...], "negatives": [...]}`,
+each passage `{"selection", "starts": [[char, logit], ...], "ends": [...]}`) beside a
+FILE.json that names the teacher (fingerprint), `top_k` and the examples (ids digest). It is
+written through FILE.part-I-of-N (one per process), one line per example, so a killed build
+resumes where it stopped; the finished file is written atomically from the parts.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import torch
+from torch import Tensor
+
+from convqa.errors import DataError
+from convqa.example_records import ids_digest
+from convqa.io import load_json, write_json
+from convqa.types import Passage
+
+from .data import ReaderExample
+from .inputs import ReaderFeatures, build_features
+
+FORMAT = "convqa-reader-teacher-targets"
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class PassageTargets:
+    """What the teacher makes of one passage (see the module docstring)."""
+
+    selection: float | None
+    starts: tuple[tuple[int, float], ...]
+    ends: tuple[tuple[int, float], ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"selection": None if self.selection is None else round(self.selection, 4),
+                "starts": [[c, round(v, 4)] for c, v in self.starts],
+                "ends": [[c, round(v, 4)] for c, v in self.ends]}
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str) -> "PassageTargets":
+        if not isinstance(data, dict):
+            raise ValueError(f"{where}: expected an object")
+        selection = data.get("selection")
+        if selection is not None and not isinstance(selection, (int, float)):
+            raise ValueError(f"{where}.selection: expected a number or null")
+        positions = []
+        for name in ("starts", "ends"):
+            items = data.get(name)
+            if not isinstance(items, list) or not all(
+                    isinstance(i, list) and len(i) == 2 and isinstance(i[0], int) and i[0] >= 0
+                    and isinstance(i[1], (int, float)) for i in items):
+                raise ValueError(f"{where}.{name}: expected [[character offset, logit], ...]")
+            positions.append(tuple((int(c), float(v)) for c, v in items))
+        return cls(None if selection is None else float(selection), *positions)
+
+
+@dataclass(frozen=True)
+class ExampleTargets:
+    """The teacher's targets of one example's passages, in the example's order."""
+
+    id: str
+    positives: tuple[PassageTargets, ...]
+    negatives: tuple[PassageTargets, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "positives": [p.to_dict() for p in self.positives],
+                "negatives": [p.to_dict() for p in self.negatives]}
+
+    @classmethod
+    def from_dict(cls, data: Any, path: Path, line: int) -> "ExampleTargets":
+        try:
+            if not isinstance(data, dict) or not isinstance(data.get("id"), str):
+                raise ValueError("id: expected a string")
+            parts = []
+            for name in ("positives", "negatives"):
+                items = data.get(name)
+                if not isinstance(items, list):
+                    raise ValueError(f"{name}: expected a list")
+                parts.append(tuple(PassageTargets.from_dict(item, f"{name}[{i}]")
+                                   for i, item in enumerate(items)))
+        except ValueError as exc:
+            raise DataError(f"teacher targets: {exc}", path, line) from None
+        return cls(data["id"], *parts)
+
+    def passage(self, number: int) -> PassageTargets:
+        """Passage `number` of the example: its positives first, then its negatives."""
+        if number < len(self.positives):
+            return self.positives[number]
+        return self.negatives[number - len(self.positives)]
+
+
+def example_passages(example: ReaderExample) -> list[Passage]:
+    """An example's passages in the order targets are kept: positives, then negatives."""
+    return [p.passage for p in example.positives] + list(example.negatives)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading with the teacher
+
+
+@torch.no_grad()
+def teacher_passage_targets(teacher: Any, query: str, passages: Sequence[Passage],
+                            top_k: int = 20, chunk: int = 16,
+                            precision: str = "fp32") -> list[PassageTargets]:
+    """The teacher's targets of `passages` read against `query` (module docstring)."""
+    from convqa.precision import autocast
+
+    if not passages:
+        return []
+    features = build_features(teacher.tokenizer, [query] * len(passages), list(passages),
+                              teacher.config)
+    device = next(teacher.parameters()).device
+    starts, ends, selections = [], [], []
+    for begin in range(0, len(features), chunk):
+        part = features.select(range(begin, min(begin + chunk, len(features))), trim=True)
+        inputs = {k: v.to(device) for k, v in part.tensors.items()}
+        with autocast(precision, device):
+            logits = teacher(**inputs)
+        pad = features.length - part.length
+        starts.append(torch.nn.functional.pad(logits.start.float().cpu(), (0, pad)))
+        ends.append(torch.nn.functional.pad(logits.end.float().cpu(), (0, pad)))
+        if logits.selection is not None:
+            selections.append(logits.selection.float().cpu().reshape(-1))
+    start, end = torch.cat(starts), torch.cat(ends)
+    selection = torch.cat(selections) if selections else None
+    out = []
+    for number in range(len(passages)):
+        windows = features.windows_of(number)
+        out.append(PassageTargets(
+            max(float(selection[w]) for w in windows) if selection is not None else None,
+            _best_positions(features, windows, start, 0, top_k),
+            _best_positions(features, windows, end, 1, top_k)))
+    return out
+
+
+def _best_positions(features: ReaderFeatures, windows: Sequence[int], logits: Tensor,
+                    side: int, top_k: int) -> tuple[tuple[int, float], ...]:
+    """The `top_k` highest-scoring character offsets (token starts for side 0, ends for 1) of a
+    passage's windows, each offset's highest logit over the windows."""
+    best: dict[int, float] = {}
+    for window in windows:
+        positions = torch.nonzero(features.context[window]).flatten()
+        chars = features.offsets[window, positions, side].tolist()
+        for char, value in zip(chars, logits[window, positions].tolist()):
+            if char not in best or value > best[char]:
+                best[char] = value
+    ranked = sorted(best.items(), key=lambda item: (-item[1], item[0]))[:top_k]
+    return tuple((int(c), float(v)) for c, v in ranked)
+
+
+def _meta(teacher: Any, examples: Sequence[ReaderExample], top_k: int) -> dict[str, Any]:
+    return {"format": FORMAT, "version": VERSION, "teacher": teacher.fingerprint(),
+            "teacher_model": teacher.config.model, "top_k": top_k,
+            "examples": len(examples), "ids_sha256": ids_digest(examples)}
+
+
+def teacher_query(teacher: Any):
+    """`query(example)`: the example's conversation formatted the teacher's way."""
+    from convqa.history import model_history_strategy
+
+    from .model import DEFAULT_HISTORY
+
+    strategy = model_history_strategy(teacher.config.history or DEFAULT_HISTORY, teacher)
+    return lambda example: strategy.format(example.question, example.history_turns())
+
+
+def targets_agreement(reference: Sequence[PassageTargets],
+                      other: Sequence[PassageTargets]) -> float:
+    """Share of passages whose best start and best end are the same in both (precision auto)."""
+    same = [a.starts[:1] and b.starts[:1] and a.starts[0][0] == b.starts[0][0]
+            and a.ends[0][0] == b.ends[0][0] for a, b in zip(reference, other)]
+    return sum(map(bool, same)) / max(len(same), 1)
+
+
+def teacher_precision(teacher: Any, examples: Sequence[ReaderExample], requested: str,
+                      chunk: int = 16) -> str:
+    """`requested`, or for `auto` the faster precision whose targets of the first example
+    agree with fp32's (convqa.precision.choose_precision)."""
+    from convqa.precision import choose_precision
+
+    if requested != "auto" or not examples:
+        return "fp32" if requested == "auto" else requested
+    query, probe = teacher_query(teacher), examples[0]
+    device = next(teacher.parameters()).device
+    return choose_precision(
+        lambda precision: teacher_passage_targets(teacher, query(probe), example_passages(probe),
+                                                  5, chunk, precision),
+        targets_agreement, threshold=0.85, what="reader teacher targets", device=device,
+        remember=teacher.fingerprint()).precision
+
+
+def build_teacher_targets(teacher: Any, examples: Sequence[ReaderExample],
+                          path: str | os.PathLike, top_k: int = 20, chunk: int = 16,
+                          precision: str = "auto", progress: bool = True,
+                          accelerator: Any = None) -> Path:
+    """Write (or finish, or keep) the teacher's targets of every example into `path`. Under
+    `accelerator` with several processes each reads every n-th example into a part of its
+    own, and the main process joins the parts in the examples' order."""
+    from tqdm.auto import tqdm
+
+    path = Path(path)
+    meta = _meta(teacher, examples, top_k)
+    meta_path = path.with_name(path.name + ".json")
+    if path.is_file() and meta_path.is_file() and load_json(meta_path) == meta:
+        return path
+    index, count = (accelerator.process_index, accelerator.num_processes) \
+        if accelerator is not None else (0, 1)
+    if accelerator is not None:
+        teacher.to(accelerator.device)
+    teacher.eval()
+    mine = list(examples)[index::count]
+    part = path.with_name(f"{path.name}.part-{index}-of-{count}")
+    done = _resume_part(part, meta)
+    precision = teacher_precision(teacher, mine, precision, chunk)
+    query = teacher_query(teacher)
+    with part.open("a", encoding="utf-8") as sink:
+        for example in tqdm([e for e in mine if e.id not in done], desc="teacher targets",
+                            unit=" q", disable=not progress or index != 0):
+            targets = teacher_passage_targets(teacher, query(example), example_passages(example),
+                                              top_k, chunk, precision)
+            record = ExampleTargets(example.id, tuple(targets[:len(example.positives)]),
+                                    tuple(targets[len(example.positives):]))
+            sink.write(json.dumps(record.to_dict(), separators=(",", ":")) + "\n")
+            sink.flush()
+    if accelerator is not None:
+        accelerator.wait_for_everyone()
+    if index == 0:
+        _join_parts(path, [path.with_name(f"{path.name}.part-{i}-of-{count}")
+                           for i in range(count)], examples)
+        write_json(meta_path, meta)
+        for i in range(count):
+            part_of = path.with_name(f"{path.name}.part-{i}-of-{count}")
+            part_of.unlink(missing_ok=True)
+            part_of.with_name(part_of.name + ".json").unlink(missing_ok=True)
+    if accelerator is not None:
+        accelerator.wait_for_everyone()
+    return path
+
+
+def _resume_part(part: Path, meta: dict[str, Any]) -> set[str]:
+    """Ids already in a part file made for the same teacher and examples (a line cut by a
+    kill is dropped); otherwise a new, empty part."""
+    part_meta = part.with_name(part.name + ".json")
+    if part.is_file() and part_meta.is_file() and load_json(part_meta) == meta:
+        kept, ids = [], set()
+        for line in part.read_text(encoding="utf-8").split("\n"):
+            try:
+                ids.add(json.loads(line)["id"])
+                kept.append(line)
+            except (ValueError, KeyError, TypeError):
+                continue
+        part.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+        return ids
+    part.parent.mkdir(parents=True, exist_ok=True)
+    part.write_text("", encoding="utf-8")
+    write_json(part_meta, meta)
+    return set()
+
+
+def _join_parts(path: Path, parts: Sequence[Path], examples: Sequence[ReaderExample]) -> None:
+    """The parts' lines in the examples' order, written to `path` atomically."""
+    lines: dict[str, str] = {}
+    for part in parts:
+        for line in part.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                lines[json.loads(line)["id"]] = line
+    missing = [e.id for e in examples if e.id not in lines]
+    if missing:
+        raise DataError(f"teacher targets: {len(missing)} examples missing from the parts "
+                        f"(e.g. {missing[0]!r}); rerun to finish them", path)
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text("".join(lines[e.id] + "\n" for e in examples), encoding="utf-8")
+    os.replace(temporary, path)
+
+
+@dataclass(frozen=True)
+class TeacherTargets:
+    """Loaded targets: by example id, with `key` naming the teacher and its examples."""
+
+    path: Path
+    key: str
+    examples: dict[str, ExampleTargets]
+
+
+def load_teacher_targets(path: str | os.PathLike, examples: Sequence[ReaderExample]
+                         ) -> TeacherTargets:
+    """The targets of `examples` from a finished file; every example must have targets that
+    cover its passages (the same examples the teacher read)."""
+    path = Path(path)
+    if not path.is_file():
+        unfinished = any(path.parent.glob(f"{path.name}.part-*")) if path.parent.is_dir() \
+            else False
+        hint = " (unfinished: rerun `convqa train reader-teacher` to finish it)" \
+            if unfinished else ""
+        raise DataError(f"no teacher targets{hint}", path)
+    targets: dict[str, ExampleTargets] = {}
+    with path.open(encoding="utf-8") as source:
+        for number, line in enumerate(source, 1):
+            if not line.strip():
+                continue
+            try:
+                data = json.loads(line)
+            except ValueError:
+                raise DataError("not JSON", path, number) from None
+            record = ExampleTargets.from_dict(data, path, number)
+            targets[record.id] = record
+    for example in examples:
+        record = targets.get(example.id)
+        if record is None:
+            raise DataError(f"no teacher targets for example {example.id!r} (targets of other "
+                            "examples? build them from this run's data)", path)
+        if (len(record.positives), len(record.negatives)) != (len(example.positives),
+                                                              len(example.negatives)):
+            raise DataError(f"example {example.id!r}: targets for {len(record.positives)} + "
+                            f"{len(record.negatives)} passages, the example has "
+                            f"{len(example.positives)} + {len(example.negatives)}", path)
+    meta_path = path.with_name(path.name + ".json")
+    if not meta_path.is_file():
+        raise DataError(f"no {meta_path.name} beside the teacher targets (what made them: "
+                        "build them with `convqa train reader-teacher`)", path)
+    meta = load_json(meta_path)
+    key = f"{meta.get('teacher')}:{meta.get('top_k')}:{meta.get('ids_sha256')}"
+    return TeacherTargets(path, key, targets)
+
+
+# ---------------------------------------------------------------------------------------------
+# Targets on the student's windows
+
+
+def window_targets(features: ReaderFeatures, window: int, targets: PassageTargets,
+                   temperature: float = 1.0) -> tuple[Tensor, Tensor]:
+    """The teacher's start and end distributions (softmax of its kept logits / temperature)
+    moved onto the student's `window`: each start offset goes to the window's text token that
+    holds it, each end offset to the token that ends there or holds it. Offsets outside the
+    window's text are dropped and nothing is renormalised: a row sums to the teacher's
+    probability inside the window, so a window the teacher finds no answer in teaches little
+    (all zeros: nothing). [length] float tensors."""
+    length = features.length
+    mask = features.context[window]
+    out = []
+    for side, items in ((0, targets.starts), (1, targets.ends)):
+        target = torch.zeros(length)
+        if items and bool(mask.any()):
+            positions = torch.nonzero(mask).flatten()
+            begins = features.offsets[window, positions, 0]
+            finishes = features.offsets[window, positions, 1]
+            chars = torch.tensor([c for c, _ in items])
+            probs = torch.softmax(torch.tensor([v for _, v in items]) / temperature, 0)
+            if side == 0:
+                holds = (begins[None, :] <= chars[:, None]) & (chars[:, None] < finishes[None, :])
+            else:
+                holds = (begins[None, :] < chars[:, None]) & (chars[:, None] <= finishes[None, :])
+            found = holds.any(1)
+            token = holds.float().argmax(1)  # the first token that holds it
+            target.index_add_(0, positions[token[found]], probs[found])
+        out.append(target)
+    return out[0], out[1]
+
+
+def selection_targets(targets: Iterable[PassageTargets | None]) -> Tensor:
+    """The teacher's selection logits of a question's passages (-inf for padding or a passage
+    without one), [N]."""
+    return torch.tensor([float("-inf") if t is None or t.selection is None else t.selection
+                         for t in targets])
