@@ -263,7 +263,7 @@ def test_reader_teacher_command(examples, tmp_path, capsys):
     capsys.readouterr()
     assert main(base + ["--teacher-targets", str(tmp_path / "none.jsonl")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "no teacher targets" in err[0]
+    assert len(err) == 1 and "no teacher outputs (made by `convqa train reader-teacher`)" in err[0]
 
 
 TWO_PROCESS_SCRIPT = r'''

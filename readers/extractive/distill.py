@@ -17,13 +17,11 @@ once and every student epoch reuses them.
 
 The file is JSONL, one record per example (`{"id", "positives": [...], "negatives": [...]}`,
 each passage `{"selection", "starts": [[char, logit], ...], "ends": [...]}`) beside a
-FILE.json that names the teacher (fingerprint), `top_k` and the examples (ids digest). It is
-written through FILE.part-I-of-N (one per process), one line per example, so a killed build
-resumes where it stopped; the finished file is written atomically from the parts.
+FILE.json that names the teacher (fingerprint), `top_k` and the examples (ids digest);
+convqa/training/teacher_file.py writes it resumably, one part per process.
 """
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +32,6 @@ from torch import Tensor
 
 from convqa.errors import DataError
 from convqa.example_records import ids_digest
-from convqa.io import load_json, write_json
 from convqa.types import Passage
 
 from .data import ReaderExample
@@ -214,84 +211,27 @@ def build_teacher_targets(teacher: Any, examples: Sequence[ReaderExample],
                           path: str | os.PathLike, top_k: int = 20, chunk: int = 16,
                           precision: str = "auto", progress: bool = True,
                           accelerator: Any = None) -> Path:
-    """Write (or finish, or keep) the teacher's targets of every example into `path`. Under
-    `accelerator` with several processes each reads every n-th example into a part of its
-    own, and the main process joins the parts in the examples' order."""
-    from tqdm.auto import tqdm
+    """Write (or finish, or keep) the teacher's targets of every example into `path`
+    (convqa/training/teacher_file.py: resumable, shared by several processes)."""
+    from convqa.training.teacher_file import write_teacher_file
 
-    path = Path(path)
-    meta = _meta(teacher, examples, top_k)
-    meta_path = path.with_name(path.name + ".json")
-    if path.is_file() and meta_path.is_file() and load_json(meta_path) == meta:
-        return path
-    index, count = (accelerator.process_index, accelerator.num_processes) \
-        if accelerator is not None else (0, 1)
     if accelerator is not None:
         teacher.to(accelerator.device)
     teacher.eval()
-    mine = list(examples)[index::count]
-    part = path.with_name(f"{path.name}.part-{index}-of-{count}")
-    done = _resume_part(part, meta)
-    precision = teacher_precision(teacher, mine, precision, chunk)
+    count = accelerator.num_processes if accelerator is not None else 1
+    index = accelerator.process_index if accelerator is not None else 0
+    precision = teacher_precision(teacher, list(examples)[index::count], precision, chunk)
     query = teacher_query(teacher)
-    with part.open("a", encoding="utf-8") as sink:
-        for example in tqdm([e for e in mine if e.id not in done], desc="teacher targets",
-                            unit=" q", disable=not progress or index != 0):
-            targets = teacher_passage_targets(teacher, query(example), example_passages(example),
-                                              top_k, chunk, precision)
-            record = ExampleTargets(example.id, tuple(targets[:len(example.positives)]),
-                                    tuple(targets[len(example.positives):]))
-            sink.write(json.dumps(record.to_dict(), separators=(",", ":")) + "\n")
-            sink.flush()
-    if accelerator is not None:
-        accelerator.wait_for_everyone()
-    if index == 0:
-        _join_parts(path, [path.with_name(f"{path.name}.part-{i}-of-{count}")
-                           for i in range(count)], examples)
-        write_json(meta_path, meta)
-        for i in range(count):
-            part_of = path.with_name(f"{path.name}.part-{i}-of-{count}")
-            part_of.unlink(missing_ok=True)
-            part_of.with_name(part_of.name + ".json").unlink(missing_ok=True)
-    if accelerator is not None:
-        accelerator.wait_for_everyone()
-    return path
 
+    def record_of(example: ReaderExample) -> dict[str, Any]:
+        targets = teacher_passage_targets(teacher, query(example), example_passages(example),
+                                          top_k, chunk, precision)
+        return ExampleTargets(example.id, tuple(targets[:len(example.positives)]),
+                              tuple(targets[len(example.positives):])).to_dict()
 
-def _resume_part(part: Path, meta: dict[str, Any]) -> set[str]:
-    """Ids already in a part file made for the same teacher and examples (a line cut by a
-    kill is dropped); otherwise a new, empty part."""
-    part_meta = part.with_name(part.name + ".json")
-    if part.is_file() and part_meta.is_file() and load_json(part_meta) == meta:
-        kept, ids = [], set()
-        for line in part.read_text(encoding="utf-8").split("\n"):
-            try:
-                ids.add(json.loads(line)["id"])
-                kept.append(line)
-            except (ValueError, KeyError, TypeError):
-                continue
-        part.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
-        return ids
-    part.parent.mkdir(parents=True, exist_ok=True)
-    part.write_text("", encoding="utf-8")
-    write_json(part_meta, meta)
-    return set()
-
-
-def _join_parts(path: Path, parts: Sequence[Path], examples: Sequence[ReaderExample]) -> None:
-    """The parts' lines in the examples' order, written to `path` atomically."""
-    lines: dict[str, str] = {}
-    for part in parts:
-        for line in part.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                lines[json.loads(line)["id"]] = line
-    missing = [e.id for e in examples if e.id not in lines]
-    if missing:
-        raise DataError(f"teacher targets: {len(missing)} examples missing from the parts "
-                        f"(e.g. {missing[0]!r}); rerun to finish them", path)
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text("".join(lines[e.id] + "\n" for e in examples), encoding="utf-8")
-    os.replace(temporary, path)
+    return write_teacher_file(path, _meta(teacher, examples, top_k), examples, record_of,
+                              progress=progress, desc="teacher targets",
+                              accelerator=accelerator)
 
 
 @dataclass(frozen=True)
@@ -307,24 +247,11 @@ def load_teacher_targets(path: str | os.PathLike, examples: Sequence[ReaderExamp
                          ) -> TeacherTargets:
     """The targets of `examples` from a finished file; every example must have targets that
     cover its passages (the same examples the teacher read)."""
+    from convqa.training.teacher_file import read_teacher_file
+
     path = Path(path)
-    if not path.is_file():
-        unfinished = any(path.parent.glob(f"{path.name}.part-*")) if path.parent.is_dir() \
-            else False
-        hint = " (unfinished: rerun `convqa train reader-teacher` to finish it)" \
-            if unfinished else ""
-        raise DataError(f"no teacher targets{hint}", path)
-    targets: dict[str, ExampleTargets] = {}
-    with path.open(encoding="utf-8") as source:
-        for number, line in enumerate(source, 1):
-            if not line.strip():
-                continue
-            try:
-                data = json.loads(line)
-            except ValueError:
-                raise DataError("not JSON", path, number) from None
-            record = ExampleTargets.from_dict(data, path, number)
-            targets[record.id] = record
+    targets, meta = read_teacher_file(path, ExampleTargets.from_dict,
+                                      "convqa train reader-teacher")
     for example in examples:
         record = targets.get(example.id)
         if record is None:
@@ -335,11 +262,6 @@ def load_teacher_targets(path: str | os.PathLike, examples: Sequence[ReaderExamp
             raise DataError(f"example {example.id!r}: targets for {len(record.positives)} + "
                             f"{len(record.negatives)} passages, the example has "
                             f"{len(example.positives)} + {len(example.negatives)}", path)
-    meta_path = path.with_name(path.name + ".json")
-    if not meta_path.is_file():
-        raise DataError(f"no {meta_path.name} beside the teacher targets (what made them: "
-                        "build them with `convqa train reader-teacher`)", path)
-    meta = load_json(meta_path)
     key = f"{meta.get('teacher')}:{meta.get('top_k')}:{meta.get('ids_sha256')}"
     return TeacherTargets(path, key, targets)
 
