@@ -25,6 +25,7 @@ from convqa.io import load_json, write_json
 from convqa.models import DEFAULT_MODEL
 
 from .data import ExampleSources, RerankExample, build_examples, load_examples, save_examples
+from .distill import load_teacher_scores
 from .model import META_FILE, CrossEncoder, CrossEncoderConfig
 from .train import (RerankTrainConfig, evaluate_ranking, heldout_sample, make_accelerator,
                     train_reranker)
@@ -47,6 +48,7 @@ class RerankRunConfig:
     lora_r: int = 16                  # LoRA rank; 0: train all weights
     eval_examples: int | None = 500   # held-out questions per source scored after training
     evaluate: bool = True
+    teacher_scores: str | None = None  # a teacher's scores of the training examples (distill.py)
     train: RerankTrainConfig = field(default_factory=RerankTrainConfig)
 
 
@@ -159,12 +161,17 @@ def run_reranker_training(config: RerankRunConfig, out: str | os.PathLike,
     train = [e for e in examples if e.split == "train"]
     heldout = [e for e in examples if e.split == "heldout"]
     counts = count_examples(examples)
+    teacher = load_teacher_scores(config.teacher_scores, train) if config.teacher_scores \
+        else None
     model = initial_model(config)
     model.card_facts = {"data": counts}
     if main:
-        say(f"training on {len(train)} questions ({len(heldout)} held out)")
+        say(f"training on {len(train)} questions ({len(heldout)} held out)"
+            + (f", distilled from {config.teacher_scores} (weight "
+               f"{config.train.distill_weight})" if teacher else ""))
     result = train_reranker(model, train, out, config.train, acc,
-                            {"data": counts, "init_model": config.init_model}, heldout=heldout)
+                            {"data": counts, "init_model": config.init_model}, heldout=heldout,
+                            teacher=teacher)
     summary: dict[str, Any] = {"model": str(result.model_dir), "steps": result.steps,
                                "last_loss": result.last_loss}
     if config.evaluate and heldout and main:

@@ -13,7 +13,9 @@ code), and its held-out ranking score.
   convqa/training/loader.py; `auto`: none on a CPU-only run, up to 4 with a GPU), the same
   batches in the same order as building each in the training process.
 - Loss: listwise softmax cross-entropy over each question's 1 + K logits, target the positive
-  (fp32 logits); DDP averages the gradients of the processes.
+  (fp32 logits); DDP averages the gradients of the processes. With a teacher's scores
+  (distill.py) and `distill_weight` w: (1 - w) x that + w x the cross-entropy against the
+  teacher's softmax over the same candidates (`listwise_distillation_loss`).
 - Batches are length-bucketed (`length_pool`, convqa/training/schedule.py): questions of
   similar length go together, and each forward pass is padded to its own longest pair; with
   `pair_chunk` the pairs of a batch go through the encoder that many at a time in order of
@@ -34,7 +36,7 @@ from __future__ import annotations
 import hashlib
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -51,7 +53,8 @@ from convqa.training_log import append_log
 from convqa.types import Passage
 from readers.extractive.model import DEFAULT_HISTORY
 
-from .data import RerankExample
+from .data import NEGATIVE_KINDS, RerankExample
+from .distill import TeacherScores, TeacherScoreSet
 from .model import CrossEncoder
 
 __all__ = ["RerankTrainConfig", "RerankTrainer", "evaluate_ranking", "listwise_loss",
@@ -82,6 +85,8 @@ class RerankTrainConfig:
     eval_examples: int = 200          # held-out questions in those scores
     start_step: int = 0               # continue this schedule at that step (weights given)
     loader_workers: int | str = "auto"  # batch-building processes; auto: 0 on CPU, <= 4 on GPU
+    distill_weight: float = 0.0       # share of the teacher's listwise loss (distill.py); 0: none
+    distill_temperature: float = 1.0  # softmax temperature of both sides of that loss
 
     def __post_init__(self) -> None:
         check_counts(self, ("epochs", "batch_size", "grad_accum", "negatives",
@@ -91,12 +96,19 @@ class RerankTrainConfig:
         check_schedule(self)
         self.precision = training_precision_setting(self.precision, self.bf16)
         self.loader_workers = loader_workers_setting(self.loader_workers)
+        if isinstance(self.distill_weight, bool) or not 0.0 <= self.distill_weight <= 1.0:
+            raise ValueError(f"distill_weight must be in [0, 1], got {self.distill_weight!r}")
+        if isinstance(self.distill_temperature, bool) or not self.distill_temperature > 0:
+            raise ValueError("distill_temperature must be > 0, got "
+                             f"{self.distill_temperature!r}")
 
     def schedule_key(self) -> dict[str, Any]:
         """What a checkpoint must share with the run resuming it (held-out scores and the
-        chunking of forward passes change nothing that is learned)."""
-        return {k: v for k, v in schedule_key(self).items()
-                if k not in ("eval_every", "eval_examples", "pair_chunk")}
+        chunking of forward passes change nothing that is learned; a run without a teacher
+        keeps the key it had before distillation existed)."""
+        skip = ("eval_every", "eval_examples", "pair_chunk") + (
+            () if self.distill_weight else ("distill_weight", "distill_temperature"))
+        return {k: v for k, v in schedule_key(self).items() if k not in skip}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -113,14 +125,22 @@ class RerankBatch:
     questions: int
     group: int
     padded: int            # empty slots (questions with fewer than K negatives)
+    teacher: Tensor | None = None  # [questions, group] the teacher's logits, -inf: empty
 
 
 def choose_negatives(example: RerankExample, count: int, rng: np.random.Generator
                      ) -> list[Passage]:
     """Up to `count` negatives: both kinds shuffled, then taken in turn, article first."""
-    pools = [[pool[int(i)] for i in rng.permutation(len(pool))]
-             for pool in (example.article_negatives, example.mined_negatives)]
-    chosen: list[Passage] = []
+    return [getattr(example, kind)[number]
+            for kind, number in choose_negative_numbers(example, count, rng)]
+
+
+def choose_negative_numbers(example: RerankExample, count: int, rng: np.random.Generator
+                            ) -> list[tuple[str, int]]:
+    """`choose_negatives` as (kind, number in that kind's list)."""
+    pools = [[(kind, int(i)) for i in rng.permutation(len(getattr(example, kind)))]
+             for kind in NEGATIVE_KINDS]
+    chosen: list[tuple[str, int]] = []
     while len(chosen) < count and any(pools):
         for pool in pools:
             if pool and len(chosen) < count:
@@ -130,22 +150,29 @@ def choose_negatives(example: RerankExample, count: int, rng: np.random.Generato
 
 def make_rerank_batch(examples: Sequence[RerankExample], indices: Sequence[int],
                       queries: Callable[[int], str], model: CrossEncoder, negatives: int,
-                      seed: int, epoch: int) -> RerankBatch:
-    """The batch of examples `indices`; `queries(i)` is the query text of example i."""
+                      seed: int, epoch: int,
+                      teacher: Mapping[str, TeacherScores] | None = None) -> RerankBatch:
+    """The batch of examples `indices`; `queries(i)` is the query text of example i; with
+    `teacher` (scores by example id) the teacher's logits of the drawn candidates too."""
     group = 1 + negatives
     texts: list[str] = []
     passages: list[Passage] = []
     slots: list[int] = []
+    taught = torch.full((len(indices), group), float("-inf")) if teacher is not None else None
     for row, index in enumerate(indices):
         example = examples[int(index)]
         rng = example_rng(seed, epoch, int(index))
-        positive = example.positives[int(rng.integers(len(example.positives)))]
-        chosen = [positive] + choose_negatives(example, negatives, rng)
-        texts += [queries(int(index))] * len(chosen)
-        passages += chosen
-        slots += [row * group + slot for slot in range(len(chosen))]
+        positive = int(rng.integers(len(example.positives)))
+        numbers = [("positives", positive)] + choose_negative_numbers(example, negatives, rng)
+        texts += [queries(int(index))] * len(numbers)
+        passages += [getattr(example, kind)[number] for kind, number in numbers]
+        slots += [row * group + slot for slot in range(len(numbers))]
+        if taught is not None:
+            scores = teacher[example.id]
+            taught[row, :len(numbers)] = torch.tensor([scores.score(kind, number)
+                                                       for kind, number in numbers])
     return RerankBatch(model.encode_pairs(texts, passages), torch.tensor(slots, dtype=torch.long),
-                       len(indices), group, len(indices) * group - len(slots))
+                       len(indices), group, len(indices) * group - len(slots), taught)
 
 
 def listwise_loss(logits: Tensor) -> Tensor:
@@ -153,6 +180,17 @@ def listwise_loss(logits: Tensor) -> Tensor:
     positive in slot 0; in fp32."""
     target = torch.zeros(logits.shape[0], dtype=torch.long, device=logits.device)
     return torch.nn.functional.cross_entropy(logits.float(), target)
+
+
+def listwise_distillation_loss(logits: Tensor, teacher: Tensor, temperature: float = 1.0
+                               ) -> Tensor:
+    """Mean cross-entropy of the student's softmax over each question's candidates against
+    the teacher's (both / T), scaled by T^2; -inf marks empty slots in both."""
+    t = float(temperature)
+    mask = torch.isfinite(teacher)
+    target = torch.softmax(teacher.float() / t, dim=-1)
+    log_probs = torch.log_softmax(logits.float().masked_fill(~mask, float("-inf")) / t, dim=-1)
+    return (t * t) * -(target * log_probs.masked_fill(~mask, 0.0)).sum(-1).mean()
 
 
 def chunked_logits(model, inputs: dict[str, Tensor], chunk: int) -> Tensor:
@@ -188,11 +226,17 @@ class RerankTrainer(StepTrainer):
 
     def __init__(self, model: CrossEncoder, examples: Sequence[RerankExample],
                  out: str | os.PathLike, config: RerankTrainConfig, accelerator: Any = None,
-                 info: dict[str, Any] | None = None, heldout: Sequence[RerankExample] = ()):
+                 info: dict[str, Any] | None = None, heldout: Sequence[RerankExample] = (),
+                 teacher: TeacherScoreSet | None = None):
         from convqa.history import model_history_strategy
 
         if not examples:
             raise ConvQAError("no reranker training examples")
+        if bool(config.distill_weight) != (teacher is not None):
+            raise ConvQAError("distillation needs both a teacher's scores and a distill weight "
+                              "above 0" if teacher is None else "teacher scores given with "
+                              "distill weight 0: nothing would learn from them")
+        self.teacher = teacher
         super().__init__(model, out, config, accelerator, info)
         self.examples = list(examples)
         self.strategy = model_history_strategy(config.history, model)
@@ -205,7 +249,8 @@ class RerankTrainer(StepTrainer):
         self._lengths: list[int] | None = None
 
     def schedule(self) -> dict[str, Any]:
-        return {**self.config.schedule_key(), "data": self.data_key}
+        extra = {"teacher": self.teacher.key} if self.teacher is not None else {}
+        return {**self.config.schedule_key(), "data": self.data_key, **extra}
 
     def query(self, index: int) -> str:
         if index not in self._queries:
@@ -229,7 +274,8 @@ class RerankTrainer(StepTrainer):
 
     def make_batch(self, indices, epoch: int) -> RerankBatch:
         return make_rerank_batch(self.examples, indices, self.query, self.model,
-                                 self.config.negatives, self.config.seed, epoch)
+                                 self.config.negatives, self.config.seed, epoch,
+                                 self.teacher.examples if self.teacher else None)
 
     def batch_counts(self, batch: RerankBatch) -> dict[str, int]:
         return {"empty_slots": batch.padded}
@@ -244,7 +290,15 @@ class RerankTrainer(StepTrainer):
         logits = grid.view(batch.questions, batch.group)
         loss = listwise_loss(logits)
         accuracy = (logits.argmax(1) == 0).float().mean()
-        return loss, {"loss": loss.detach().float(), "batch_hits@1": accuracy.detach()}
+        logged = {"loss": loss.detach().float(), "batch_hits@1": accuracy.detach()}
+        if batch.teacher is not None:
+            taught = listwise_distillation_loss(logits, batch.teacher.to(device),
+                                                self.config.distill_temperature)
+            weight = self.config.distill_weight
+            logged.update({"hard_loss": logged["loss"], "distill_loss": taught.detach().float()})
+            loss = (1.0 - weight) * loss + weight * taught
+            logged["loss"] = loss.detach().float()
+        return loss, logged
 
     def on_start(self, model, step: int) -> None:
         if self.curve_sample and step == self.config.start_step:
@@ -276,10 +330,12 @@ def train_reranker(model: CrossEncoder, examples: Sequence[RerankExample],
                    out: str | os.PathLike, config: RerankTrainConfig | None = None,
                    accelerator: Any = None, info: dict[str, Any] | None = None,
                    on_step: Callable[[int, float], None] | None = None,
-                   heldout: Sequence[RerankExample] = ()) -> TrainResult:
-    """Train (or resume, or return the finished result of) one run into `out`."""
+                   heldout: Sequence[RerankExample] = (),
+                   teacher: TeacherScoreSet | None = None) -> TrainResult:
+    """Train (or resume, or return the finished result of) one run into `out`; with `teacher`
+    (and `config.distill_weight`), learning from a teacher's scores too."""
     return RerankTrainer(model, examples, out, config or RerankTrainConfig(), accelerator, info,
-                         heldout).train(on_step)
+                         heldout, teacher).train(on_step)
 
 
 # ---------------------------------------------------------------------------------------------

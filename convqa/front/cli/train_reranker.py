@@ -1,13 +1,15 @@
-"""`convqa train reranker` and `convqa train reranker-examples`: flags in, run.py out.
+"""`convqa train reranker`, `reranker-examples` and `reranker-teacher`: flags in, run.py out.
 
     convqa train reranker --out DIR [--benchmark DIR]... [--mined-run DIR=RUN]...
                           [--squad FILE]... | --examples FILE.jsonl[.xz]...
                           [--negatives 7] [--lora 16] [--max-steps N] [--bf16] ...
     convqa train reranker-examples --out FILE.jsonl.xz [--benchmark DIR]... [--squad FILE]...
+    convqa train reranker-teacher --teacher MODEL --examples FILE --out SCORES.jsonl
 
 The second writes the examples the first would build into one file, so a machine that sees
 neither the benchmark nor the SQuAD files (a GPU box) trains from that file alone. Wired into
-`convqa train` by `add_reranker_parsers(jobs)`.
+`convqa train` by `add_reranker_parsers(jobs)`. The third scores the examples with a teacher
+reranker, for `convqa train reranker --teacher-scores` (retrievers/rerank/distill.py).
 """
 from __future__ import annotations
 
@@ -16,8 +18,8 @@ import json
 from pathlib import Path
 
 from .train_args import (add_loader_workers_arg, add_process_args, add_schedule_args,
-                         add_training_precision_arg, count, fraction, int_at_least, positive_int,
-                         schedule_settings, start_run)
+                         add_training_precision_arg, count, fraction, int_at_least,
+                         positive_float, positive_int, schedule_settings, start_run)
 
 LORA_LR, FULL_LR = 2e-4, 3e-5  # the default peak learning rates with and without LoRA
 
@@ -63,6 +65,14 @@ def add_reranker_parsers(jobs) -> None:
     p.add_argument("--eval-examples", type=positive_int, default=500, metavar="N",
                    help="held-out questions per source ranked after training (default 500)")
     p.add_argument("--no-eval", action="store_true", help="skip the held-out ranking")
+    p.add_argument("--teacher-scores", metavar="FILE",
+                   help="learn from a teacher reranker too: its scores of the training "
+                        "examples (`convqa train reranker-teacher`)")
+    p.add_argument("--distill-weight", type=fraction, default=0.5, metavar="W",
+                   help="with --teacher-scores: loss = (1 - W) x the positive's loss + W x "
+                        "the teacher's (default 0.5)")
+    p.add_argument("--distill-temperature", type=positive_float, default=1.0, metavar="T",
+                   help="with --teacher-scores: softmax temperature of both sides (default 1)")
     add_schedule_args(p, batch_size=8, unit="questions", lr=None, weight_decay=0.01,
                       lr_help=f"peak learning rate (default {LORA_LR:g} with LoRA, {FULL_LR:g} "
                               "without)")
@@ -79,6 +89,23 @@ def add_reranker_parsers(jobs) -> None:
     _add_sources(e)
     e.add_argument("--seed", type=count, default=0)
     e.set_defaults(func=run_reranker_examples)
+
+    t = jobs.add_parser(
+        "reranker-teacher", help="a teacher reranker's scores of reranker examples (for "
+        "--teacher-scores)",
+        description="Score every candidate of the training examples (split train) of "
+        "reranker example files with a teacher reranker, once: the scores `convqa train "
+        "reranker --teacher-scores` distils from. Rerun to resume; several processes share "
+        "the examples.")
+    t.add_argument("--teacher", required=True, metavar="MODEL",
+                   help="the teacher: a reranker folder or shipped alias")
+    t.add_argument("--examples", required=True, action="append", metavar="FILE",
+                   help="reranker example files, as given to `convqa train reranker`")
+    t.add_argument("--out", required=True, metavar="FILE", help="where the scores go (.jsonl)")
+    t.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
+                   help="the teacher's arithmetic (default auto: measured on its first pairs)")
+    add_process_args(t)
+    t.set_defaults(func=run_reranker_teacher)
 
 
 def _add_sources(p: argparse.ArgumentParser) -> None:
@@ -139,14 +166,17 @@ def run_reranker(args: argparse.Namespace) -> int:
             history={"name": args.history, "max_tokens": args.history_max_tokens},
             length_pool=args.length_pool, pair_chunk=args.pair_chunk,
             eval_every=args.eval_every, eval_examples=args.eval_examples,
-            loader_workers=args.loader_workers, **settings)
+            loader_workers=args.loader_workers,
+            distill_weight=args.distill_weight if args.teacher_scores else 0.0,
+            distill_temperature=args.distill_temperature, **settings)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     config = RerankRunConfig(
         sources=_sources(args), examples=list(args.examples), init_model=args.init_model,
         max_length=args.max_length, max_query_length=args.max_query_length,
         pooling=args.pooling, encoder_layers=args.encoder_layers, lora_r=args.lora,
-        eval_examples=args.eval_examples, evaluate=not args.no_eval, train=train)
+        eval_examples=args.eval_examples, evaluate=not args.no_eval,
+        teacher_scores=args.teacher_scores, train=train)
     say = start_run(args)
     accelerator = make_accelerator(cpu=args.cpu)
     summary = run_reranker_training(config, args.out, accelerator, say)
@@ -160,4 +190,29 @@ def run_reranker_examples(args: argparse.Namespace) -> int:
 
     report = export_examples(_sources(args), args.out, print)
     print(json.dumps({"out": args.out, "sources": report}))
+    return 0
+
+
+def run_reranker_teacher(args: argparse.Namespace) -> int:
+    from convqa.registry import RERANKERS
+    from retrievers.rerank.data import load_examples
+    from retrievers.rerank.distill import build_teacher_scores
+    from retrievers.rerank.train import make_accelerator
+
+    from .train_fusion import reranker_folder
+
+    folder = reranker_folder(args.teacher)
+    teacher = RERANKERS.build({"name": "cross_encoder", "model": str(folder),
+                               "precision": args.precision,
+                               **({"device": "cpu"} if args.cpu else {})})
+    examples = [e for path in args.examples for e in load_examples(path) if e.split == "train"]
+    if not examples:
+        from convqa.errors import ConfigError
+
+        raise ConfigError("no training examples (split train) in " + ", ".join(args.examples))
+    accelerator = make_accelerator(cpu=args.cpu)
+    path = build_teacher_scores(teacher, examples, args.out, progress=not args.quiet,
+                                accelerator=accelerator)
+    if accelerator.is_main_process:
+        print(f"{path}: the teacher's scores of {len(examples)} training examples")
     return 0
