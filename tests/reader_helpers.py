@@ -121,3 +121,17 @@ def save_tiny_mpnet(folder: Path, seed: int = 0) -> Path:
     MPNetModel(config, add_pooling_layer=False).save_pretrained(str(folder))
     tokenizer.save_pretrained(str(folder))
     return folder
+
+
+def squad_train_examples(count: int = 8):
+    """`count` real SQuAD v2.0 dev questions of training articles with one gold span each and
+    paragraphs under 700 characters (2 negatives each); skips without ../shared/data."""
+    from conftest import shared_file
+    from readers.extractive.data import squad_examples
+
+    built = squad_examples(shared_file("squad/dev-v2.0.json"), negatives=2, max_examples=60,
+                           max_heldout=1)
+    chosen = [e for e in built if e.split == "train" and len(e.positives[0].passage.text) < 700
+              and len(set(e.answers)) == 1 and len(e.positives[0].spans) == 1][:count]
+    assert len(chosen) == count
+    return chosen

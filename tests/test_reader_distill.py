@@ -12,7 +12,7 @@ from conftest import shared_file
 from convqa.errors import ConvQAError, DataError
 from convqa.training.schedule import example_rng
 from convqa.types import Passage
-from readers.extractive.data import ReaderExample, squad_examples
+from readers.extractive.data import ReaderExample
 from readers.extractive.distill import (ExampleTargets, PassageTargets, build_teacher_targets,
                                         load_teacher_targets, teacher_passage_targets,
                                         teacher_query, window_targets)
@@ -21,7 +21,7 @@ from readers.extractive.inputs import build_features
 from readers.extractive.loss import distillation_loss
 from readers.extractive.train import (ReaderTrainConfig, _choose_passages, make_reader_batch,
                                       train_reader)
-from reader_helpers import single_thread, tiny_reader  # noqa: F401 (autouse fixture)
+from reader_helpers import single_thread, squad_train_examples, tiny_reader  # noqa: F401 (autouse)
 
 TEXT = "Stanley Kubrick directed 2001: A Space Odyssey in 1968."
 
@@ -29,12 +29,7 @@ TEXT = "Stanley Kubrick directed 2001: A Space Odyssey in 1968."
 @pytest.fixture(scope="module")
 def examples():
     """8 real SQuAD questions with one gold span each, paragraphs under 700 characters."""
-    built = squad_examples(shared_file("squad/dev-v2.0.json"), negatives=2, max_examples=60,
-                           max_heldout=1)
-    chosen = [e for e in built if e.split == "train" and len(e.positives[0].passage.text) < 700
-              and len(set(e.answers)) == 1 and len(e.positives[0].spans) == 1][:8]
-    assert len(chosen) == 8
-    return chosen
+    return squad_train_examples(8)
 
 
 def config(**overrides) -> ReaderTrainConfig:

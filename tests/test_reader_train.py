@@ -7,16 +7,15 @@ import json
 import pytest
 import torch
 
-from conftest import shared_file
 from convqa.errors import ConfigError
 from convqa.types import Passage
-from readers.extractive.data import GoldSpan, ReaderExample, ReaderPassage, squad_examples
+from readers.extractive.data import GoldSpan, ReaderExample, ReaderPassage
 from readers.extractive.heldout import evaluate_reader
 from readers.extractive.inputs import token_span_to_chars
 from readers.extractive.model import ExtractiveReader
 from readers.extractive.train import (ReaderTrainConfig, ReaderTrainer, make_reader_batch,
                                       train_reader)
-from reader_helpers import tiny_reader
+from reader_helpers import squad_train_examples, tiny_reader
 from reader_helpers import single_thread  # noqa: F401 (autouse fixture: one thread)
 from training_helpers import Killed, kill_after
 
@@ -24,12 +23,7 @@ from training_helpers import Killed, kill_after
 @pytest.fixture(scope="module")
 def examples():
     """8 real SQuAD questions with one gold span each, paragraphs under 700 characters."""
-    built = squad_examples(shared_file("squad/dev-v2.0.json"), negatives=2, max_examples=60,
-                           max_heldout=1)
-    chosen = [e for e in built if e.split == "train" and len(e.positives[0].passage.text) < 700
-              and len(set(e.answers)) == 1 and len(e.positives[0].spans) == 1][:8]
-    assert len(chosen) == 8
-    return chosen
+    return squad_train_examples(8)
 
 
 def config(**overrides) -> ReaderTrainConfig:

@@ -95,18 +95,23 @@ def reader_loss(start_logits: Tensor, end_logits: Tensor, selection_logits: Tens
         span = (span_nll(flat(start_logits), flat(gold_starts), mask)
                 + span_nll(flat(end_logits), flat(gold_ends), mask)).mean()
         parts.append(span)
-    if not parts:
-        # zero that keeps every head in the graph: each process must call backward
-        total = (start_logits.sum() + end_logits.sum()) * 0.0
-        if selection_logits is not None:
-            total = total + selection_logits.sum() * 0.0
+    if not parts:  # each process must call backward with every head in the graph
+        total = graph_zero(start_logits, end_logits, selection_logits)
     else:
         total = sum(parts[1:], parts[0])
         if selection_logits is not None and selection is None:  # one passage per question
-            total = total + selection_logits.sum() * 0.0
+            total = total + graph_zero(selection_logits)
         if null_option and span is None:  # e.g. only unanswerable questions: heads stay in
-            total = total + (start_logits.sum() + end_logits.sum()) * 0.0
+            total = total + graph_zero(start_logits, end_logits)
     return ReaderLoss(total, selection, span, count)
+
+
+def graph_zero(*logits: Tensor | None) -> Tensor:
+    """A zero that depends on every given tensor (None skipped): a loss with nothing to learn
+    from still reaches every head, so each process's backward touches the same parameters."""
+    kept = [t for t in logits if t is not None]
+    return sum((t.sum() * 0.0 for t in kept[1:]), kept[0].sum() * 0.0) if kept \
+        else torch.zeros(())
 
 
 class DistillationLoss(NamedTuple):
@@ -169,10 +174,6 @@ def distillation_loss(start_logits: Tensor, end_logits: Tensor, selection_logits
     if span_terms:
         span = sum(span_terms[1:], span_terms[0])
         parts.append(span)
-    if not parts:
-        total = (start_logits.sum() + end_logits.sum()) * 0.0
-        if selection_logits is not None:
-            total = total + selection_logits.sum() * 0.0
-    else:
-        total = sum(parts[1:], parts[0])
+    total = sum(parts[1:], parts[0]) if parts else graph_zero(start_logits, end_logits,
+                                                                 selection_logits)
     return DistillationLoss(total, selection, span)

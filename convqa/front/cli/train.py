@@ -39,10 +39,10 @@ from pathlib import Path
 from convqa.errors import ConvQAError
 from convqa.quiet import add_verbose_argument
 
-from .train_args import (add_example_sources, add_loader_workers_arg, add_process_args,
-                         add_schedule_args, add_training_precision_arg, count, fraction,
-                         int_at_least, positive_float, positive_int, schedule_settings,
-                         start_run)
+from .train_args import (add_distillation_args, add_example_sources, add_loader_workers_arg,
+                         add_process_args, add_schedule_args, add_training_precision_arg, count,
+                         fraction, int_at_least, positive_float, positive_int,
+                         schedule_settings, start_run)
 
 
 
@@ -251,16 +251,10 @@ def _add_reader(jobs) -> None:
                         "and the benchmarks' UNANSWERABLE train turns): the selection softmax "
                         "gets a 'no passage answers' option and the reader learns to use it "
                         "(recorded as null_option in its folder)")
-    p.add_argument("--teacher-targets", metavar="FILE",
-                   help="learn from a teacher reader too: its targets of this run's examples "
-                        "(`convqa train reader-teacher --run OUT` writes them to "
-                        "OUT/data/teacher-targets.jsonl)")
-    p.add_argument("--distill-weight", type=fraction, default=0.5, metavar="W",
-                   help="with --teacher-targets: loss = (1 - W) x the gold answers' loss + W x "
-                        "the teacher's (default 0.5)")
-    p.add_argument("--distill-temperature", type=positive_float, default=2.0, metavar="T",
-                   help="with --teacher-targets: softmax temperature of both distributions "
-                        "(default 2)")
+    add_distillation_args(
+        p, "--teacher-targets", "learn from a teacher reader too: its targets of this run's "
+        "examples (`convqa train reader-teacher --run OUT` writes them to "
+        "OUT/data/teacher-targets.jsonl)", "the gold answers' loss", 2.0)
     p.add_argument("--length-pool", type=count, default=64, metavar="BATCHES",
                    help="batches of similar length: the epoch order is sorted by length in "
                         "pools of this many batches (default 64; 0: no bucketing)")

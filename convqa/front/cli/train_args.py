@@ -154,3 +154,16 @@ def start_run(args: argparse.Namespace) -> Callable[[str], None]:
         print(f"[{time.perf_counter() - began:7.1f}s] {message}", flush=True)
 
     return say
+
+
+def add_distillation_args(p: argparse.ArgumentParser, flag: str, teacher_help: str,
+                          hard_loss: str, temperature: float) -> None:
+    """`flag` (a teacher's outputs, `teacher_help`), --distill-weight and --distill-temperature
+    of a trainer that learns from a teacher (`hard_loss`: what the gold labels' loss is)."""
+    p.add_argument(flag, metavar="FILE", help=teacher_help)
+    p.add_argument("--distill-weight", type=fraction, default=0.5, metavar="W",
+                   help=f"with {flag}: loss = (1 - W) x {hard_loss} + W x the teacher's "
+                        "(default 0.5)")
+    p.add_argument("--distill-temperature", type=positive_float, default=temperature,
+                   metavar="T", help=f"with {flag}: softmax temperature of both sides (default "
+                                     f"{temperature:g})")

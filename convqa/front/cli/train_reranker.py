@@ -17,9 +17,9 @@ import argparse
 import json
 from pathlib import Path
 
-from .train_args import (add_loader_workers_arg, add_process_args, add_schedule_args,
-                         add_training_precision_arg, count, fraction, int_at_least,
-                         positive_float, positive_int, schedule_settings, start_run)
+from .train_args import (add_distillation_args, add_loader_workers_arg, add_process_args,
+                         add_schedule_args, add_training_precision_arg, count, fraction,
+                         int_at_least, positive_int, schedule_settings, start_run)
 
 LORA_LR, FULL_LR = 2e-4, 3e-5  # the default peak learning rates with and without LoRA
 
@@ -65,14 +65,9 @@ def add_reranker_parsers(jobs) -> None:
     p.add_argument("--eval-examples", type=positive_int, default=500, metavar="N",
                    help="held-out questions per source ranked after training (default 500)")
     p.add_argument("--no-eval", action="store_true", help="skip the held-out ranking")
-    p.add_argument("--teacher-scores", metavar="FILE",
-                   help="learn from a teacher reranker too: its scores of the training "
-                        "examples (`convqa train reranker-teacher`)")
-    p.add_argument("--distill-weight", type=fraction, default=0.5, metavar="W",
-                   help="with --teacher-scores: loss = (1 - W) x the positive's loss + W x "
-                        "the teacher's (default 0.5)")
-    p.add_argument("--distill-temperature", type=positive_float, default=1.0, metavar="T",
-                   help="with --teacher-scores: softmax temperature of both sides (default 1)")
+    add_distillation_args(
+        p, "--teacher-scores", "learn from a teacher reranker too: its scores of the training "
+        "examples (`convqa train reranker-teacher`)", "the positive's loss", 1.0)
     add_schedule_args(p, batch_size=8, unit="questions", lr=None, weight_decay=0.01,
                       lr_help=f"peak learning rate (default {LORA_LR:g} with LoRA, {FULL_LR:g} "
                               "without)")
