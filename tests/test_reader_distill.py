@@ -194,6 +194,8 @@ def test_targets_resume_after_a_kill_and_refuse_other_examples(examples, tmp_pat
     assert path.read_text() == whole.read_text()
     assert not list(tmp_path.glob("resumed.jsonl.part*"))
     loaded = load_teacher_targets(path, items)
+    kept = loaded.examples[items[0].id].positives[0]
+    assert kept.starts.dtype.name == "float32" and kept.starts.shape == (4, 2)  # compact
     assert list(loaded.examples) == [e.id for e in items] and loaded.key.startswith(
         teacher.fingerprint())
     # targets of other examples, or of other passages, are refused in one line

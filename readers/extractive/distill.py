@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -41,18 +42,25 @@ FORMAT = "convqa-reader-teacher-targets"
 VERSION = 1
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class PassageTargets:
-    """What the teacher makes of one passage (see the module docstring)."""
+    """What the teacher makes of one passage (see the module docstring). `starts` and `ends`
+    are kept as [k, 2] float32 arrays of (character offset, logit): a run holds ~300k of them,
+    and tuples of Python numbers would take gigabytes."""
 
     selection: float | None
-    starts: tuple[tuple[int, float], ...]
-    ends: tuple[tuple[int, float], ...]
+    starts: np.ndarray
+    ends: np.ndarray
+
+    def __post_init__(self) -> None:
+        for name in ("starts", "ends"):
+            object.__setattr__(self, name, np.asarray(getattr(self, name),
+                                                      dtype=np.float32).reshape(-1, 2))
 
     def to_dict(self) -> dict[str, Any]:
         return {"selection": None if self.selection is None else round(self.selection, 4),
-                "starts": [[c, round(v, 4)] for c, v in self.starts],
-                "ends": [[c, round(v, 4)] for c, v in self.ends]}
+                "starts": [[int(c), round(float(v), 4)] for c, v in self.starts],
+                "ends": [[int(c), round(float(v), 4)] for c, v in self.ends]}
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> "PassageTargets":
@@ -68,7 +76,7 @@ class PassageTargets:
                     isinstance(i, list) and len(i) == 2 and isinstance(i[0], int) and i[0] >= 0
                     and isinstance(i[1], (int, float)) for i in items):
                 raise ValueError(f"{where}.{name}: expected [[character offset, logit], ...]")
-            positions.append(tuple((int(c), float(v)) for c, v in items))
+            positions.append([(int(c), float(v)) for c, v in items])
         return cls(None if selection is None else float(selection), *positions)
 
 
@@ -185,8 +193,9 @@ def teacher_query(teacher: Any):
 def targets_agreement(reference: Sequence[PassageTargets],
                       other: Sequence[PassageTargets]) -> float:
     """Share of passages whose best start and best end are the same in both (precision auto)."""
-    same = [a.starts[:1] and b.starts[:1] and a.starts[0][0] == b.starts[0][0]
-            and a.ends[0][0] == b.ends[0][0] for a, b in zip(reference, other)]
+    same = [len(a.starts) and len(b.starts) and len(a.ends) and len(b.ends)
+            and a.starts[0, 0] == b.starts[0, 0] and a.ends[0, 0] == b.ends[0, 0]
+            for a, b in zip(reference, other)]
     return sum(map(bool, same)) / max(len(same), 1)
 
 
@@ -283,12 +292,12 @@ def window_targets(features: ReaderFeatures, window: int, targets: PassageTarget
     out = []
     for side, items in ((0, targets.starts), (1, targets.ends)):
         target = torch.zeros(length)
-        if items and bool(mask.any()):
+        if len(items) and bool(mask.any()):
             positions = torch.nonzero(mask).flatten()
             begins = features.offsets[window, positions, 0]
             finishes = features.offsets[window, positions, 1]
-            chars = torch.tensor([c for c, _ in items])
-            probs = torch.softmax(torch.tensor([v for _, v in items]) / temperature, 0)
+            chars = torch.from_numpy(items[:, 0]).long()
+            probs = torch.softmax(torch.from_numpy(items[:, 1]).float() / temperature, 0)
             if side == 0:
                 holds = (begins[None, :] <= chars[:, None]) & (chars[:, None] < finishes[None, :])
             else:
