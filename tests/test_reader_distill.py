@@ -15,7 +15,7 @@ from convqa.types import Passage
 from readers.extractive.data import ReaderExample
 from readers.extractive.distill import (ExampleTargets, PassageTargets, build_teacher_targets,
                                         load_teacher_targets, teacher_passage_targets,
-                                        teacher_query, window_targets)
+                                        window_targets)
 from readers.extractive.heldout import evaluate_reader
 from readers.extractive.inputs import build_features
 from readers.extractive.loss import distillation_loss
@@ -30,6 +30,13 @@ TEXT = "Stanley Kubrick directed 2001: A Space Odyssey in 1968."
 def examples():
     """8 real SQuAD questions with one gold span each, paragraphs under 700 characters."""
     return squad_train_examples(8)
+
+
+def span_reader(model):
+    """The teacher as targets are built with it: the reader component, in fp32."""
+    from readers.extractive.reader import SpanReader
+
+    return SpanReader.from_model(model, precision="fp32")
 
 
 def config(**overrides) -> ReaderTrainConfig:
@@ -68,7 +75,8 @@ def test_teacher_targets_keep_each_offsets_best_window():
                          max_title_length=4).eval()
     long = Passage("long", " ".join(f"word{i} is here." for i in range(40)), "Long")
     short = Passage("short", TEXT, "Short")
-    targets = teacher_passage_targets(reader, "what is it?", [long, short], top_k=7, chunk=3)
+    targets = teacher_passage_targets(span_reader(reader), "what is it?", [long, short],
+                                      top_k=7)
     features = build_features(reader.tokenizer, ["what is it?"] * 2, [long, short],
                               reader.config)
     with torch.no_grad():
@@ -126,8 +134,8 @@ def test_distillation_loss_is_lowest_where_the_student_agrees_with_the_teacher()
 
 def test_batches_carry_the_targets_of_the_passages_they_drew(examples):
     student = tiny_reader(seed=1)
-    teacher = tiny_reader(seed=2).eval()
-    query = teacher_query(teacher)
+    teacher = span_reader(tiny_reader(seed=2).eval())
+    query = lambda e: teacher.history.format(e.question, e.history_turns())  # noqa: E731
     items = list(examples[:3])
     targets = {}
     for e in items:
@@ -161,8 +169,8 @@ def test_a_student_learns_the_answers_from_a_teachers_targets_alone(examples, tm
     assert evaluate_reader(teacher, examples)["em"] == 100.0
     scores = {}
     for name, model in (("trained", teacher), ("random", tiny_reader(seed=5))):
-        path = build_teacher_targets(model, examples, tmp_path / f"{name}.jsonl", top_k=10,
-                                     precision="fp32", progress=False)
+        path = build_teacher_targets(span_reader(model), examples, tmp_path / f"{name}.jsonl",
+                                     top_k=10, progress=False)
         student = tiny_reader(seed=9)
         result = train_reader(student, examples, tmp_path / f"student-{name}",
                               config(epochs=40, distill_weight=1.0, distill_temperature=1.0),
@@ -177,12 +185,12 @@ def test_a_student_learns_the_answers_from_a_teachers_targets_alone(examples, tm
 def test_targets_resume_after_a_kill_and_refuse_other_examples(examples, tmp_path):
     teacher = tiny_reader(seed=4).eval()
     items = _teacher_examples(examples[:4])
-    whole = build_teacher_targets(teacher, items, tmp_path / "whole.jsonl", top_k=4,
-                                  precision="fp32", progress=False)
+    whole = build_teacher_targets(span_reader(teacher), items, tmp_path / "whole.jsonl",
+                                  top_k=4, progress=False)
     # a build killed after two examples, the last line half written
     path = tmp_path / "resumed.jsonl"
-    build_teacher_targets(teacher, items[:2], tmp_path / "scratch.jsonl", top_k=4,
-                          precision="fp32", progress=False)
+    build_teacher_targets(span_reader(teacher), items[:2], tmp_path / "scratch.jsonl", top_k=4,
+                          progress=False)
     lines = (tmp_path / "scratch.jsonl").read_text().splitlines()
     part = tmp_path / "resumed.jsonl.part-0-of-1"
     part.write_text(lines[0] + "\n" + lines[1][:20])
@@ -190,7 +198,7 @@ def test_targets_resume_after_a_kill_and_refuse_other_examples(examples, tmp_pat
     (tmp_path / "resumed.jsonl.part-0-of-1.json").write_text(json.dumps(meta))
     with pytest.raises(DataError, match="unfinished"):
         load_teacher_targets(path, items)
-    build_teacher_targets(teacher, items, path, top_k=4, precision="fp32", progress=False)
+    build_teacher_targets(span_reader(teacher), items, path, top_k=4, progress=False)
     assert path.read_text() == whole.read_text()
     assert not list(tmp_path.glob("resumed.jsonl.part*"))
     loaded = load_teacher_targets(path, items)
@@ -271,8 +279,10 @@ from readers.extractive.train import make_accelerator
 from reader_helpers import tiny_reader
 
 acc = make_accelerator(cpu=True)
-build_teacher_targets(tiny_reader(seed=4), load_examples(sys.argv[1]), sys.argv[2], top_k=4,
-                      precision="fp32", progress=False, accelerator=acc)
+from readers.extractive.reader import SpanReader
+build_teacher_targets(SpanReader.from_model(tiny_reader(seed=4), precision="fp32"),
+                      load_examples(sys.argv[1]), sys.argv[2], top_k=4, progress=False,
+                      accelerator=acc)
 '''
 
 
@@ -289,7 +299,7 @@ def test_two_processes_write_the_targets_one_process_writes(examples, tmp_path):
     script.write_text(TWO_PROCESS_SCRIPT)
     done = torchrun(str(script), str(data), str(two))
     assert done.returncode == 0, done.stderr[-3000:]
-    one = build_teacher_targets(tiny_reader(seed=4), items, tmp_path / "one.jsonl", top_k=4,
-                                precision="fp32", progress=False)
+    one = build_teacher_targets(span_reader(tiny_reader(seed=4)), items, tmp_path / "one.jsonl",
+                                top_k=4, progress=False)
     assert two.read_text() == one.read_text()
     assert not list(tmp_path.glob("two.jsonl.part*"))

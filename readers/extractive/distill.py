@@ -3,8 +3,9 @@
     targets = build_teacher_targets(teacher, examples, "run/data/teacher.jsonl")
     # then: convqa train reader ... --teacher-targets run/data/teacher.jsonl --distill-weight 0.5
 
-The teacher reads every passage of every training example once (its positives, then its
-negatives, in the example's order) with its own query formatting, and keeps per passage
+The teacher (a `SpanReader`) reads every passage of every training example once (its
+positives, then its negatives, in the example's order) with its own query formatting and
+precision, and keeps per passage
 - `selection`: its selection logit (the highest over the passage's windows);
 - `starts` / `ends`: its `top_k` most likely answer starts and ends as (character offset into
   the passage text, logit), each character position's highest logit over the windows that
@@ -36,7 +37,7 @@ from convqa.example_records import ids_digest
 from convqa.types import Passage
 
 from .data import ReaderExample
-from .inputs import ReaderFeatures, build_features
+from .inputs import ReaderFeatures
 
 FORMAT = "convqa-reader-teacher-targets"
 VERSION = 1
@@ -124,31 +125,13 @@ def example_passages(example: ReaderExample) -> list[Passage]:
 # Reading with the teacher
 
 
-@torch.no_grad()
 def teacher_passage_targets(teacher: Any, query: str, passages: Sequence[Passage],
-                            top_k: int = 20, chunk: int = 16,
-                            precision: str = "fp32") -> list[PassageTargets]:
-    """The teacher's targets of `passages` read against `query` (module docstring)."""
-    from convqa.precision import autocast
-
+                            top_k: int = 20) -> list[PassageTargets]:
+    """The targets of `passages` read against `query` by `teacher`, a `SpanReader` (its
+    windows, batches and precision: `SpanReader.window_logits`; module docstring)."""
     if not passages:
         return []
-    features = build_features(teacher.tokenizer, [query] * len(passages), list(passages),
-                              teacher.config)
-    device = next(teacher.parameters()).device
-    starts, ends, selections = [], [], []
-    for begin in range(0, len(features), chunk):
-        part = features.select(range(begin, min(begin + chunk, len(features))), trim=True)
-        inputs = {k: v.to(device) for k, v in part.tensors.items()}
-        with autocast(precision, device):
-            logits = teacher(**inputs)
-        pad = features.length - part.length
-        starts.append(torch.nn.functional.pad(logits.start.float().cpu(), (0, pad)))
-        ends.append(torch.nn.functional.pad(logits.end.float().cpu(), (0, pad)))
-        if logits.selection is not None:
-            selections.append(logits.selection.float().cpu().reshape(-1))
-    start, end = torch.cat(starts), torch.cat(ends)
-    selection = torch.cat(selections) if selections else None
+    features, start, end, selection = teacher.window_logits(query, passages)
     out = []
     for number in range(len(passages)):
         windows = features.windows_of(number)
@@ -175,66 +158,25 @@ def _best_positions(features: ReaderFeatures, windows: Sequence[int], logits: Te
 
 
 def _meta(teacher: Any, examples: Sequence[ReaderExample], top_k: int) -> dict[str, Any]:
-    return {"format": FORMAT, "version": VERSION, "teacher": teacher.fingerprint(),
+    return {"format": FORMAT, "version": VERSION, "teacher": teacher.model.fingerprint(),
             "teacher_model": teacher.config.model, "top_k": top_k,
             "examples": len(examples), "ids_sha256": ids_digest(examples)}
 
 
-def teacher_query(teacher: Any):
-    """`query(example)`: the example's conversation formatted the teacher's way."""
-    from convqa.history import model_history_strategy
-
-    from .model import DEFAULT_HISTORY
-
-    strategy = model_history_strategy(teacher.config.history or DEFAULT_HISTORY, teacher)
-    return lambda example: strategy.format(example.question, example.history_turns())
-
-
-def targets_agreement(reference: Sequence[PassageTargets],
-                      other: Sequence[PassageTargets]) -> float:
-    """Share of passages whose best start and best end are the same in both (precision auto)."""
-    same = [len(a.starts) and len(b.starts) and len(a.ends) and len(b.ends)
-            and a.starts[0, 0] == b.starts[0, 0] and a.ends[0, 0] == b.ends[0, 0]
-            for a, b in zip(reference, other)]
-    return sum(map(bool, same)) / max(len(same), 1)
-
-
-def teacher_precision(teacher: Any, examples: Sequence[ReaderExample], requested: str,
-                      chunk: int = 16) -> str:
-    """`requested`, or for `auto` the faster precision whose targets of the first example
-    agree with fp32's (convqa.precision.choose_precision)."""
-    from convqa.precision import choose_precision
-
-    if requested != "auto" or not examples:
-        return "fp32" if requested == "auto" else requested
-    query, probe = teacher_query(teacher), examples[0]
-    device = next(teacher.parameters()).device
-    return choose_precision(
-        lambda precision: teacher_passage_targets(teacher, query(probe), example_passages(probe),
-                                                  5, chunk, precision),
-        targets_agreement, threshold=0.85, what="reader teacher targets", device=device,
-        remember=teacher.fingerprint()).precision
-
-
 def build_teacher_targets(teacher: Any, examples: Sequence[ReaderExample],
-                          path: str | os.PathLike, top_k: int = 20, chunk: int = 16,
-                          precision: str = "auto", progress: bool = True,
+                          path: str | os.PathLike, top_k: int = 20, progress: bool = True,
                           accelerator: Any = None) -> Path:
-    """Write (or finish, or keep) the teacher's targets of every example into `path`
-    (convqa/training/teacher_file.py: resumable, shared by several processes)."""
+    """Write (or finish, or keep) the targets of every example by `teacher` (a `SpanReader`:
+    its own query formatting and precision) into `path` (convqa/training/teacher_file.py:
+    resumable, shared by several processes)."""
     from convqa.training.teacher_file import write_teacher_file
 
     if accelerator is not None:
-        teacher.to(accelerator.device)
-    teacher.eval()
-    count = accelerator.num_processes if accelerator is not None else 1
-    index = accelerator.process_index if accelerator is not None else 0
-    precision = teacher_precision(teacher, list(examples)[index::count], precision, chunk)
-    query = teacher_query(teacher)
+        teacher.model.to(accelerator.device)
 
     def record_of(example: ReaderExample) -> dict[str, Any]:
-        targets = teacher_passage_targets(teacher, query(example), example_passages(example),
-                                          top_k, chunk, precision)
+        query = teacher.history.format(example.question, example.history_turns())
+        targets = teacher_passage_targets(teacher, query, example_passages(example), top_k)
         return ExampleTargets(example.id, tuple(targets[:len(example.positives)]),
                               tuple(targets[len(example.positives):])).to_dict()
 

@@ -40,7 +40,7 @@ from convqa.types import Answer, Passage, Turn
 from .decode import (STRATEGIES, Fusion, PassageSpan, choice_answer, choose_span,
                      passage_spans)
 from .decoding import Decoding, NoAnswer, confidence_features
-from .inputs import build_features
+from .inputs import ReaderFeatures, build_features
 from .model import DEFAULT_HISTORY, ExtractiveReader
 
 # The reader agrees with fp32 when at least this share of the probe windows keeps the same best
@@ -238,7 +238,16 @@ class SpanReader(MeasuredPrecision):
         passages = list(passages)
         if not passages:
             return []
-        features = build_features(self.model.tokenizer, [query] * len(passages), passages,
+        features, start, end, selection = self.window_logits(query, passages)
+        return passage_spans(start, end, selection, features, len(passages),
+                             self.config.max_answer_length)
+
+    def window_logits(self, query: str, passages: Sequence[Passage]
+                      ) -> tuple[ReaderFeatures, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """The windows of (query, passage) pairs and every window's start, end (and selection)
+        logits, float32 on CPU, in the reader's precision (`auto` measured on its first read):
+        what `passage_spans` decodes, and what a teacher's targets keep (distill.py)."""
+        features = build_features(self.model.tokenizer, [query] * len(passages), list(passages),
                                   self.config)
         was_training = self.model.training
         self.model.eval()
@@ -247,8 +256,7 @@ class SpanReader(MeasuredPrecision):
             start, end, selection = self._logits(features, precision)
         finally:
             self.model.train(was_training)
-        return passage_spans(start, end, selection, features, len(passages),
-                             self.config.max_answer_length)
+        return features, start, end, selection
 
     def _logits(self, features, precision: str) -> tuple[torch.Tensor, torch.Tensor,
                                                          torch.Tensor | None]:

@@ -75,7 +75,7 @@ class TeacherScoreSet:
 def teacher_scores(teacher: Any, example: RerankExample) -> TeacherScores:
     """The teacher's logits of every candidate of `example`."""
     query = teacher.query_text(example.question, example.history_turns())
-    groups = [list(p for p in example.positives), list(example.article_negatives),
+    groups = [list(example.positives), list(example.article_negatives),
               list(example.mined_negatives)]
     scores = teacher.score(query, [p for group in groups for p in group])
     out, begin = [], 0

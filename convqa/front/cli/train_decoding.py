@@ -110,8 +110,8 @@ def reader_folder(name: str) -> Path:
 
     folder = shipped_model_path(name) or Path(name)
     if not (folder / META_FILE).is_file():
-        raise ConfigError(f"{name}: not a reader folder (no {META_FILE}); the decoding lives "
-                          "in a folder made by `convqa train reader`")
+        raise ConfigError(f"{name}: not a reader folder (no {META_FILE}; a folder made by "
+                          "`convqa train reader`)")
     return folder
 
 
@@ -120,8 +120,8 @@ def benchmark_sources(args: argparse.Namespace, reader: Any, say,
     """Every --benchmark's turns of --split, read through the cache: the answer-evaluable ones
     at top --k, the unanswerable ones at top `unanswerable_k` (default --k)."""
     from convqa.benchmark import load_labelled_turns
-    from convqa.specs import parse_spec
     from convqa.front.evaluation.rerank import cached_rerank_turns
+    from convqa.specs import parse_spec
     from readers.extractive.calibration_data import (Source, benchmark_share,
                                                      benchmark_turns, read_benchmark_turns,
                                                      retrieve, run_file_hits)

@@ -38,38 +38,37 @@ def add_teacher_parser(jobs) -> argparse.ArgumentParser:
     p.add_argument("--top-k", type=positive_int, default=20, metavar="K",
                    help="answer starts and ends kept per passage (default 20)")
     p.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
-                   help="the teacher's arithmetic (default auto: the faster whose targets "
-                        "agree with fp32's on the first example)")
+                   help="the teacher's arithmetic (default auto: measured on its first read, "
+                        "as the reader measures it)")
     add_process_args(p)
     p.set_defaults(func=run)
     return p
 
 
 def run(args: argparse.Namespace) -> int:
+    import readers.extractive.reader  # noqa: F401 (registers "extractive")
     from convqa.errors import ConfigError
-    from convqa.models import shipped_model_path
+    from convqa.registry import READERS
     from convqa.training.loop import make_accelerator
     from readers.extractive.data import load_examples
     from readers.extractive.distill import build_teacher_targets
-    from readers.extractive.model import META_FILE, ExtractiveReader
+
+    from .train_decoding import reader_folder
 
     examples_file = Path(args.run) / "data" / "train.jsonl"
     if not examples_file.is_file():
         raise ConfigError(f"{args.run}: no data/train.jsonl (build the run's examples first: "
                           "`convqa train reader --out DIR ... --data-only`)")
-    folder = shipped_model_path(args.teacher) or Path(args.teacher)
-    if not (folder / META_FILE).is_file():
-        raise ConfigError(f"{args.teacher}: not a reader folder (no {META_FILE})")
-    teacher = ExtractiveReader.from_pretrained(folder)
-    if teacher.has_adapters:
-        teacher.merge_adapters()
-    if not teacher.has_selection_head:
+    teacher = READERS.build({"name": "extractive", "model": str(reader_folder(args.teacher)),
+                             "precision": args.precision,
+                             **({"device": "cpu"} if args.cpu else {})})
+    if not teacher.model.has_selection_head:
         raise ConfigError(f"{args.teacher}: the teacher has no passage-selection head")
     examples = load_examples(examples_file)
     out = Path(args.out) if args.out else Path(args.run) / "data" / TARGETS_FILE
     accelerator = make_accelerator(cpu=args.cpu)
-    path = build_teacher_targets(teacher, examples, out, args.top_k, precision=args.precision,
-                                 progress=not args.quiet, accelerator=accelerator)
+    path = build_teacher_targets(teacher, examples, out, args.top_k, progress=not args.quiet,
+                                 accelerator=accelerator)
     if accelerator.is_main_process:
         print(f"{path}: the teacher's targets of {len(examples)} examples")
     return 0
