@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import math
 
-import numpy as np
 import pytest
 import torch
 
@@ -19,8 +18,7 @@ from reranker_helpers import tiny_cross_encoder, toy_examples
 from retrievers.rerank.distill import (TeacherScores, build_teacher_scores,
                                        load_teacher_scores, teacher_scores)
 from retrievers.rerank.reranker import CrossEncoderReranker
-from retrievers.rerank.train import (RerankTrainConfig, choose_negative_numbers,
-                                     choose_negatives, evaluate_ranking,
+from retrievers.rerank.train import (RerankTrainConfig, choose_negatives, evaluate_ranking,
                                      listwise_distillation_loss, make_rerank_batch,
                                      train_reranker)
 
@@ -33,14 +31,6 @@ def config(**overrides):
 
 def reranker(model):
     return CrossEncoderReranker.from_model(model, precision="fp32")
-
-
-def test_negative_numbers_name_the_negatives_drawn():
-    example = toy_examples(1, negatives=6)[0]
-    for seed in range(4):
-        numbers = choose_negative_numbers(example, 4, np.random.default_rng(seed))
-        chosen = choose_negatives(example, 4, np.random.default_rng(seed))
-        assert [getattr(example, kind)[i] for kind, i in numbers] == chosen
 
 
 def test_teacher_scores_are_the_teachers_logits_by_kind():
@@ -71,7 +61,7 @@ def test_batches_carry_the_teachers_scores_of_the_candidates_drawn():
     for row in range(2):
         rng = example_rng(0, 2, row)
         rng.integers(len(examples[row].positives))  # the positive's draw comes first
-        numbers = choose_negative_numbers(examples[row], 3, rng)
+        numbers = choose_negatives(examples[row], 3, rng)
         assert batch.teacher[row, 1:].tolist() == [teacher[examples[row].id].score(k, i)
                                                    for k, i in numbers]
 

@@ -35,7 +35,7 @@ def weights(model):
 def test_negatives_take_both_kinds_in_turn():
     example = toy_examples(1, negatives=6)[0]  # 3 same-article, 3 mined
     rng = np.random.default_rng(0)
-    chosen = choose_negatives(example, 4, rng)
+    chosen = [getattr(example, kind)[i] for kind, i in choose_negatives(example, 4, rng)]
     kinds = ["article" if p in example.article_negatives else "mined" for p in chosen]
     assert kinds == ["article", "mined", "article", "mined"]
     assert len({p.id for p in chosen}) == 4

@@ -129,15 +129,9 @@ class RerankBatch:
 
 
 def choose_negatives(example: RerankExample, count: int, rng: np.random.Generator
-                     ) -> list[Passage]:
-    """Up to `count` negatives: both kinds shuffled, then taken in turn, article first."""
-    return [getattr(example, kind)[number]
-            for kind, number in choose_negative_numbers(example, count, rng)]
-
-
-def choose_negative_numbers(example: RerankExample, count: int, rng: np.random.Generator
-                            ) -> list[tuple[str, int]]:
-    """`choose_negatives` as (kind, number in that kind's list)."""
+                     ) -> list[tuple[str, int]]:
+    """Up to `count` negatives as (kind, number in that kind's list): both kinds shuffled,
+    then taken in turn, article first (numbers, so a teacher's scores can follow them)."""
     pools = [[(kind, int(i)) for i in rng.permutation(len(getattr(example, kind)))]
              for kind in NEGATIVE_KINDS]
     chosen: list[tuple[str, int]] = []
@@ -163,7 +157,7 @@ def make_rerank_batch(examples: Sequence[RerankExample], indices: Sequence[int],
         example = examples[int(index)]
         rng = example_rng(seed, epoch, int(index))
         positive = int(rng.integers(len(example.positives)))
-        numbers = [("positives", positive)] + choose_negative_numbers(example, negatives, rng)
+        numbers = [("positives", positive)] + choose_negatives(example, negatives, rng)
         texts += [queries(int(index))] * len(numbers)
         passages += [getattr(example, kind)[number] for kind, number in numbers]
         slots += [row * group + slot for slot in range(len(numbers))]
