@@ -138,3 +138,37 @@ def test_data_specs():
             parse_data_spec(bad)
     with pytest.raises(DataError, match="not found"):
         build_examples([("canard", "/no/such/file.json")])
+
+
+def test_benchmark_examples_are_train_turns_with_answer_passages(tmp_path):
+    """The tiny benchmark (training_helpers): 7 train turns have answer passages; the dev turns
+    and the train turns without one are not read."""
+    from retrievers.convdr.data import benchmark_examples
+
+    from training_helpers import make_benchmark
+
+    built = benchmark_examples(make_benchmark(tmp_path / "bench"))
+    assert [e.id for e in built] == ["c1_1", "c1_2", "c1_3", "c2_2", "c3_1", "c3_2", "c3_3"]
+    by_id = {e.id: e for e in built}
+    assert [p.id for p in by_id["c3_3"].positives] == ["F#0", "F#1"]
+    assert [(t.question, t.answer) for t in by_id["c1_2"].history] == [
+        ("what is alpha centauri?", "the closest star system to the Sun")]
+    assert not any(e.has_rewrite for e in built) and {e.source for e in built} == {"benchmark"}
+    again = build_examples([("benchmark", str(tmp_path / "bench"))])
+    assert [e.id for e in again.examples] == [e.id for e in built]
+
+
+def test_a_benchmark_built_from_topiocqa_gives_its_answer_passages(fixtures_dir, tmp_path):
+    from convqa.benchmark.labelled_turns import load_labelled_turns
+    from convqa.benchmark.topiocqa_wiki import build_benchmark, full_wiki_source
+    from retrievers.convdr.data import benchmark_examples
+
+    fx = fixtures_dir / "benchmark"
+    built = build_benchmark(fx / "topiocqa_tiny.json", full_wiki_source(fx / "articles.jsonl"),
+                            tmp_path / "full", max_words=10, dev_fraction=0.34, seed=0)
+    turns = {t.qid: t for t in load_labelled_turns(built.out_dir).turns}
+    examples = benchmark_examples(built.out_dir)
+    assert examples and all(turns[e.id].split == "train" for e in examples)
+    assert all([p.id for p in e.positives] == turns[e.id].answer_passage_ids for e in examples)
+    wanted = {q for q, t in turns.items() if t.split == "train" and t.answer_passage_ids}
+    assert {e.id for e in examples} == wanted

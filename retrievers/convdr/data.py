@@ -8,6 +8,11 @@ Sources (`build_examples([(source, path), ...])`):
 - `orquac-dev`: the same folder's dev split (with answers; the same turns as CANARD dev);
 - `cast`: a CAsT 2019 folder (evaluation topics + manually resolved rewrites, and the qrels'
   passage ids with relevance >= `cast_min_relevance` as positives when the qrels file is there);
+- `benchmark`: a TopiOCQA x Wikipedia benchmark folder (`convqa data topiocqa-wiki`): its
+  *train* turns that have answer passages, those passages as positives (ids of the benchmark's
+  store), history with answers, no rewrite. Rank-trained on them with the teacher's index of
+  the same store, a student learns to tell the answer passage from the other passages of its
+  article, which the teacher's top-k is full of (dev turns are never read);
 - `jsonl`: this module's JSONL format (below), for any other data.
 
 An example's id is `"{conversation_id}_{turn}"` (`str(QueryId)`), so the same turn read from two
@@ -49,7 +54,7 @@ from convqa.errors import ConfigError, DataError
 from convqa.io import iter_jsonl, require, write_jsonl
 from convqa.types import Conversation, Turn
 
-SOURCES = ("canard", "orquac", "orquac-dev", "cast", "jsonl")
+SOURCES = ("canard", "orquac", "orquac-dev", "cast", "benchmark", "jsonl")
 CAST_TOPICS = "2019_data_evaluation_evaluation_topics_v1.0.json"
 CAST_REWRITES = "2019_data_evaluation_evaluation_topics_annotated_resolved_v1.0.tsv"
 CAST_QRELS = "2019_data_2019qrels.txt"
@@ -139,6 +144,23 @@ def cast_examples(directory: str | os.PathLike, min_relevance: int = 1) -> list[
             judged = qrels.get(example.id, {})
             example.positives = [PassageRef(pid) for pid, rel in sorted(judged.items())
                                  if rel >= min_relevance]
+    return examples
+
+
+def benchmark_examples(folder: str | os.PathLike) -> list[ConvDRExample]:
+    """The train turns of a benchmark folder with answer passages, those as positives."""
+    from convqa.benchmark.labelled_turns import load_labelled_turns
+
+    labelled = load_labelled_turns(folder)
+    examples = []
+    for record in labelled.turns:
+        if record.split != "train" or not record.answer_passage_ids:
+            continue
+        conversation = labelled.conversations[record.conversation_id]
+        examples.append(ConvDRExample(
+            record.qid, "benchmark", record.conversation_id, record.turn, record.question,
+            list(conversation.history(record.turn)),
+            positives=[PassageRef(pid) for pid in record.answer_passage_ids]))
     return examples
 
 
@@ -258,6 +280,8 @@ def load_source(source: str, path: str | os.PathLike,
         return orquac_examples(path, "dev")
     if source == "cast":
         return cast_examples(path, cast_min_relevance)
+    if source == "benchmark":
+        return benchmark_examples(path)
     if source == "jsonl":
         return load_examples_jsonl(path)
     raise ConfigError(f"unknown data source {source!r} (known: {', '.join(SOURCES)})")

@@ -405,7 +405,8 @@ def _add_convdr(jobs) -> None:
     p.add_argument("--out", required=True, metavar="DIR", help="output folder")
     p.add_argument("--data", action="append", default=[], metavar="SOURCE=PATH",
                    help="training data (repeatable): canard=dev.json, orquac=DIR (train "
-                        "split), orquac-dev=DIR, cast=DIR (CAsT 2019), jsonl=FILE")
+                        "split), orquac-dev=DIR, cast=DIR (CAsT 2019), benchmark=DIR (a "
+                        "benchmark's train turns, answer passages as positives), jsonl=FILE")
     p.add_argument("--teacher", default="all-MiniLM-L6-v2", metavar="ID_OR_PATH",
                    help="frozen teacher dual encoder, also the student's start (default "
                         "all-MiniLM-L6-v2; e.g. convqa-dpr-ihn)")

@@ -116,9 +116,10 @@ def reader_folder(name: str) -> Path:
 
 
 def benchmark_sources(args: argparse.Namespace, reader: Any, say,
-                      unanswerable_k: int | None = None) -> list:
+                      unanswerable_k: int | None = None, reranking: Any = None) -> list:
     """Every --benchmark's turns of --split, read through the cache: the answer-evaluable ones
-    at top --k, the unanswerable ones at top `unanswerable_k` (default --k)."""
+    at top --k, the unanswerable ones at top `unanswerable_k` (default --k); reranked first by
+    `reranking` (`open_reranking`) when given."""
     from convqa.benchmark import load_labelled_turns
     from convqa.front.evaluation.rerank import cached_rerank_turns
     from convqa.specs import parse_spec
@@ -136,7 +137,6 @@ def benchmark_sources(args: argparse.Namespace, reader: Any, say,
         if args.retriever else [None] * count
     histories = per_benchmark(args.history, count, "--history", "oldest_first")
     depth_unanswerable = min(args.k, unanswerable_k or args.k)
-    reranking = open_reranking(args.reranker, args.k) if args.reranker else None
     sources = []
     for folder, run_file, retriever, history in zip(args.benchmark, runs, retrievers, histories):
         if run_file is None and retriever is None:
@@ -194,13 +194,13 @@ def reranker_spec(text: str) -> dict[str, Any]:
     return {"name": "cross_encoder", **spec}
 
 
-def open_reranking(text: str, k: int) -> Any:
-    """--reranker checked and built once (`rerank.open_reranker`); --k may not read past its
-    top_n, as a pipeline reads only reranked passages."""
+def open_reranking(spec: dict[str, Any], k: int) -> Any:
+    """--reranker (its spec, parsed once by `reranker_spec`) checked and built once
+    (`rerank.open_reranker`); --k may not read past its top_n, as a pipeline reads only
+    reranked passages."""
     from convqa.front.evaluation.rerank import open_reranker
     from convqa.front.paths import RerankerConfig
 
-    spec = reranker_spec(text)
     top_n = RerankerConfig.from_spec(spec, "--reranker").check().top_n
     if k > top_n:
         raise ConfigError(f"--k {k} reads past the reranker's top_n {top_n}: a pipeline "
@@ -267,7 +267,9 @@ def calibrate(args: argparse.Namespace, say=print) -> dict[str, Any]:
     reader = build_reader(folder)
     existing = reader.model.decoding or Decoding()
     started = time.perf_counter()
-    sources = benchmark_sources(args, reader, say, max(args.no_answer_ks))
+    reranker = reranker_spec(args.reranker) if args.reranker else None
+    reranking = open_reranking(reranker, args.k) if reranker else None
+    sources = benchmark_sources(args, reader, say, max(args.no_answer_ks), reranking)
     squad = [squad_source(args, reader, "train", say)] if args.squad else []
     read_seconds = time.perf_counter() - started
     decoding, passage_choice, no_answer = calibrated_decoding(
@@ -284,10 +286,11 @@ def calibrate(args: argparse.Namespace, say=print) -> dict[str, Any]:
                                "unanswerable": len(s.unanswerable),
                                "unanswerable_share": s.unanswerable_share}
                       for s in sources + squad},
-        "settings": {k: v for k, v in vars(args).items() if k not in ("func", "quiet")},
+        "settings": {k: v for k, v in vars(args).items()
+                     if k not in ("func", "quiet", "reranker")},
         "read_seconds": round(read_seconds, 1), "threads": torch.get_num_threads(),
         "cpu": torch.backends.cpu.get_cpu_capability(),
-        "reranker": reranker_spec(args.reranker) if args.reranker else None,
+        "reranker": reranker,
         "passage_choice": passage_choice, "no_answer": no_answer,
         "decoding": decoding.to_dict(), "written": False}
     if args.write:

@@ -20,7 +20,8 @@ from typing import Any
 
 from convqa.errors import ConfigError, ConvQAError
 from convqa.front.cli.train_decoding import (add_source_arguments, benchmark_sources,
-                                             build_reader, reader_folder, squad_source)
+                                             build_reader, open_reranking, reader_folder,
+                                             reranker_spec, squad_source)
 
 
 def check(args: argparse.Namespace, say=print) -> dict[str, Any]:
@@ -41,7 +42,8 @@ def check(args: argparse.Namespace, say=print) -> dict[str, Any]:
     if args.squad:
         source = squad_source(args, reader, "heldout", say)
         result["sources"]["squad-v2-heldout-articles"] = source_scores(reader, source, 1)
-    for source in benchmark_sources(args, reader, say):
+    reranking = open_reranking(reranker_spec(args.reranker), args.k) if args.reranker else None
+    for source in benchmark_sources(args, reader, say, reranking=reranking):
         result["sources"][f"{source.name}-{args.split}"] = [
             source_scores(reader, source, k, bool(args.reranker))
             for k in sorted(set(args.ks))]
