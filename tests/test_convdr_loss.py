@@ -83,3 +83,31 @@ def test_multitask_is_weighted_sum_and_modes_pick_terms():
         convdr_loss("rank", q, T)
     with pytest.raises(ValueError):
         convdr_loss("distil", q, T)
+
+
+def test_in_batch_rank_loss_by_hand():
+    """Two rows of (positive, negative); row 0's query also meets row 1's two passages."""
+    q = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    p = torch.tensor([[[1.0, 0.0], [0.0, 0.0]], [[0.0, 1.0], [0.5, 0.0]]])
+    every = torch.ones(2, 4, dtype=torch.bool)
+    # row 0 logits [1, 0, 0, 0.5], target 0; row 1 logits [0, 0, 1, 0], target 2
+    row0 = -math.log(math.e / (math.e + 2 + math.exp(0.5)))
+    row1 = -math.log(math.e / (math.e + 3))
+    assert rank_loss(q, p, candidates=every).item() == pytest.approx((row0 + row1) / 2)
+    # a passage masked out of row 0 (say, one of its positives in row 1) leaves its softmax
+    masked = every.clone()
+    masked[0, 3] = False
+    expected0 = -math.log(math.e / (math.e + 2))
+    assert rank_loss(q, p, candidates=masked).item() == pytest.approx((expected0 + row1) / 2)
+    with pytest.raises(ValueError):
+        rank_loss(q, p, candidates=every[:, :3])
+
+
+def test_in_batch_rank_loss_of_a_row_without_group_stays_finite():
+    q = torch.tensor([[1.0, 0.0], [0.0, 1.0]], requires_grad=True)
+    p = torch.tensor([[[1.0, 0.0], [0.0, 0.0]], [[0.0, 0.0], [0.0, 0.0]]])
+    allowed = torch.tensor([[True, True, False, False], [False, False, True, False]])
+    loss = rank_loss(q, p, mask=torch.tensor([True, False]), candidates=allowed)
+    assert loss.item() == pytest.approx(math.log(1 + math.exp(-1)))
+    loss.backward()
+    assert torch.isfinite(q.grad).all() and torch.equal(q.grad[1], torch.zeros(2))

@@ -167,6 +167,32 @@ def test_multitask_batches_mask_each_term(mined):
     assert torch.equal(again.passages, batch.passages)  # seeded by (seed, epoch, example)
 
 
+def test_in_batch_candidates_leave_out_false_negatives_and_groupless_rows(mined):
+    data, targets, _, vectors = mined
+    groups = [Group([0], [5, 6]), Group([1], [0, 7]), None, Group([2, 3], [8, 9])]
+    training = TrainingSet([e.query for e in data][:4], groups=groups, vectors=vectors)
+    config = ConvDRTrainConfig(mode="rank", negatives=2, in_batch_negatives=True)
+    batch = make_batch(training, [0, 1, 2, 3], config, epoch=0)
+    allowed = batch.candidates
+    assert allowed.shape == (4, 12)
+    # row 1 drew negative 0, query 0's positive: masked for query 0 only
+    positive0 = torch.from_numpy(vectors.get([0])[0])
+    is_positive0 = [torch.equal(batch.passages[1, slot], positive0) for slot in range(3)]
+    assert sum(is_positive0) == 1
+    for slot in range(3):
+        assert bool(allowed[0, 3 + slot]) == (not is_positive0[slot])
+        assert bool(allowed[3, 3 + slot])
+    assert allowed[1, 3:6].all() and allowed[0, 0:3].all()
+    # the row without a group: nobody ranks against it, it sees only its own first slot
+    assert not allowed[:, 6:9][[0, 1, 3]].any()
+    assert allowed[2].tolist() == [False] * 6 + [True] + [False] * 5
+    assert make_batch(training, [0, 1, 2, 3], ConvDRTrainConfig(mode="rank", negatives=2),
+                      0).candidates is None
+    key = ConvDRTrainConfig(mode="rank").schedule_key()
+    assert "in_batch_negatives" not in key
+    assert config.schedule_key()["in_batch_negatives"] is True
+
+
 def test_too_few_mined_negatives_are_repeated(mined):
     data, targets, _, vectors = mined
     groups = [Group([0], [5]) for _ in data]

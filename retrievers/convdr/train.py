@@ -57,6 +57,7 @@ class ConvDRTrainConfig:
     max_steps: int | None = None
     max_grad_norm: float | None = 2.0
     negatives: int = 4              # teacher-mined negatives per example (rank, multitask)
+    in_batch_negatives: bool = False  # rank also against the batch's other groups (loss.py)
     kd_weight: float = 1.0          # multitask weights
     rank_weight: float = 1.0
     scale: float | None = None      # None: 20 for a normalising teacher, else 1
@@ -87,8 +88,12 @@ class ConvDRTrainConfig:
         return self.mode in ("rank", "multitask")
 
     def schedule_key(self) -> dict[str, Any]:
-        """The settings a checkpoint must share with the run that resumes it."""
-        return schedule_key(self)
+        """The settings a checkpoint must share with the run that resumes it (a run without
+        in-batch negatives keeps the key it had before the option existed)."""
+        key = schedule_key(self)
+        if not self.in_batch_negatives:
+            del key["in_batch_negatives"]
+        return key
 
 
 @dataclass
@@ -138,6 +143,7 @@ class ConvDRBatch:
     kd_mask: torch.Tensor | None     # [B] bool
     passages: torch.Tensor | None    # [B, 1 + negatives, d], positive first
     rank_mask: torch.Tensor | None   # [B] bool
+    candidates: torch.Tensor | None = None  # [B, B * (1 + negatives)] bool: in-batch negatives
     filled: int = 0                  # negatives repeated because fewer were mined
 
 
@@ -155,7 +161,7 @@ def make_batch(data: TrainingSet, indices: Sequence[int], config: ConvDRTrainCon
                epoch: int) -> ConvDRBatch:
     indices = [int(i) for i in indices]
     queries = [data.queries[i] for i in indices]
-    targets = kd_mask = passages = rank_mask = None
+    targets = kd_mask = passages = rank_mask = candidates = None
     filled = 0
     if config.uses_kd:
         targets = torch.from_numpy(np.ascontiguousarray(data.targets[indices], np.float32))
@@ -184,7 +190,33 @@ def make_batch(data: TrainingSet, indices: Sequence[int], config: ConvDRTrainCon
                 position += width
         passages = torch.from_numpy(array)
         rank_mask = torch.tensor(mask, dtype=torch.bool)
-    return ConvDRBatch(queries, targets, kd_mask, passages, rank_mask, filled)
+        if config.in_batch_negatives:
+            candidates = in_batch_candidates(
+                keys, [data.groups[i].positives if data.groups[i] else [] for i in indices],
+                width)
+    return ConvDRBatch(queries, targets, kd_mask, passages, rank_mask, filled=filled,
+                       candidates=candidates)
+
+
+def in_batch_candidates(keys: Sequence[list[int] | None], positives: Sequence[Sequence[int]],
+                        width: int) -> torch.Tensor:
+    """[B, B * width] bool: which passages of the batch query i is ranked against. Its own
+    group always; another row's passages unless that row has no group or the passage is one
+    of query i's positives (a false negative). A row without a group sees only its own first
+    slot, so its masked-out loss stays finite."""
+    count = len(keys)
+    allowed = torch.zeros(count, count * width, dtype=torch.bool)
+    for i, own in enumerate(keys):
+        if own is None:
+            allowed[i, i * width] = True
+            continue
+        mine = set(positives[i])
+        for row, drawn in enumerate(keys):
+            if drawn is None:
+                continue
+            for slot, key in enumerate(drawn):
+                allowed[i, row * width + slot] = row == i or key not in mine
+    return allowed
 
 
 class ConvDRTrainer(StepTrainer):
@@ -228,7 +260,8 @@ class ConvDRTrainer(StepTrainer):
         move = (lambda t: None if t is None else t.to(device))  # noqa: E731
         parts = convdr_loss(self.config.mode, student.float(), move(batch.targets),
                             move(batch.kd_mask), move(batch.passages), move(batch.rank_mask),
-                            self.scale, self.config.kd_weight, self.config.rank_weight)
+                            self.scale, self.config.kd_weight, self.config.rank_weight,
+                            move(batch.candidates))
         return parts.total, {"loss": parts.total.item(), "kd": parts.kd.item(),
                              "rank": parts.rank.item()}
 

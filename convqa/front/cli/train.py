@@ -423,6 +423,10 @@ def _add_convdr(jobs) -> None:
                         "positives (default 50)")
     p.add_argument("--negatives", type=positive_int, default=4, metavar="N",
                    help="negatives per example and step in the rank loss (default 4)")
+    p.add_argument("--in-batch-negatives", action="store_true",
+                   help="rank each query also against the other examples' passages of its "
+                        "batch (keeps a query tower trained on same-article negatives from "
+                        "drifting away from the rest of the collection)")
     p.add_argument("--kd-weight", type=float, default=1.0, help="multitask weight of KD")
     p.add_argument("--rank-weight", type=float, default=1.0, help="multitask weight of Rank")
     p.add_argument("--scale", type=positive_float, metavar="S",
@@ -473,7 +477,8 @@ def _convdr_config(args: argparse.Namespace):
     if args.index and not Path(args.index).is_dir():
         raise ConvQAError(f"{args.index}: index folder not found")
     train = ConvDRTrainConfig(
-        mode=args.mode, negatives=args.negatives, kd_weight=args.kd_weight,
+        mode=args.mode, negatives=args.negatives, in_batch_negatives=args.in_batch_negatives,
+        kd_weight=args.kd_weight,
         rank_weight=args.rank_weight, scale=args.scale, **schedule_settings(args))
     mining = ConvDRMiningConfig(top_k=args.mine_top_k, pseudo_positives=args.pseudo_positives,
                                 batch_size=args.encode_batch_size)
