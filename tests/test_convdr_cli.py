@@ -109,3 +109,45 @@ def test_benchmark_dialogs_are_held_out(setup, tmp_path, capsys):
     assert meta["counts"]["excluded_by_benchmarks"] == 2
     train = [json.loads(line) for line in (out / "examples" / "train.jsonl").open()]
     assert len(train) == 6 and dialogs[0] not in {r["conversation_id"] for r in train}
+
+
+def test_anchor_gives_examples_without_rewrite_the_teachers_own_embedding(setup, tmp_path,
+                                                                           capsys):
+    """Multitask on turns with positives but no rewrite: without --anchor they train Rank
+    only; with it each also has a KD target, the teacher's embedding of its own input."""
+    import numpy as np
+
+    from retrievers.convdr.data import load_examples_jsonl
+    from retrievers.convdr.model import ConvDR
+    from retrievers.convdr.run import ConvDRRunConfig, anchor_targets
+    from retrievers.convdr.targets import encode_teacher_queries
+    from retrievers.convdr.train import ConvDRTrainConfig
+
+    root, teacher, index_dir, data = setup
+    rows = [json.loads(line) for line in data.open()]
+    for row in rows[::2]:
+        row["rewrite"] = None
+    bare = write_examples_jsonl(tmp_path / "bare.jsonl", rows)
+    common = ("--mode", "multitask", "--index", str(index_dir), "--mine-top-k", "5",
+              "--negatives", "2", "--fidelity-examples", "0", "--in-batch-negatives")
+    assert main(arguments(tmp_path / "plain", teacher, bare, *common)) == 0
+    plain = json.loads((tmp_path / "plain" / "training.json").read_text())
+    assert main(arguments(tmp_path / "anchored", teacher, bare, *common, "--anchor")) == 0
+    assert "anchors: 6 KD targets" in capsys.readouterr().out
+    anchored = json.loads((tmp_path / "anchored" / "training.json").read_text())
+    assert plain["with_kd_target"] < anchored["with_kd_target"] == 6
+    assert main(arguments(tmp_path / "r", teacher, bare, "--mode", "rank", "--index",
+                          str(index_dir), "--anchor")) == 2
+    assert "anchor is a KD target" in capsys.readouterr().err
+
+    examples = load_examples_jsonl(tmp_path / "anchored" / "examples" / "train.jsonl")
+    model = ConvDR.build(str(teacher))
+    has = np.array([e.has_rewrite for e in examples])
+    targets = np.where(has[:, None], 1.0, 0.0).astype(np.float32) * np.ones((1, model.dim))
+    config = ConvDRRunConfig(data=[("jsonl", str(bare))], teacher=str(teacher), anchor=True,
+                             train=ConvDRTrainConfig(mode="kd"))
+    new_targets, new_has = anchor_targets(model, examples, targets, has, config)
+    assert new_has.all() and np.array_equal(new_targets[has], targets[has])
+    own, _ = encode_teacher_queries(model.zero_shot_encoder(),
+                                    [e.query for e, h in zip(examples, has) if not h])
+    assert np.allclose(new_targets[~has], own, atol=1e-6)

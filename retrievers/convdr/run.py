@@ -14,6 +14,12 @@ Which examples train (data.py explains the combination): `kd` those with a rewri
 with a Rank group (a usable positive and teacher negatives); `multitask` those with either, each
 loss term masked for examples lacking its input. The counts are in training.json.
 
+`anchor`: an example without a rewrite takes as its KD target the teacher's own embedding of
+the student's input (what the frozen model answers for the same conversation). In multitask
+mode the Rank term then moves the query only as far as the KD term lets it stray from where
+the teacher had it: a query tower trained on one collection's answer passages keeps what it
+knew about the rest.
+
 Rerunning the same command skips what is done and resumes an interrupted training. Several
 processes (torchrun / accelerate launch): the main process builds examples, targets and groups
 and measures fidelity; all processes train.
@@ -60,6 +66,7 @@ class ConvDRRunConfig:
     fidelity_examples: int | None = 1000
     encode_batch_size: int = 64
     fast: bool = False                  # teacher encoding in the measured-fastest agreeing precision
+    anchor: bool = False                # KD target of an example without rewrite: teacher(input)
     mining: ConvDRMiningConfig = field(default_factory=ConvDRMiningConfig)
     train: ConvDRTrainConfig = field(default_factory=ConvDRTrainConfig)
 
@@ -74,6 +81,9 @@ class ConvDRRunConfig:
                               "(--index DIR, built by `convqa index --dense --model TEACHER`)")
         if self.lora_r < 0:
             raise ConfigError(f"lora_r must be >= 0, got {self.lora_r}")
+        if self.anchor and not self.train.uses_kd:
+            raise ConfigError(f"anchor is a KD target: it needs mode kd or multitask, not "
+                              f"{self.train.mode!r}")
         if self.max_examples is not None and self.max_examples < 1:
             raise ConfigError(f"max_examples must be >= 1, got {self.max_examples}")
         from convqa.history import build_history_strategy
@@ -98,6 +108,7 @@ class ConvDRRunConfig:
                 "index": str(Path(self.index).resolve()) if self.index else None,
                 "passages": str(Path(self.passages).resolve()) if self.passages else None,
                 "lora_r": self.lora_r, "fast": self.fast,
+                **({"anchor": True} if self.anchor else {}),
                 "mining": asdict(self.mining) if self.train.uses_rank else None,
                 "train": self.train.schedule_key()}
 
@@ -224,6 +235,24 @@ def teacher_arrays(model, examples: list[ConvDRExample], config: ConvDRRunConfig
     return targets, has
 
 
+def anchor_targets(model, examples: list[ConvDRExample], targets: np.ndarray, has: np.ndarray,
+                   config: ConvDRRunConfig) -> tuple[np.ndarray, np.ndarray]:
+    """`targets` and `has` with every example that lacks a rewrite anchored: its target is
+    the teacher's embedding of its own formatted input (computed on each process: it is a
+    deterministic function of the teacher and the texts)."""
+    from .targets import encode_teacher_queries
+
+    missing = np.nonzero(~has)[0]
+    if not len(missing):
+        return targets, has
+    targets, has = targets.copy(), has.copy()
+    targets[missing], _ = encode_teacher_queries(
+        model.zero_shot_encoder(), [examples[i].query for i in missing],
+        config.encode_batch_size, "auto" if config.fast else "fp32")
+    has[missing] = True
+    return targets, has
+
+
 def mining_stage(model, examples: list[ConvDRExample], targets: np.ndarray, has: np.ndarray,
                  config: ConvDRRunConfig, out: Path, main: bool, wait: Callable[[], None],
                  say: Callable[[str], None]):
@@ -276,6 +305,10 @@ def run_convdr(config: ConvDRRunConfig, out: str, accelerator: Any = None,
     train_config = config.train
     targets, has = teacher_arrays(model, examples, config, out_dir, main,
                                   acc.wait_for_everyone, tell)
+    if config.anchor:
+        targets, has = anchor_targets(model, examples, targets, has, config)
+        tell(f"anchors: {int(has.sum())} KD targets with the teacher's own embedding of the "
+             "input where there is no rewrite")
     groups = vectors = None
     mining_meta = None
     if train_config.uses_rank:

@@ -423,6 +423,10 @@ def _add_convdr(jobs) -> None:
                         "positives (default 50)")
     p.add_argument("--negatives", type=positive_int, default=4, metavar="N",
                    help="negatives per example and step in the rank loss (default 4)")
+    p.add_argument("--anchor", action="store_true",
+                   help="an example without a rewrite is KD-trained towards the teacher's own "
+                        "embedding of its input (multitask: rank moves the query, the anchor "
+                        "keeps it near where the teacher had it)")
     p.add_argument("--in-batch-negatives", action="store_true",
                    help="rank each query also against the other examples' passages of its "
                         "batch (keeps a query tower trained on same-article negatives from "
@@ -488,7 +492,8 @@ def _convdr_config(args: argparse.Namespace):
         exclude=list(args.exclude_benchmark), max_examples=args.max_examples,
         cast_min_relevance=args.cast_min_relevance, lora_r=args.lora,
         fidelity_examples=args.fidelity_examples or None,
-        encode_batch_size=args.encode_batch_size, fast=args.fast, mining=mining, train=train)
+        encode_batch_size=args.encode_batch_size, fast=args.fast, anchor=args.anchor,
+        mining=mining, train=train)
 
 
 def run_convdr(args: argparse.Namespace) -> int:
