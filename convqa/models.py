@@ -23,6 +23,7 @@ _MINILM_ALIASES = {DEFAULT_MODEL, "sentence-transformers/all-MiniLM-L6-v2", "min
 # Models trained here and shipped inside the package (small LoRA adapters over MiniLM), by alias.
 SHIPPED_MODELS = {
     "convqa-dpr-ihn": "retriever-dpr-ihn",
+    "convqa-dpr-ihn-answer": "retriever-dpr-ihn-answer",
     "convqa-reader": "reader-extractive",
     "convqa-phrase": "phrase-model",
     "convqa-reranker": "reranker-cross-encoder",
