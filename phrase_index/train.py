@@ -129,13 +129,11 @@ class PhraseTrainConfig:
         """The settings a checkpoint must share with the run that resumes it (the pool-store
         and hard-negative settings only when set, so runs from before they existed still
         resume)."""
-        key = schedule_key(self)
-        for name in ("pool_store", "pool_store_passages"):
-            if key.get(name) is None:
-                key.pop(name, None)
-        if not key.get("hard_negatives"):
-            key.pop("hard_negatives", None)
-        return key
+        skip = [name for name in ("pool_store", "pool_store_passages")
+                if getattr(self, name) is None]
+        if not self.hard_negatives:
+            skip.append("hard_negatives")
+        return schedule_key(self, skip)
 
 
 PhraseTrainResult = TrainResult  # the shared result type (convqa/training/loop.py)

@@ -41,10 +41,13 @@ def check_schedule(config: Any) -> None:
         raise ConfigError(f"warmup_ratio must be in [0, 1), got {config.warmup_ratio!r}")
 
 
-def schedule_key(config: Any) -> dict[str, Any]:
+def schedule_key(config: Any, skip: Iterable[str] = ()) -> dict[str, Any]:
     """The settings of a config dataclass that a checkpoint must share with the run that
-    resumes it (all but the VOLATILE ones)."""
-    return {f.name: getattr(config, f.name) for f in fields(config) if f.name not in VOLATILE}
+    resumes it: all but the VOLATILE ones and the config's own `skip` (settings that change
+    nothing learned, or one added later while it holds the value that means "off", so runs
+    from before it existed still resume)."""
+    left_out = VOLATILE | frozenset(skip)
+    return {f.name: getattr(config, f.name) for f in fields(config) if f.name not in left_out}
 
 
 def same_schedule(recorded: Any, current: Any) -> bool:

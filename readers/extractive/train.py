@@ -130,7 +130,7 @@ class ReaderTrainConfig:
         scores change nothing that is learned; a run without a teacher keeps the key it had
         before distillation existed)."""
         skip = _EVALUATION + (_DISTILLATION if not self.distill_weight else ())
-        return {k: v for k, v in schedule_key(self).items() if k not in skip}
+        return schedule_key(self, skip)
 
 
 _EVALUATION = ("eval_every", "eval_per_source")

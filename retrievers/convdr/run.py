@@ -235,22 +235,29 @@ def teacher_arrays(model, examples: list[ConvDRExample], config: ConvDRRunConfig
     return targets, has
 
 
-def anchor_targets(model, examples: list[ConvDRExample], targets: np.ndarray, has: np.ndarray,
-                   config: ConvDRRunConfig) -> tuple[np.ndarray, np.ndarray]:
-    """`targets` and `has` with every example that lacks a rewrite anchored: its target is
-    the teacher's embedding of its own formatted input (computed on each process: it is a
-    deterministic function of the teacher and the texts)."""
+def teacher_queries(model, examples: list[ConvDRExample], targets: np.ndarray, has: np.ndarray,
+                    config: ConvDRRunConfig) -> np.ndarray:
+    """The teacher's query for each example: its embedding of the rewrite (`targets`) where
+    `has` one, else of the example's own formatted input. The teacher mines with these; with
+    `anchor` they are also the KD targets."""
     from .targets import encode_teacher_queries
 
     missing = np.nonzero(~has)[0]
     if not len(missing):
-        return targets, has
-    targets, has = targets.copy(), has.copy()
-    targets[missing], _ = encode_teacher_queries(
+        return targets
+    queries = targets.copy()
+    queries[missing], _ = encode_teacher_queries(
         model.zero_shot_encoder(), [examples[i].query for i in missing],
         config.encode_batch_size, "auto" if config.fast else "fp32")
-    has[missing] = True
-    return targets, has
+    return queries
+
+
+def anchor_targets(model, examples: list[ConvDRExample], targets: np.ndarray, has: np.ndarray,
+                   config: ConvDRRunConfig) -> tuple[np.ndarray, np.ndarray]:
+    """`targets` and `has` with every example that lacks a rewrite anchored: its target is
+    the teacher's embedding of its own formatted input (`teacher_queries`; computed on each
+    process: it is a deterministic function of the teacher and the texts)."""
+    return teacher_queries(model, examples, targets, has, config), np.ones_like(has)
 
 
 def mining_stage(model, examples: list[ConvDRExample], targets: np.ndarray, has: np.ndarray,
@@ -258,17 +265,12 @@ def mining_stage(model, examples: list[ConvDRExample], targets: np.ndarray, has:
                  say: Callable[[str], None]):
     """(groups, TeacherPassageVectors): the teacher's Rank groups over its own index."""
     from .mining import open_teacher_index
-    from .targets import encode_teacher_queries
 
     folder = out / MINING_DIR
     if main:
         began = time.perf_counter()
-        queries = targets.copy()
-        missing = np.nonzero(~has)[0]
-        if len(missing):  # no rewrite: the teacher reads the conversation instead
-            queries[missing], _ = encode_teacher_queries(
-                model.zero_shot_encoder(), [examples[i].query for i in missing],
-                config.encode_batch_size, "auto" if config.fast else "fp32")
+        # no rewrite: the teacher reads the conversation instead
+        queries = teacher_queries(model, examples, targets, has, config)
         meta = mine_groups(model.teacher, examples, queries, config.index, folder,
                            config.mining, model.teacher_fingerprint, config.passages,
                            config.train.progress)

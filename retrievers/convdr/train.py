@@ -90,10 +90,7 @@ class ConvDRTrainConfig:
     def schedule_key(self) -> dict[str, Any]:
         """The settings a checkpoint must share with the run that resumes it (a run without
         in-batch negatives keeps the key it had before the option existed)."""
-        key = schedule_key(self)
-        if not self.in_batch_negatives:
-            del key["in_batch_negatives"]
-        return key
+        return schedule_key(self, () if self.in_batch_negatives else ("in_batch_negatives",))
 
 
 @dataclass

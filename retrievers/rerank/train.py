@@ -108,7 +108,7 @@ class RerankTrainConfig:
         keeps the key it had before distillation existed)."""
         skip = ("eval_every", "eval_examples", "pair_chunk") + (
             () if self.distill_weight else ("distill_weight", "distill_temperature"))
-        return {k: v for k, v in schedule_key(self).items() if k not in skip}
+        return schedule_key(self, skip)
 
 
 # ---------------------------------------------------------------------------------------------
