@@ -15,16 +15,9 @@ from reader_helpers import single_thread  # noqa: F401 (autouse fixture: one thr
 
 @pytest.fixture(scope="module")
 def bench_and_bm25(tmp_path_factory):
-    from training_helpers import make_benchmark
+    from training_helpers import make_benchmark_with_bm25
 
-    from convqa.corpus import PassageStore
-    from retrievers.bm25 import BM25Retriever
-
-    root = tmp_path_factory.mktemp("absent")
-    bench = make_benchmark(root / "bench")
-    with PassageStore.open(bench / "passages") as store:
-        BM25Retriever.build_from_store(store).save(root / "bm25")
-    return bench, root / "bm25"
+    return make_benchmark_with_bm25(tmp_path_factory.mktemp("absent"))
 
 
 def _reader(folder, threshold: float | None):

@@ -241,16 +241,11 @@ def test_table_marks_absent_passages():
 
 @pytest.fixture(scope="module")
 def tiny_setup(tmp_path_factory):
-    from training_helpers import make_benchmark
-
-    from convqa.corpus import PassageStore
-    from retrievers.bm25 import BM25Retriever
+    from training_helpers import make_benchmark_with_bm25
 
     root = tmp_path_factory.mktemp("calibrate")
-    bench = make_benchmark(root / "bench")
-    with PassageStore.open(bench / "passages") as store:
-        BM25Retriever.build_from_store(store).save(root / "bm25")
-    return root, bench
+    make_benchmark_with_bm25(root)
+    return root, root / "bench"
 
 
 def _calibrate_args(root, bench, reader_dir, *extra):

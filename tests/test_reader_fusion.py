@@ -129,16 +129,12 @@ def test_split_by_conversation():
 
 def test_read_turns_and_script_on_the_tiny_benchmark(tmp_path, minilm_tokenizer):
     """The tuning script end to end: a tiny benchmark, BM25, a tiny random reader saved to disk."""
-    from training_helpers import make_benchmark
+    from training_helpers import make_benchmark_with_bm25
 
     from convqa.benchmark import load_labelled_turns
-    from retrievers.bm25 import BM25Retriever
-
-    bench = make_benchmark(tmp_path / "bench", _more_dev_turns())
     from convqa.corpus import PassageStore
 
-    with PassageStore.open(bench / "passages") as store:
-        BM25Retriever.build_from_store(store).save(tmp_path / "bm25")
+    bench, _ = make_benchmark_with_bm25(tmp_path, _more_dev_turns())
     reader_dir = tmp_path / "reader"
     tiny_reader(seed=1, max_length=128).save_pretrained(reader_dir)
     data = load_labelled_turns(bench)

@@ -146,15 +146,11 @@ def test_pipeline_and_eval_rows_follow_their_retriever(folder, tmp_path):
 
 
 def test_command_line_chooses_and_writes_the_weight(folder, tmp_path, capsys):
-    from training_helpers import make_benchmark
+    from training_helpers import make_benchmark_with_bm25
 
-    from convqa.corpus import PassageStore
     from convqa.front.cli.main import main as convqa
-    from retrievers.bm25 import BM25Retriever
 
-    bench = make_benchmark(tmp_path / "bench")
-    with PassageStore.open(bench / "passages") as store:
-        BM25Retriever.build_from_store(store).save(tmp_path / "bm25")
+    bench, _ = make_benchmark_with_bm25(tmp_path)
     retriever = json.dumps({"name": "bm25", "index": str(tmp_path / "bm25")})
     args = ["train", "reranker-fusion", "--reranker", str(folder), "--benchmark", str(bench),
             "--retriever", retriever, "--history", "current_first", "--top-n", "4",

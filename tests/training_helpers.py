@@ -92,6 +92,18 @@ def make_benchmark(folder: Path, turns: list | None = None) -> Path:
     return folder
 
 
+def make_benchmark_with_bm25(root: Path, turns: list | None = None) -> tuple[Path, Path]:
+    """The tiny benchmark (`make_benchmark`) in root/bench and a BM25 index of its passages in
+    root/bm25."""
+    from convqa.corpus import PassageStore
+    from retrievers.bm25 import BM25Retriever
+
+    bench = make_benchmark(root / "bench", turns)
+    with PassageStore.open(bench / "passages") as store:
+        BM25Retriever.build_from_store(store).save(root / "bm25")
+    return bench, root / "bm25"
+
+
 def tiny_encoder(seed: int = 0, normalize: bool = True, dropout: float = 0.1):
     """A random 2-layer, 32-d BERT with MiniLM's tokenizer, as a DualEncoder."""
     import torch
