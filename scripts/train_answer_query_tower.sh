@@ -25,7 +25,7 @@ done
 # Rank: each turn's answer passage against 8 of DPR-IHN's top 50 (mostly passages of the same
 # article) and the batch's other turns' passages; KD towards DPR-IHN's own embedding of the
 # same conversation keeps the query where the rest of the collection is.
-convqa train convdr --mode multitask --anchor --kd-weight 2 --rank-weight 1 \
+convqa train convdr --mode multitask --anchor --kd-weight 4 --rank-weight 1 \
   --out "$WORK/tower" --data "benchmark=$BENCH/full" \
   --teacher convqa-dpr-ihn --index "$BENCH/full/indexes/dpr-ihn" \
   --history oldest_first --history-max-tokens 128 --heldout-fraction 0 --fidelity-examples 0 \
