@@ -22,9 +22,9 @@ def bench(fixtures_dir, tmp_path_factory):
     fx = fixtures_dir / "benchmark"
     built = build_benchmark(fx / "topiocqa_tiny.json", full_wiki_source(fx / "articles.jsonl"),
                             root / "full", max_words=10, dev_fraction=0.34, seed=0)
-    store = PassageStore.open(built.out_dir / "passages")
-    build_dense_index("convqa-dpr-ihn", store, root / "index", batch_size=16,
-                      precision="fp32", dtype="float32", progress=False)
+    with PassageStore.open(built.out_dir / "passages") as store:
+        build_dense_index("convqa-dpr-ihn", store, root / "index", batch_size=16,
+                          precision="fp32", dtype="float32", progress=False)
     return built.out_dir, root / "index"
 
 

@@ -134,7 +134,7 @@ def test_read_turns_and_script_on_the_tiny_benchmark(tmp_path, minilm_tokenizer)
     from convqa.benchmark import load_labelled_turns
     from convqa.corpus import PassageStore
 
-    bench, _ = make_benchmark_with_bm25(tmp_path, _more_dev_turns())
+    bench, bm25 = make_benchmark_with_bm25(tmp_path, _more_dev_turns())
     reader_dir = tmp_path / "reader"
     tiny_reader(seed=1, max_length=128).save_pretrained(reader_dir)
     data = load_labelled_turns(bench)
@@ -153,7 +153,7 @@ def test_read_turns_and_script_on_the_tiny_benchmark(tmp_path, minilm_tokenizer)
     from convqa.front.tools import tune_reader_fusion as module
     out = tmp_path / "fusion.json"
     code = module.main(["--benchmark", str(bench), "--retriever",
-                        json.dumps({"name": "bm25", "index": str(tmp_path / "bm25")}),
+                        json.dumps({"name": "bm25", "index": str(bm25)}),
                         "--history", "current_first", "--reader", str(reader_dir),
                         "--ks", "1", "3", "--cache", str(tmp_path / "cache"), "--out",
                         str(out), "--quiet"])

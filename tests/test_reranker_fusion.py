@@ -150,8 +150,8 @@ def test_command_line_chooses_and_writes_the_weight(folder, tmp_path, capsys):
 
     from convqa.front.cli.main import main as convqa
 
-    bench, _ = make_benchmark_with_bm25(tmp_path)
-    retriever = json.dumps({"name": "bm25", "index": str(tmp_path / "bm25")})
+    bench, bm25 = make_benchmark_with_bm25(tmp_path)
+    retriever = json.dumps({"name": "bm25", "index": str(bm25)})
     args = ["train", "reranker-fusion", "--reranker", str(folder), "--benchmark", str(bench),
             "--retriever", retriever, "--history", "current_first", "--top-n", "4",
             "--cache", str(tmp_path / "cache"), "--report", str(tmp_path / "r.json"), "--quiet"]

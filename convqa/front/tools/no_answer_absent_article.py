@@ -27,17 +27,11 @@ def article_taken_out(hits, article_id: str, k: int) -> list:
 
 
 def confidences(reader, reads) -> np.ndarray:
-    """The calibrated confidence of the answer of each read turn (as `reader.read` decides it)."""
-    from readers.extractive.decode import choose_span
-    from readers.extractive.decoding import confidence_features
-
-    values = []
-    for read in reads:
-        choice = choose_span(read.spans, reader.strategy, reader.fusion, read.scores)
-        features = confidence_features(choice, read.spans, read.passages,
-                                       reader.config.null_option) if choice else None
-        values.append(reader.no_answer.confidence(features) if features else 0.0)
-    return np.array(values)
+    """The calibrated confidence of the answer of each read turn, as `reader.read` decides it
+    (0 where no passage gives an answer)."""
+    answers = [reader.answer_from(read.spans, read.passages, read.scores, always_answer=True)
+               for read in reads]
+    return np.array([answer.confidence if answer is not None else 0.0 for answer in answers])
 
 
 def main(argv: list[str] | None = None) -> int:
