@@ -56,9 +56,15 @@ class ReaderRunConfig:
     dense_top_k: int = 50             # passages retrieved per turn for them
     dense_history: str | dict = "oldest_first"  # the dense retriever's query formatting
     unanswerable: bool = False        # also train on unanswerable questions (the null option)
+    absent_article: float = 0.0       # share of benchmark train turns copied without their article
     teacher_targets: str | None = None  # a teacher's targets of the examples (distill.py)
     evaluate: bool = True
     train: ReaderTrainConfig = field(default_factory=ReaderTrainConfig)
+
+    def __post_init__(self) -> None:
+        if self.absent_article and not self.unanswerable:
+            raise ConfigError("absent-article examples are unanswerable ones: give "
+                              "--unanswerable with --absent-article")
 
     def data_params(self) -> dict[str, Any]:
         return {"squad": [_file_id(p) for p in self.squad],
@@ -71,7 +77,8 @@ class ReaderRunConfig:
                    if self.dense_negatives else {}),
                 **({"article_negatives": self.article_negatives}
                    if self.article_negatives else {}),
-                **({"unanswerable": True} if self.unanswerable else {})}
+                **({"unanswerable": True} if self.unanswerable else {}),
+                **({"absent_article": self.absent_article} if self.absent_article else {})}
 
     def dense_config(self):
         from .dense_negatives import DenseNegativesConfig
@@ -133,6 +140,12 @@ def prepare_data(config: ReaderRunConfig, out: str | os.PathLike, progress: bool
                                    report=report, unanswerable=config.unanswerable)
         if config.dense_negatives and config.negatives:
             _use_dense_negatives(turns, config, folder, report, say)
+        if config.absent_article:  # before the gold article's own passages join the negatives
+            from .absent_article import add_absent_article_examples
+
+            made = add_absent_article_examples(turns, config.absent_article,
+                                               config.train.seed, report)
+            say(f"data: {made} unanswerable copies of train turns without their article")
         if config.article_negatives and config.negatives:
             from .article_negatives import add_article_negatives
 

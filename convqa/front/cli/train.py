@@ -251,6 +251,11 @@ def _add_reader(jobs) -> None:
                         "and the benchmarks' UNANSWERABLE train turns): the selection softmax "
                         "gets a 'no passage answers' option and the reader learns to use it "
                         "(recorded as null_option in its folder)")
+    p.add_argument("--absent-article", type=fraction, default=0.0, metavar="SHARE",
+                   help="with --unanswerable: this share of the benchmarks' answerable train "
+                        "turns is also read as unanswerable without its topic article (the "
+                        "retriever's other passages only), as when a collection lacks the "
+                        "answer (default 0)")
     add_distillation_args(
         p, "--teacher-targets", "learn from a teacher reader too: its targets of this run's "
         "examples (`convqa train reader-teacher --run OUT` writes them to "
@@ -340,7 +345,7 @@ def _reader_config(args: argparse.Namespace):
         dense_negatives=args.dense_negatives, dense_top_k=args.dense_top_k,
         article_negatives=args.article_negatives,
         dense_history=args.dense_history, unanswerable=args.unanswerable,
-        teacher_targets=args.teacher_targets, train=train)
+        absent_article=args.absent_article, teacher_targets=args.teacher_targets, train=train)
 
 
 def run_reader(args: argparse.Namespace) -> int:
