@@ -364,6 +364,13 @@ def test_calibrating_after_a_reranker_writes_only_its_block(tiny_setup, tmp_path
     # reading past the reranked passages is refused
     assert convqa(args[:args.index("--k") + 1] + ["4"] + args[args.index("--k") + 2:]) == 2
     assert "reads past the reranker's top_n 3" in capsys.readouterr().err
+    # calibrating the outer block again (no --reranker) keeps the after_reranker one
+    before = folder_decoding(reader_dir).after_reranker
+    outer_args = args[:args.index("--reranker")] + args[args.index("--reranker") + 2:]
+    assert convqa(outer_args + ["--keep-fusion"]) == 0
+    again = folder_decoding(reader_dir)
+    assert again.after_reranker == before and again.fusion == outer.fusion
+    assert again.no_answer is not None and again.no_answer != first.no_answer
 
 
 def folder_decoding(folder):

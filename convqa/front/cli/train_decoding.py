@@ -279,6 +279,8 @@ def calibrate(args: argparse.Namespace, say=print) -> dict[str, Any]:
     if args.reranker:  # only the after_reranker block changes
         decoding = dataclasses.replace(existing, after_reranker=Decoding(
             decoding.fusion, no_answer=decoding.no_answer))
+    else:  # only the outer block changes: a calibrated after_reranker block stays
+        decoding = dataclasses.replace(decoding, after_reranker=existing.after_reranker)
     report = {
         "reader": args.reader, "folder": str(folder),
         "reader_fingerprint": reader.model.fingerprint(),
