@@ -86,33 +86,30 @@ def test_cli_json_output_and_interactive(cache, capsys, monkeypatch, tmp_path):
 
 
 def test_no_answer_in_the_collection_and_always_answer(cache, capsys):
-    """The embedded collection has no passage that names Canberra. The shipped reader's
-    threshold (calibrated at the natural share of unanswerable questions: see
-    docs/results/reader-no-answer.md) lets its "Melbourne" through with the confidence
-    reported; a stricter threshold makes `convqa answer` say there is no answer and show its
-    best evidence, while the film question is still answered; --always-answer overrides any
-    threshold."""
+    """The embedded collection has no passage that names Canberra. The shipped reader, trained
+    with a "no passage answers" option (also on turns read without their topic article) and
+    calibrated on training questions (docs/results/reader-no-answer.md), says so and shows its
+    best evidence, while the film question is still answered; --always-answer, or a threshold
+    of 0, gives its best answer."""
     from readers.extractive.model import META_FILE
     from convqa.models import shipped_model_path
 
     shipped = json.loads((shipped_model_path("convqa-reader") / META_FILE).read_text())
     threshold = shipped["decoding"]["no_answer"]["threshold"]
     args = ["--cache-dir", str(cache)]
-    strict = ["--set", "reader.no_answer_threshold=0.6", *args]
-    assert main(["answer", "What is the capital of Australia?", "--json", *args]) == 0
-    default = json.loads(capsys.readouterr().out)["answer"]
-    assert default["no_answer"] is False and default["text"]
-    assert threshold <= default["confidence"] < 0.6
-    assert main(["answer", "What is the capital of Australia?", *strict]) == 0
+    assert main(["answer", "What is the capital of Australia?", *args]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "No answer in the collection."
     assert lines[1].startswith("best evidence: ") and "answer:" not in "\n".join(lines)
-    assert main(["answer", "What is the capital of Australia?", "--json", *strict]) == 0
+    assert main(["answer", "What is the capital of Australia?", "--json", *args]) == 0
     answer = json.loads(capsys.readouterr().out)["answer"]
     assert answer["no_answer"] is True and answer["text"] == ""
+    assert 0 < answer["confidence"] < threshold
     assert answer["evidence"]["id"] == answer["passage_id"]
-    assert main(["answer", "What is the capital of Australia?", "--always-answer", *strict]) == 0
-    first = capsys.readouterr().out.splitlines()[0]
-    assert first.startswith("answer: ") and len(first) > len("answer: ")
-    assert main(["answer", "Who directed 2001: A Space Odyssey?", *strict]) == 0
-    assert capsys.readouterr().out.splitlines()[0] == "answer: Stanley Kubrick"
+    for loose in (["--always-answer"], ["--set", "reader.no_answer_threshold=0"]):
+        assert main(["answer", "What is the capital of Australia?", *loose, *args]) == 0
+        first = capsys.readouterr().out.splitlines()[0]
+        assert first.startswith("answer: ") and len(first) > len("answer: ")
+    assert main(["answer", "Who directed 2001: A Space Odyssey?", "--json", *args]) == 0
+    answer = json.loads(capsys.readouterr().out)["answer"]
+    assert answer["text"] == "Stanley Kubrick" and answer["confidence"] > threshold
