@@ -21,19 +21,16 @@ import numpy as np
 
 from convqa.errors import ConfigError
 
-from .data import BuildReport, ReaderExample, find_answer_spans
-from .dense_negatives import BENCHMARK_SOURCE, gold_article_ids, is_gold
+from .data import BuildReport, ReaderExample
+from .dense_negatives import BENCHMARK_SOURCE, not_negative
 
 SUFFIX = "/absent-article"
 
 
 def absent_article_example(example: ReaderExample) -> ReaderExample | None:
     """The unanswerable copy of a benchmark turn (None: no negative survives the filter)."""
-    titles = {p.passage.title.casefold() for p in example.positives if p.passage.title}
-    articles = gold_article_ids(example)
-    golds = example.golds()
-    negatives = [p for p in example.negatives
-                 if not is_gold(p, titles, articles) and not find_answer_spans(p.text, golds)]
+    excluded = not_negative(example)
+    negatives = [p for p in example.negatives if excluded(p) is None]
     if not negatives:
         return None
     return ReaderExample(example.id + SUFFIX, example.question, list(example.history), [],
@@ -59,11 +56,9 @@ def add_absent_article_examples(examples: list[ReaderExample], share: float, see
         copy = absent_article_example(eligible[position])
         if copy is not None:
             made.append(copy)
-        elif report is not None:
-            report.add(eligible[position].source, "absent_article_without_negatives")
+        if report is not None:
+            report.add(eligible[position].source, "train_absent_article" if copy is not None
+                       else "absent_article_without_negatives")
     examples.extend(made)
-    if report is not None:
-        for example in made:
-            report.add(example.source, "train_absent_article")
     return len(made)
 

@@ -26,7 +26,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from convqa.benchmark.labelled_turns import article_id_of
 from convqa.errors import ConfigError, DataError
@@ -83,21 +83,35 @@ def gold_article_ids(example: ReaderExample) -> set[str]:
     return {article_id_of(p.passage.id) for p in example.positives}
 
 
+def not_negative(example: ReaderExample) -> Callable[[Passage], str | None]:
+    """Why a passage cannot be a negative of `example`: "gold_article" (of its gold article,
+    by title or id), "holds_answer" (contains a gold answer), or None (it can)."""
+    titles = {p.passage.title.casefold() for p in example.positives if p.passage.title}
+    articles = gold_article_ids(example)
+    golds = example.golds()
+
+    def reason(passage: Passage) -> str | None:
+        if is_gold(passage, titles, articles):
+            return "gold_article"
+        if find_answer_spans(passage.text, golds):
+            return "holds_answer"
+        return None
+
+    return reason
+
+
 def filter_hits(example: ReaderExample, hits: Sequence[Any], store: Any,
                 keep: int) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """The first `keep` retrieved passages that are not of the gold article and contain no
     gold answer, with their scores; and how many of each kind were dropped."""
-    titles = {p.passage.title.casefold() for p in example.positives if p.passage.title}
-    articles = gold_article_ids(example)
-    golds = example.golds()
+    excluded = not_negative(example)
     kept: list[dict[str, Any]] = []
     dropped = {"gold_article": 0, "holds_answer": 0}
     for hit in hits:
         passage = store.get(hit.passage_id)
-        if is_gold(passage, titles, articles):
-            dropped["gold_article"] += 1
-        elif find_answer_spans(passage.text, golds):
-            dropped["holds_answer"] += 1
+        reason = excluded(passage)
+        if reason is not None:
+            dropped[reason] += 1
         else:
             kept.append({**passage.to_dict(), "score": round(float(hit.score), 4)})
             if len(kept) == keep:
