@@ -351,17 +351,20 @@ def heldout_sample(examples: Sequence[RerankExample], count: int | None,
     return chosen
 
 
-def ranked_positions(model_or_reranker: Any, examples: Sequence[RerankExample]
-                     ) -> list[tuple[str, int, int]]:
+def ranked_positions(model_or_reranker: Any, examples: Sequence[RerankExample],
+                     progress: str | None = None) -> list[tuple[str, int, int]]:
     """(source, rank of the best positive, candidates) of each example; a tie with a negative
-    counts against the positive. A bare model is scored in fp32 with its training history."""
+    counts against the positive. A bare model is scored in fp32 with its training history.
+    `progress`: a bar's label (a large model ranks a few hundred questions for many minutes)."""
+    from tqdm.auto import tqdm
+
     from .reranker import CrossEncoderReranker
 
     reranker = model_or_reranker
     if isinstance(reranker, CrossEncoder):
         reranker = CrossEncoderReranker.from_model(reranker, precision="fp32")
     rows = []
-    for example in examples:
+    for example in tqdm(examples, desc=progress, unit=" q", disable=progress is None):
         candidates = example.positives + example.negatives
         scores = reranker.score(reranker.query_text(example.question, example.history_turns()),
                                 candidates)

@@ -20,8 +20,10 @@ from convqa.errors import ConvQAError
 
 
 def rank_models(names: list[str], examples_path: str, per_source: int | None,
-                precision: str = "fp32", seed: int = 0) -> dict[str, dict]:
-    """{model: summarize_ranks(...) with "seconds"} on the held-out sample."""
+                precision: str = "fp32", seed: int = 0, progress: bool = True
+                ) -> dict[str, dict]:
+    """{model: summarize_ranks(...) with "seconds"} on the held-out sample; a progress bar per
+    model unless `progress` is false."""
     from retrievers.rerank.data import load_examples
     from retrievers.rerank.model import CrossEncoder
     from retrievers.rerank.reranker import CrossEncoderReranker
@@ -38,7 +40,8 @@ def rank_models(names: list[str], examples_path: str, per_source: int | None,
             model.merge_adapters()
         reranker = CrossEncoderReranker.from_model(model.eval(), precision=precision)
         started = time.perf_counter()
-        scores = summarize_ranks(ranked_positions(reranker, sample))
+        scores = summarize_ranks(ranked_positions(reranker, sample,
+                                                  progress=name if progress else None))
         results[name] = {**scores, "seconds": round(time.perf_counter() - started, 1)}
     return results
 
@@ -69,10 +72,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
     parser.add_argument("--seed", type=int, default=0, help="the training's --seed (default 0)")
     parser.add_argument("--out", default=None, help="also write the scores as JSON here")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
     try:
         results = rank_models(args.models, args.examples, args.per_source, args.precision,
-                              args.seed)
+                              args.seed, progress=not args.quiet)
         if args.out:
             from convqa.io import write_json
 
