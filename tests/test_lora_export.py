@@ -258,3 +258,45 @@ def test_reranker_export_keeps_head_weights_and_card_and_reproduces_logits(tmp_p
     with torch.no_grad():
         assert torch.allclose(half(**batch), want, atol=1e-3)
     assert "rank-2 LoRA adapter in fp16" in (tmp_path / "half" / "README.md").read_text()
+
+
+def _add_low_rank(encoder, seed: int, rank: int = 2) -> None:
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in encoder.named_parameters():
+            if name.endswith(".weight") and param.dim() == 2 and "embeddings" not in name:
+                param += (torch.randn(param.shape[0], rank, generator=generator) * 0.05) @ \
+                    torch.randn(rank, param.shape[1], generator=generator)
+
+
+def test_reranker_export_over_another_base_loads_over_that_base(tmp_path):
+    """A reranker trained from an intermediate checkpoint (as the large reranker from the large
+    reader) exported with --base over the installable encoder: the folder names that encoder as
+    its base and reloads to the tuned model's scores, not to the adapter over the intermediate."""
+    from reranker_helpers import model_config, save_tiny_encoder
+
+    from convqa.types import Passage
+    from retrievers.rerank.model import CrossEncoder
+
+    base_dir = save_tiny_encoder(tmp_path / "base")
+    middle = CrossEncoder.build(model_config(model=str(base_dir)))
+    _add_low_rank(middle.encoder, seed=11)
+    middle.encoder.save_pretrained(str(tmp_path / "middle"))
+    middle.tokenizer.save_pretrained(str(tmp_path / "middle"))
+    tuned = CrossEncoder.build(model_config(model=str(tmp_path / "middle")))
+    _add_low_rank(tuned.encoder, seed=12)   # tuned - base: rank 4, exact at rank 4
+    tuned.save_pretrained(tmp_path / "tuned")
+    from convqa.front.tools import export_lora as module
+    assert module.main(["--tuned", str(tmp_path / "tuned"), "--rank", "4", "--base", str(base_dir),
+                        "--out", str(tmp_path / "adapter")]) == 0
+    adapter = CrossEncoder.from_pretrained(tmp_path / "adapter").eval()
+    assert adapter.config.model == str(base_dir)
+    passages = [Passage(id="a", title="Hamlet", text="Hamlet was written by Shakespeare."),
+                Passage(id="b", title="Glacier", text="A glacier is a body of dense ice.")]
+    batch = tuned.encode_pairs(["who wrote hamlet?"] * 2, passages)
+    with torch.no_grad():
+        want = tuned.eval()(**batch)
+        assert torch.allclose(adapter(**batch), want, atol=1e-4)
+        over_middle = CrossEncoder.build(model_config(model=str(tmp_path / "middle"))).eval()
+        assert not torch.allclose(over_middle(**batch), want, atol=1e-3)  # the bases differ
+    assert str(base_dir) in (tmp_path / "adapter" / "README.md").read_text()

@@ -30,13 +30,23 @@ from retrievers.dense.lora_export import (EXACT_MODULES, SMALL_EMBEDDINGS,
                                          round_lora_to_half, store_lora_half)
 
 
+def _over_base(config, base_name: str | None):
+    """`config` naming `base_name` as its encoder when the adapter is taken over another
+    checkpoint than the one the model was trained from: the saved folder must load the adapter
+    over the base it was computed against, or it would load over the wrong weights silently."""
+    return replace(config, model=base_name) if base_name else config
+
+
 def export_dual_encoder(tuned_path: str, rank: int, out: str, base_name: str | None,
                         exact: tuple[str, ...], half: bool = False):
     from retrievers.dense.model import DualEncoder
 
     tuned = DualEncoder.from_pretrained(tuned_path)
+    if base_name and tuned.config.passage_model:
+        raise ConvQAError(f"{tuned_path}: two towers; --base applies to a shared encoder only")
     base = DualEncoder.from_pretrained(base_name or tuned.config.model)
-    base.config = tuned.config  # same pooling / lengths as the model that was trained
+    # same pooling / lengths as the model that was trained, over the base actually used
+    base.config = _over_base(tuned.config, base_name)
     adapted, report = lora_from_finetuned(base, tuned, r=rank, exact_modules=exact)
     if half:
         round_lora_to_half(adapted)
@@ -67,8 +77,8 @@ def export_reader(tuned_path: str, rank: int, out: str, base_name: str | None,
 
     tuned = ExtractiveReader.from_pretrained(tuned_path)
     encoder, report = _encoder_as_adapter(tuned, tuned_path, "reader", rank, base_name, exact)
-    _save_adapter(ExtractiveReader(tuned.config, encoder, tuned.tokenizer, tuned.span_head,
-                                   tuned.selection_head), out, half)
+    _save_adapter(ExtractiveReader(_over_base(tuned.config, base_name), encoder, tuned.tokenizer,
+                                   tuned.span_head, tuned.selection_head), out, half)
     return tuned.fingerprint(), report.to_dict()
 
 
@@ -80,7 +90,8 @@ def export_reranker(tuned_path: str, rank: int, out: str, base_name: str | None,
 
     tuned = CrossEncoder.from_pretrained(tuned_path)
     encoder, report = _encoder_as_adapter(tuned, tuned_path, "reranker", rank, base_name, exact)
-    adapted = CrossEncoder(tuned.config, encoder, tuned.tokenizer, tuned.head)
+    adapted = CrossEncoder(_over_base(tuned.config, base_name), encoder, tuned.tokenizer,
+                           tuned.head)
     adapted.retriever_weights = dict(tuned.retriever_weights)
     _save_adapter(adapted, out, half)
     card = Path(tuned_path) / CARD_FILE
