@@ -203,6 +203,16 @@ def test_phrase_model_export_reproduces_both_towers_and_heads(tmp_path):
     assert module.main(["--tuned", str(out), "--rank", "2", "--out", str(tmp_path / "x")]) == 2
 
 
+def add_low_rank(encoder, generator: torch.Generator, rank: int = 2) -> None:
+    """A rank-`rank` change of every linear weight of `encoder` (embeddings kept): an adapter
+    of that rank over the unchanged encoder reproduces it exactly."""
+    with torch.no_grad():
+        for name, param in encoder.named_parameters():
+            if name.endswith(".weight") and param.dim() == 2 and "embeddings" not in name:
+                param += (torch.randn(param.shape[0], rank, generator=generator) * 0.05) @ \
+                    torch.randn(rank, param.shape[1], generator=generator)
+
+
 def test_reranker_export_keeps_head_weights_and_card_and_reproduces_logits(tmp_path):
     """convqa/front/tools/export_lora.py on a fully fine-tuned cross-encoder: the adapter folder
     scores pairs as the tuned model does and keeps its head, retriever weights and card."""
@@ -214,11 +224,8 @@ def test_reranker_export_keeps_head_weights_and_card_and_reproduces_logits(tmp_p
     base_dir = save_tiny_encoder(tmp_path / "base")
     tuned = CrossEncoder.build(model_config(model=str(base_dir)))
     generator = torch.Generator().manual_seed(7)
-    with torch.no_grad():  # a rank-2 change of every linear weight: exact at rank 2
-        for name, param in tuned.encoder.named_parameters():
-            if name.endswith(".weight") and param.dim() == 2 and "embeddings" not in name:
-                param += (torch.randn(param.shape[0], 2, generator=generator) * 0.05) @ \
-                    torch.randn(2, param.shape[1], generator=generator)
+    add_low_rank(tuned.encoder, generator)   # exact at rank 2
+    with torch.no_grad():
         tuned.head.weight.normal_(0.0, 0.5, generator=generator)
     tuned.retriever_weights = {"bm25": 0.25}
     tuned.save_pretrained(tmp_path / "tuned")
@@ -260,15 +267,6 @@ def test_reranker_export_keeps_head_weights_and_card_and_reproduces_logits(tmp_p
     assert "rank-2 LoRA adapter in fp16" in (tmp_path / "half" / "README.md").read_text()
 
 
-def _add_low_rank(encoder, seed: int, rank: int = 2) -> None:
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, param in encoder.named_parameters():
-            if name.endswith(".weight") and param.dim() == 2 and "embeddings" not in name:
-                param += (torch.randn(param.shape[0], rank, generator=generator) * 0.05) @ \
-                    torch.randn(rank, param.shape[1], generator=generator)
-
-
 def test_reranker_export_over_another_base_loads_over_that_base(tmp_path):
     """A reranker trained from an intermediate checkpoint (as the large reranker from the large
     reader) exported with --base over the installable encoder: the folder names that encoder as
@@ -280,11 +278,11 @@ def test_reranker_export_over_another_base_loads_over_that_base(tmp_path):
 
     base_dir = save_tiny_encoder(tmp_path / "base")
     middle = CrossEncoder.build(model_config(model=str(base_dir)))
-    _add_low_rank(middle.encoder, seed=11)
+    add_low_rank(middle.encoder, torch.Generator().manual_seed(11))
     middle.encoder.save_pretrained(str(tmp_path / "middle"))
     middle.tokenizer.save_pretrained(str(tmp_path / "middle"))
     tuned = CrossEncoder.build(model_config(model=str(tmp_path / "middle")))
-    _add_low_rank(tuned.encoder, seed=12)   # tuned - base: rank 4, exact at rank 4
+    add_low_rank(tuned.encoder, torch.Generator().manual_seed(12))  # tuned - base: rank 4
     tuned.save_pretrained(tmp_path / "tuned")
     from convqa.front.tools import export_lora as module
     assert module.main(["--tuned", str(tmp_path / "tuned"), "--rank", "4", "--base", str(base_dir),
@@ -297,6 +295,31 @@ def test_reranker_export_over_another_base_loads_over_that_base(tmp_path):
     with torch.no_grad():
         want = tuned.eval()(**batch)
         assert torch.allclose(adapter(**batch), want, atol=1e-4)
-        over_middle = CrossEncoder.build(model_config(model=str(tmp_path / "middle"))).eval()
-        assert not torch.allclose(over_middle(**batch), want, atol=1e-3)  # the bases differ
+        # the adapter carries both changes: the base, or the intermediate, with the tuned
+        # head alone scores otherwise
+        for start in (base_dir, tmp_path / "middle"):
+            plain = CrossEncoder.build(model_config(model=str(start)))
+            plain.head = tuned.head
+            assert not torch.allclose(plain.eval()(**batch), want, atol=1e-3)
     assert str(base_dir) in (tmp_path / "adapter" / "README.md").read_text()
+
+
+def test_dual_encoder_export_over_another_base(tiny_dir, tmp_path, minilm_tokenizer):
+    """--base on a dual encoder: the folder names that base; two towers are refused with one
+    line (the passage tower's base could not follow), leaving nothing behind."""
+    from convqa.front.tools import export_lora as module
+    from retrievers.dense.model import DualEncoderConfig
+
+    tuned = tuned_copy(tiny_dir, rank=2)
+    tuned.save_pretrained(tmp_path / "tuned")
+    assert module.main(["--tuned", str(tmp_path / "tuned"), "--rank", "2", "--base", str(tiny_dir),
+                        "--out", str(tmp_path / "adapter")]) == 0
+    loaded = DualEncoder.from_pretrained(tmp_path / "adapter").eval()
+    assert loaded.config.model == str(tiny_dir)
+    assert torch.allclose(encode_queries(loaded, TEXTS), encode_queries(tuned, TEXTS), atol=1e-5)
+    other = make_tiny_bert(tmp_path / "other", minilm_tokenizer, seed=1)
+    two = DualEncoder.build(DualEncoderConfig(model=str(tiny_dir), passage_model=str(other)))
+    two.save_pretrained(tmp_path / "two")
+    assert module.main(["--tuned", str(tmp_path / "two"), "--rank", "2", "--base", str(tiny_dir),
+                        "--out", str(tmp_path / "refused")]) == 2
+    assert not (tmp_path / "refused").exists()
