@@ -44,25 +44,9 @@ export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
 rm -rf "$W" && mkdir -p "$OUT_DIR" "$W"
 exec > >(tee -a "$OUT_DIR/run.log") 2>&1
 T0=$(date +%s)
-left() { echo $(( SECONDS_TOTAL - ($(date +%s) - T0) )); }
-say() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
-# within SECONDS COMMAND...: the command under `timeout` (which would take 0 as no limit),
-# skipped when under 5 seconds are given
-within() {
-  local seconds=$1; shift
-  if [ "$seconds" -lt 5 ]; then say "no time left for: $*"; return 124; fi
-  timeout "$seconds" "$@"
-}
+source "$(dirname "$0")/gpu_device_lib.sh"
 CLI="$PY -m convqa.front.cli.main"
 TOOL="$PY -m convqa.front.tools.device_pack"
-# steps LOG SECONDS: optimizer steps that fit SECONDS at the mean step time of LOG (the first
-# three steps, warm-up, left out), at least 20
-steps() {
-  $PY -c "import json, sys
-rows = [json.loads(line) for line in open(sys.argv[1])]
-times = [r['seconds'] for r in rows if 'seconds' in r][3:] or [1.0]
-print(max(20, int(float(sys.argv[2]) * len(times) / sum(times))))" "$1" "$2"
-}
 
 nvidia-smi -L || true
 $PY -c "import torch, transformers, peft, accelerate; print('torch', torch.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__, torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU')"

@@ -42,22 +42,8 @@ LIMIT_MIB=${LIMIT_MIB:-63}
 PY=${PYTHON:-python}
 TOOL="$PY -m convqa.front.tools.device_pack"
 
-SOURCES=()
-for name in dev-v2.0 squadshifts_new_wiki_v1.0 squadshifts_amazon_reviews_v1.0 \
-            squadshifts_reddit_v1.0 covidqa_200423; do
-  [ -f "$DATA/squad/$name.json" ] && SOURCES+=(--squad "$DATA/squad/$name.json")
-done
-for folder in "$BENCH_ROOT"/*/; do
-  [ -f "$folder/turns.jsonl" ] && SOURCES+=(--benchmark "${folder%/}")
-done
-[ ${#SOURCES[@]} -gt 0 ] || { echo "no SQuAD files in $DATA/squad and no benchmark folders in $BENCH_ROOT" >&2; exit 1; }
-DENSE=()
-[ -n "${DENSE_INDEX:-}" ] && DENSE=(--dense-negatives "$DENSE_INDEX")
-
-echo "== examples ($(date -u +%FT%TZ)): ${SOURCES[*]}"
-$PY -m convqa.front.cli.main train reader --data-only --out "$WORK/reader-data" "${SOURCES[@]}" \
-    "${DENSE[@]}" --negatives 23 --article-negatives 12 --passages-per-question 24 \
-    --max-examples "$MAX_EXAMPLES" --max-heldout "$MAX_HELDOUT" --quiet
+source "$(dirname "$0")/gpu_prepare_lib.sh"
+build_examples "$BENCH_ROOT" "$DATA" "$WORK"
 
 echo "== carry folder $CARRY"
 rm -rf "$CARRY.tmp" && mkdir -p "$CARRY.tmp"
@@ -69,7 +55,7 @@ $TOOL examples-pack "$CARRY.tmp/examples.json.xz" "$WORK/reader-data/data/train.
     "$WORK/reader-data/data/heldout.jsonl"
 cp "$WORK/reader-data/data/data.json" "$CARRY.tmp/prepared.json"
 
-REPO_BYTES=$(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1)
+REPO_BYTES=$(repo_bytes)
 CARRY_BYTES=$(du -sb "$CARRY.tmp" | cut -f1)
 TOTAL_MIB=$(( (REPO_BYTES + CARRY_BYTES) / 1048576 ))
 echo "repository $(( REPO_BYTES / 1048576 )) MiB + carry $(( CARRY_BYTES / 1048576 )) MiB = $TOTAL_MIB MiB (limit $LIMIT_MIB)"

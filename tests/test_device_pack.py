@@ -231,3 +231,78 @@ def test_merge_saves_full_weights(tmp_path, capsys):
     capsys.readouterr()
     assert main(["merge", str(tmp_path), str(tmp_path / "m2")]) == 2
     assert "not a convqa reader or reranker folder" in one_error_line(capsys)
+
+
+def test_a_folder_split_over_two_calls_joins_back(tmp_path, capsys):
+    """The large model's transport form carried in two calls: split into chunks, each call's
+    chunk in its own folder, joined from both; a chunk not yet carried is named in one line."""
+    save_reader(tmp_path / "reader")
+    assert main(["model-pack", str(tmp_path / "reader"), str(tmp_path / "packed"),
+                 "--int8-matrices", "--xz"]) == 0
+    (tmp_path / "packed" / "sub").mkdir()
+    (tmp_path / "packed" / "sub" / "note.txt").write_text("nested files keep their path")
+    capsys.readouterr()
+    assert main(["split", str(tmp_path / "packed"), str(tmp_path / "chunks"),
+                 "--pieces", "3"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    chunks = sorted((tmp_path / "chunks").iterdir())
+    assert summary["chunks"] == len(chunks) == 3
+    sizes = [c.stat().st_size for c in chunks]
+    assert sum(sizes) == summary["bytes"] and max(sizes) - min(sizes) <= 2
+    first, second = tmp_path / "call1", tmp_path / "call2"
+    first.mkdir(), second.mkdir()
+    for i, chunk in enumerate(chunks):
+        chunk.rename((first if i == 0 else second) / chunk.name)
+    assert main(["join", str(tmp_path / "early"), str(second)]) == 2
+    assert f"chunk 000 of {len(chunks):03d} is missing" in one_error_line(capsys)
+    assert not (tmp_path / "early").exists()
+    assert main(["join", str(tmp_path / "joined"), str(second), str(first)]) == 0
+    capsys.readouterr()
+    for item in (tmp_path / "packed").rglob("*"):
+        if item.is_file():
+            twin = tmp_path / "joined" / item.relative_to(tmp_path / "packed")
+            assert twin.read_bytes() == item.read_bytes()
+    assert main(["model-unpack", str(tmp_path / "joined"), str(tmp_path / "model")]) == 0
+    assert state(tmp_path / "model").keys() == state(tmp_path / "reader").keys()
+    # chunks of an export are not a carried folder
+    assert main(["export-back", str(tmp_path / "reader"), str(tmp_path / "export")]) == 0
+    capsys.readouterr()
+    assert main(["join", str(tmp_path / "wrong"), str(tmp_path / "export")]) == 2
+    assert "no carry.tar.NNN-of-TOTAL chunks" in one_error_line(capsys)
+
+
+def test_an_adapter_folder_comes_back_file_for_file(tmp_path, capsys):
+    """The large family comes back as adapters (full mpnet weights would not fit the 64 MiB):
+    export-back sends an adapter folder's files unchanged; --base is refused for it."""
+    from reranker_helpers import model_config, save_tiny_encoder
+
+    from convqa.front.tools import export_lora
+    from retrievers.rerank.model import CrossEncoder
+
+    base = save_tiny_encoder(tmp_path / "base")
+    tuned = CrossEncoder.build(model_config(model=str(base)))
+    with torch.no_grad():
+        for param in tuned.encoder.parameters():
+            param.add_(0.01)
+    tuned.save_pretrained(tmp_path / "tuned")
+    assert export_lora.main(["--tuned", str(tmp_path / "tuned"), "--rank", "2", "--half",
+                             "--out", str(tmp_path / "adapter")]) == 0
+    capsys.readouterr()
+    files = {p.name: p.read_bytes() for p in (tmp_path / "adapter").iterdir()}
+    assert "model.safetensors" not in files and "adapter_model.safetensors" in files
+    log = tmp_path / "log.jsonl"
+    log.write_text('{"step": 1}\n')
+    assert main(["export-back", str(tmp_path / "adapter"), str(tmp_path / "x"),
+                 "--base", str(tmp_path / "adapter")]) == 2
+    assert "--base applies to full weights only" in one_error_line(capsys)
+    assert main(["export-back", str(tmp_path / "adapter"), str(tmp_path / "out"), str(log)]) == 0
+    capsys.readouterr()
+    assert main(["import-back", str(tmp_path / "out"), str(tmp_path / "run")]) == 0
+    capsys.readouterr()
+    back = {p.name: p.read_bytes() for p in (tmp_path / "run" / "model").iterdir()}
+    assert back == files
+    assert (tmp_path / "run" / "log.jsonl").read_text() == log.read_text()
+    (tmp_path / "pickled").mkdir()
+    (tmp_path / "pickled" / "pytorch_model.bin").write_bytes(b"x")
+    assert main(["export-back", str(tmp_path / "pickled"), str(tmp_path / "y")]) == 2
+    assert "safetensors only" in one_error_line(capsys)

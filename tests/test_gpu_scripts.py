@@ -57,3 +57,62 @@ def test_prepare_builds_a_carry_within_the_limit(tmp_path):
     assert refused.returncode == 1 and "over the limit" in refused.stderr
     assert sorted(p.name for p in carry.rglob("*")) == before
     assert not Path(f"{carry}.tmp").exists()
+
+
+def large_family(tmp_path, *args, **env):
+    return subprocess.run(
+        ["bash", "scripts/gpu_large_family.sh", *map(str, args)], cwd=ROOT, capture_output=True,
+        text=True, timeout=600,
+        env={**os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(ROOT),
+             "OMP_NUM_THREADS": "1", "STASH": str(tmp_path / "stash"),
+             "WORK_DIR": str(tmp_path / "device"), **env})
+
+
+def test_large_family_travels_in_two_calls_and_comes_back_as_adapters(tmp_path):
+    """scripts/prepare_gpu_large_family.sh and scripts/gpu_large_family.sh on a tiny encoder in
+    mpnet's place: the base splits over two carry folders within the limit; the train call
+    without the stash call's chunk stops at once; after it, a reader and a reranker come back
+    as adapters that name the base and load over it here, the reader scoring as its full
+    weights on the machine did (up to the int8 copy)."""
+    import torch
+
+    from convqa.front.tools.device_pack.export import import_back
+    from readers.extractive.model import ExtractiveReader
+    from reader_helpers import save_tiny_encoder
+    from retrievers.rerank.model import CrossEncoder
+
+    make_benchmark(tmp_path / "bench" / "tiny")
+    base = save_tiny_encoder(tmp_path / "base")
+    carry = tmp_path / "carry"
+    done = subprocess.run(
+        ["bash", "scripts/prepare_gpu_large_family.sh", str(tmp_path / "bench"),
+         str(tmp_path / "no-data"), str(tmp_path / "work"), str(carry)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(ROOT),
+             "OMP_NUM_THREADS": "1", "BASE_MODEL": str(base)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.count("MiB (limit 63)") == 2
+    assert sorted(p.name for p in (carry / "1").iterdir()) == ["carry.tar.000-of-002"]
+    assert sorted(p.name for p in (carry / "2").iterdir()) == [
+        "base_name.txt", "carry.tar.001-of-002", "examples.json.xz", "prepared.json"]
+    flags = {"STEPS_CAP": "2", "EVAL_EXAMPLES": "2", "READER_FLAGS": "--batch-size 2 "
+             "--passages-per-question 3 --max-length 128",
+             "RERANKER_FLAGS": "--batch-size 2 --negatives 2 --max-length 128"}
+    early = large_family(tmp_path, "train", carry / "2", 600, tmp_path / "out0", **flags)
+    assert early.returncode == 3 and "make the stash call" in early.stdout
+    assert large_family(tmp_path, "stash", carry / "1").returncode == 0
+    ran = large_family(tmp_path, "train", carry / "2", 600, tmp_path / "out", **flags)
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-2000:]
+    for name in ("reader", "reranker"):
+        import_back(tmp_path / "out" / name, tmp_path / "runs" / name)
+        assert (tmp_path / "runs" / name / "eval.json").exists()
+    reader = ExtractiveReader.from_pretrained(tmp_path / "runs" / "reader" / "model").eval()
+    assert reader.has_adapters and reader.config.model == str(base)
+    reranker = CrossEncoder.from_pretrained(tmp_path / "runs" / "reranker" / "model")
+    assert reranker.has_adapters and reranker.config.model == str(base)
+    trained = ExtractiveReader.from_pretrained(tmp_path / "device" / "reader" / "model").eval()
+    ids = torch.randint(1000, 5000, (2, 24))
+    mask = torch.ones_like(ids)
+    with torch.no_grad():
+        here, there = reader(ids, mask).start, trained(ids, mask).start
+    assert torch.allclose(here, there, atol=0.05 * float(there.abs().max()))

@@ -323,3 +323,44 @@ def test_dual_encoder_export_over_another_base(tiny_dir, tmp_path, minilm_tokeni
     assert module.main(["--tuned", str(tmp_path / "two"), "--rank", "2", "--base", str(tiny_dir),
                         "--out", str(tmp_path / "refused")]) == 2
     assert not (tmp_path / "refused").exists()
+
+
+def test_reranker_export_over_a_transport_copy_names_the_original(tmp_path, capsys):
+    """On a GPU machine the base is all-mpnet-base-v2 rebuilt from its int8 transport form:
+    --base-name makes the adapter (computed against that copy) name and load over the original,
+    and it scores as the tuned model does up to the copy's rounding."""
+    from reranker_helpers import model_config, save_tiny_encoder
+
+    from convqa.front.tools import export_lora as module
+    from convqa.front.tools.device_pack.__main__ import main as device_pack
+    from convqa.types import Passage
+    from retrievers.rerank.model import CrossEncoder
+
+    base_dir = save_tiny_encoder(tmp_path / "base")
+    assert device_pack(["model-pack", str(base_dir), str(tmp_path / "packed"),
+                        "--int8-matrices"]) == 0
+    assert device_pack(["model-unpack", str(tmp_path / "packed"), str(tmp_path / "copy")]) == 0
+    tuned = CrossEncoder.build(model_config(model=str(tmp_path / "copy")))
+    add_low_rank(tuned.encoder, torch.Generator().manual_seed(21))
+    tuned.save_pretrained(tmp_path / "tuned")
+    capsys.readouterr()
+    assert module.main(["--tuned", str(tmp_path / "tuned"), "--base-name", str(base_dir),
+                        "--rank", "2", "--out", str(tmp_path / "refused")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--base" in err
+    assert module.main(["--tuned", str(tmp_path / "tuned"), "--rank", "2",
+                        "--base", str(tmp_path / "copy"), "--base-name", str(base_dir),
+                        "--out", str(tmp_path / "adapter")]) == 0
+    adapter = CrossEncoder.from_pretrained(tmp_path / "adapter").eval()
+    assert adapter.config.model == str(base_dir)
+    passages = [Passage(id="a", title="Hamlet", text="Hamlet was written by Shakespeare."),
+                Passage(id="b", title="Glacier", text="A glacier is a body of dense ice.")]
+    batch = tuned.encode_pairs(["who wrote hamlet?"] * 2, passages)
+    with torch.no_grad():
+        want = tuned.eval()(**batch)
+        got = adapter(**batch)
+        untuned = CrossEncoder.build(model_config(model=str(base_dir)))
+        untuned.head = tuned.head
+        away = (untuned.eval()(**batch) - want).abs().max()
+    assert (got - want).abs().max() < 0.05 * away
+    assert f"over `{base_dir}`" in (tmp_path / "adapter" / "README.md").read_text()

@@ -38,7 +38,7 @@ def _over_base(config, base_name: str | None):
 
 
 def export_dual_encoder(tuned_path: str, rank: int, out: str, base_name: str | None,
-                        exact: tuple[str, ...], half: bool = False):
+                        exact: tuple[str, ...], half: bool = False, saved_as: str | None = None):
     from retrievers.dense.model import DualEncoder
 
     tuned = DualEncoder.from_pretrained(tuned_path)
@@ -46,7 +46,7 @@ def export_dual_encoder(tuned_path: str, rank: int, out: str, base_name: str | N
         raise ConvQAError(f"{tuned_path}: two towers; --base applies to a shared encoder only")
     base = DualEncoder.from_pretrained(base_name or tuned.config.model)
     # same pooling / lengths as the model that was trained, over the base actually used
-    base.config = _over_base(tuned.config, base_name)
+    base.config = _over_base(tuned.config, saved_as or base_name)
     adapted, report = lora_from_finetuned(base, tuned, r=rank, exact_modules=exact)
     if half:
         round_lora_to_half(adapted)
@@ -72,26 +72,27 @@ def _save_adapter(adapted, out: str, half: bool) -> None:
 
 
 def export_reader(tuned_path: str, rank: int, out: str, base_name: str | None,
-                  exact: tuple[str, ...], half: bool = False):
+                  exact: tuple[str, ...], half: bool = False, saved_as: str | None = None):
     from readers.extractive.model import ExtractiveReader
 
     tuned = ExtractiveReader.from_pretrained(tuned_path)
     encoder, report = _encoder_as_adapter(tuned, tuned_path, "reader", rank, base_name, exact)
-    _save_adapter(ExtractiveReader(_over_base(tuned.config, base_name), encoder, tuned.tokenizer,
-                                   tuned.span_head, tuned.selection_head), out, half)
+    config = _over_base(tuned.config, saved_as or base_name)
+    _save_adapter(ExtractiveReader(config, encoder, tuned.tokenizer, tuned.span_head,
+                                   tuned.selection_head), out, half)
     return tuned.fingerprint(), report.to_dict()
 
 
 def export_reranker(tuned_path: str, rank: int, out: str, base_name: str | None,
-                    exact: tuple[str, ...], half: bool = False):
+                    exact: tuple[str, ...], half: bool = False, saved_as: str | None = None):
     """A cross-encoder's encoder as an adapter; its head, retriever weights and card exactly."""
     from retrievers.rerank.card import CARD_FILE
     from retrievers.rerank.model import CrossEncoder
 
     tuned = CrossEncoder.from_pretrained(tuned_path)
     encoder, report = _encoder_as_adapter(tuned, tuned_path, "reranker", rank, base_name, exact)
-    adapted = CrossEncoder(_over_base(tuned.config, base_name), encoder, tuned.tokenizer,
-                           tuned.head)
+    adapted = CrossEncoder(_over_base(tuned.config, saved_as or base_name), encoder,
+                           tuned.tokenizer, tuned.head)
     adapted.retriever_weights = dict(tuned.retriever_weights)
     _save_adapter(adapted, out, half)
     card = Path(tuned_path) / CARD_FILE
@@ -100,13 +101,13 @@ def export_reranker(tuned_path: str, rank: int, out: str, base_name: str | None,
         (Path(out) / CARD_FILE).write_text(
             card.read_text(encoding="utf-8").rstrip() + "\n\nThis folder stores the trained "
             f"encoder as a rank-{rank} LoRA adapter{' in fp16' if half else ''} over "
-            f"`{base_name or tuned.config.model}`"
+            f"`{saved_as or base_name or tuned.config.model}`"
             f"{kept}; export_report.json has the details.\n", encoding="utf-8")
     return tuned.fingerprint(), report.to_dict()
 
 
 def export_convdr(tuned_path: str, rank: int, out: str, base_name: str | None,
-                  exact: tuple[str, ...], half: bool = False):
+                  exact: tuple[str, ...], half: bool = False, saved_as: str | None = None):
     """A ConvDR student as an adapter over its teacher's query tower (its starting point)."""
     import copy
 
@@ -126,7 +127,7 @@ def export_convdr(tuned_path: str, rank: int, out: str, base_name: str | None,
 
 
 def export_phrase(tuned_path: str, rank: int, out: str, base_name: str | None,
-                  exact: tuple[str, ...], half: bool = False):
+                  exact: tuple[str, ...], half: bool = False, saved_as: str | None = None):
     """Both towers of a phrase model (phrase and query) as adapters; its heads exactly."""
     from phrase_index.model import PhraseModel
     from phrase_index.train import export_adapter
@@ -134,7 +135,8 @@ def export_phrase(tuned_path: str, rank: int, out: str, base_name: str | None,
     tuned = PhraseModel.load(tuned_path)
     if tuned.has_adapters:
         raise ConvQAError(f"{tuned_path}: already a LoRA phrase model; nothing to export")
-    config = tuned.config if base_name is None else replace(tuned.config, base=base_name)
+    saved = saved_as or base_name
+    config = tuned.config if saved is None else replace(tuned.config, base=saved)
     adapted, reports = export_adapter(PhraseModel.build(config), tuned, rank, exact)
     if half:
         round_lora_to_half(adapted)
@@ -147,6 +149,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tuned", required=True, help="fully fine-tuned model folder")
     parser.add_argument("--base", default=None,
                         help="its initial checkpoint (default: the one its config names)")
+    parser.add_argument("--base-name", default=None, metavar="NAME",
+                        help="the base the folder names and loads over, when --base is a copy "
+                             "of it (all-mpnet-base-v2 dequantized from its transport form on a "
+                             "GPU machine; the default: --base itself)")
     parser.add_argument("--rank", type=int, default=32)
     parser.add_argument("--out", required=True)
     parser.add_argument("--half", action="store_true",
@@ -169,8 +175,10 @@ def main(argv: list[str] | None = None) -> int:
             export = export_convdr
         else:
             export = export_dual_encoder
+        if args.base_name and not args.base:
+            raise ConvQAError("--base-name names what --base is a copy of; give --base too")
         fingerprint, report = export(args.tuned, args.rank, args.out, args.base, exact,
-                                     args.half)
+                                     args.half, saved_as=args.base_name)
         report["lora_dtype"] = "float16" if args.half else "float32"
         if args.half:
             report["bytes_saved_by_half"] = store_lora_half(args.out)

@@ -8,6 +8,8 @@
     python -m convqa.front.tools.device_pack model-unpack INDIR DIR
     python -m convqa.front.tools.device_pack export-back MODEL_DIR OUTDIR [FILES...] [--base DIR]
     python -m convqa.front.tools.device_pack import-back OUTDIR RUN_DIR [--base DIR]
+    python -m convqa.front.tools.device_pack split DIR OUTDIR [--pieces N]
+    python -m convqa.front.tools.device_pack join DIR CHUNK_DIR...
 
 Each prints a one-line JSON summary; bad input is one line on stderr and exit status 2.
 """
@@ -61,11 +63,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("outdir", metavar="OUTDIR")
     p.add_argument("run", metavar="RUN_DIR")
     p.add_argument("--base", metavar="DIR", help="the base given to export-back, unpacked here")
+    p = jobs.add_parser("split", help="a folder as chunks, to carry over several calls")
+    p.add_argument("src", metavar="DIR")
+    p.add_argument("outdir", metavar="OUTDIR")
+    p.add_argument("--pieces", type=int, default=2, metavar="N",
+                   help="chunks of equal size (default 2: one per call)")
+    p = jobs.add_parser("join", help="the folder back from its chunks (in one or more folders)")
+    p.add_argument("dst", metavar="DIR")
+    p.add_argument("sources", nargs="+", metavar="CHUNK_DIR")
     return parser
 
 
 def run(args: argparse.Namespace) -> dict:
-    from . import examples, export, merge, weights
+    from . import carry, examples, export, merge, weights
 
     if args.command == "examples-pack":
         return examples.pack_examples(args.out, args.inputs)
@@ -86,6 +96,10 @@ def run(args: argparse.Namespace) -> dict:
         return export.export_back(args.model, args.outdir, args.extras, args.base,
                                   args.chunk_mib * export.MIB,
                                   say=lambda text: print(text, file=sys.stderr))
+    if args.command == "split":
+        return carry.split_folder(args.src, args.outdir, args.pieces)
+    if args.command == "join":
+        return carry.join_folder(args.dst, args.sources)
     return export.import_back(args.outdir, args.run, args.base)
 
 

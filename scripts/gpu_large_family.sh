@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# Device driver for the large family: on a lent GPU machine, (1) an extractive reader trained
+# from all-mpnet-base-v2 on 1 positive + 23 negatives per question (12 from the gold article),
+# (2) a cross-encoder reranker trained from that reader's encoder (every weight) on the same
+# questions; each comes back as a rank-64 fp16 LoRA adapter over all-mpnet-base-v2, which
+# `convqa models install all-mpnet-base-v2` gives here.
+#
+# mpnet in transport form is ~93 MiB and a call carries 64 MiB with the repository, so it
+# travels in two calls (the machine keeps the first call's chunk while it stays warm, about
+# 30 s after a call: make the second call right after the first). Prepare here with
+# scripts/prepare_gpu_large_family.sh, then:
+#     bash scripts/gpu_assets.sh untrack      # the shipped models stay here
+#     run  command: bash scripts/gpu_large_family.sh stash .gpu-large/1
+#          carry: [".gpu-large/1"]  timeout_s: 120
+#     run  command: bash scripts/gpu_large_family.sh train .gpu-large/2 540
+#          carry: [".gpu-large/2"]  timeout_s: 590
+#     bash scripts/gpu_assets.sh restore
+# (the machine's start, a minute or two, comes on top of the first call.)
+#
+#   bash scripts/gpu_large_family.sh stash CARRY_DIR
+#   bash scripts/gpu_large_family.sh train CARRY_DIR [SECONDS] [OUT_DIR]
+#
+# stash: keeps CARRY_DIR's chunks in .gpu-stash/ (ignored by git) for the train call.
+# train: joins the chunks of .gpu-stash/ and CARRY_DIR (the second call's), unpacks mpnet and
+# the examples and trains within SECONDS (default 540): 12 calibration steps time each trainer;
+# the reader's steps fill READER_SHARE percent of what is left after the setup (default 60),
+# the reranker what remains after the reader's export, less RESERVE seconds for its own
+# (default 90). READER_FLAGS, RERANKER_FLAGS: added to the trainers' flags; STEPS_CAP caps the
+# steps (a dry run on a CPU); STASH (default .gpu-stash) and WORK_DIR (default
+# /tmp/convqa-gpu-large) move the stash and the scratch folder. A missing chunk ends the call at
+# once with one line saying so.
+# OUT_DIR (default $OUT, the run tool's folder that comes back):
+#   reader/export.tar.*     the reader as a rank-64 fp16 adapter over all-mpnet-base-v2, with
+#                           its eval.json (held-out questions, full weights), training.json,
+#                           log.jsonl and calibration-log.jsonl (export_report.json in the
+#                           folder: the SVD energy kept per layer)
+#   reranker/export.tar.*   the reranker, the same way
+#   run.log                 this script's output
+# Back here (FILES: the run tool's files_at):
+#   python -m convqa.front.tools.device_pack import-back FILES/reader runs/gpu-reader-large
+#   python -m convqa.front.tools.device_pack import-back FILES/reranker runs/gpu-reranker-large
+# gives runs/gpu-*-large/model (adapter folders that load over the installed mpnet) and logs.
+set -uo pipefail
+MODE=${1:?usage: gpu_large_family.sh stash|train CARRY_DIR [SECONDS] [OUT_DIR]}
+CARRY=${2:?give the carried folder}
+STASH=${STASH:-.gpu-stash}
+PY=${PYTHON:-python3}
+TOOL="$PY -m convqa.front.tools.device_pack"
+
+if [ "$MODE" = stash ]; then
+  mkdir -p "$STASH" && cp "$CARRY"/carry.tar.* "$STASH"/ || exit 1
+  ls -la "$STASH"
+  exit 0
+fi
+[ "$MODE" = train ] || { echo "gpu_large_family.sh: mode $MODE: expected stash or train" >&2; exit 2; }
+
+SECONDS_TOTAL=${3:-540}
+OUT_DIR=${4:-${OUT:?give OUT_DIR or run under the run tool, which sets OUT}}
+READER_SHARE=${READER_SHARE:-60}
+RESERVE=${RESERVE:-90}
+RANK=${RANK:-64}
+BASE_NAME=$(cat "$CARRY/base_name.txt" 2>/dev/null || echo all-mpnet-base-v2)
+W=${WORK_DIR:-/tmp/convqa-gpu-large}
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
+    TOKENIZERS_PARALLELISM=false
+rm -rf "$W" && mkdir -p "$OUT_DIR" "$W"
+exec > >(tee -a "$OUT_DIR/run.log") 2>&1
+T0=$(date +%s)
+source "$(dirname "$0")/gpu_device_lib.sh"
+CLI="$PY -m convqa.front.cli.main"
+
+SOURCES=("$CARRY")
+[ -d "$STASH" ] && SOURCES+=("$STASH")
+if ! $TOOL join "$W/mpnet-pack" "${SOURCES[@]}"; then
+  say "failed: mpnet's chunks are not all here; make the stash call, then this one at once"
+  exit 3
+fi
+nvidia-smi -L || true
+$PY -c "import torch, transformers, peft, accelerate; print('torch', torch.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__, torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU')"
+$TOOL model-unpack "$W/mpnet-pack" "$W/mpnet" || exit 1
+say "base: $BASE_NAME (the adapters coming back load over it)"
+$TOOL examples-unpack "$CARRY/examples.json.xz" "$W/examples" || exit 1
+EX=(--examples "$W/examples/train.jsonl" --examples "$W/examples/heldout.jsonl")
+say "unpacked mpnet and $(wc -l < "$W/examples/train.jsonl") training, $(wc -l < "$W/examples/heldout.jsonl") held-out questions"
+
+# export_adapter NAME TRAINED_DIR FILES...: the trained folder as an adapter over mpnet, sent back
+export_adapter() {
+  local name=$1 trained=$2; shift 2
+  rm -rf "$W/$name-adapter"
+  $PY -m convqa.front.tools.export_lora --tuned "$trained" --base "$W/mpnet" \
+      --base-name "$BASE_NAME" --rank "$RANK" --half --exact-embeddings \
+      --out "$W/$name-adapter" > "$W/$name-export.log" 2>&1 || { tail -3 "$W/$name-export.log"; return 1; }
+  $TOOL export-back "$W/$name-adapter" "$OUT_DIR/$name" "$@"
+}
+
+# -- reader ---------------------------------------------------------------------------------
+R=(--init-model "$W/mpnet" --passages-per-question 24 --batch-size 16 --lr 5e-5
+   --warmup-ratio 0.05 --epochs 50 --precision bf16 --window-chunk 0 --loader-workers auto
+   --quiet ${READER_FLAGS:-})
+within "$(left)" $CLI train reader --out "$W/reader-calibration" "${EX[@]}" "${R[@]}" \
+    --max-steps 12 --no-eval | tail -3
+BUDGET=$(( $(left) * READER_SHARE / 100 ))
+N=$(steps "$W/reader-calibration/log.jsonl" "$BUDGET") || N=20
+say "reader: $N steps for about $BUDGET s"
+within "$(( $(left) - 60 ))" $CLI train reader --out "$W/reader" "${EX[@]}" "${R[@]}" \
+    --max-steps "$N" --checkpoint-every 100000 --eval-examples "${EVAL_EXAMPLES:-300}" | tail -12
+say "reader trained"
+cp "$W/reader-calibration/log.jsonl" "$W/calibration-log.jsonl"
+export_adapter reader "$W/reader/model" "$W/reader/eval.json" "$W/reader/training.json" \
+    "$W/reader/log.jsonl" "$W/calibration-log.jsonl" || say "reader export failed"
+say "reader exported"
+
+# -- reranker -------------------------------------------------------------------------------
+RR=(--init-model "$W/reader/model" --negatives 15 --lora 0 --lr 3e-5 --warmup-ratio 0.05
+    --batch-size 16 --epochs 50 --precision bf16 --loader-workers auto --quiet
+    ${RERANKER_FLAGS:-})
+if [ -d "$W/reader/model" ] && [ "$(left)" -gt $(( RESERVE + 90 )) ]; then
+  within "$(( $(left) - RESERVE ))" $CLI train reranker --out "$W/reranker-calibration" \
+      "${EX[@]}" "${RR[@]}" --max-steps 12 --no-eval | tail -2
+  BUDGET=$(( $(left) - RESERVE - 30 ))
+  if [ "$BUDGET" -gt 20 ]; then
+    M=$(steps "$W/reranker-calibration/log.jsonl" "$BUDGET") || M=20
+    say "reranker: $M steps for about $BUDGET s"
+    within "$(( $(left) - RESERVE + 30 ))" $CLI train reranker --out "$W/reranker" "${EX[@]}" \
+        "${RR[@]}" --max-steps "$M" --checkpoint-every 100000 \
+        --eval-examples "${EVAL_EXAMPLES:-300}" | tail -4
+    say "reranker trained"
+    cp "$W/reranker-calibration/log.jsonl" "$W/reranker-calibration-log.jsonl"
+    export_adapter reranker "$W/reranker/model" "$W/reranker/eval.json" \
+        "$W/reranker/training.json" "$W/reranker/log.jsonl" \
+        "$W/reranker-calibration-log.jsonl" || say "reranker export failed"
+  fi
+else
+  say "no time left for the reranker"
+fi
+ls -laR "$OUT_DIR"
+[ -d "$OUT_DIR/reader" ] || { say "failed: no reader came back"; exit 1; }
+say done
