@@ -23,9 +23,12 @@
 # stash: keeps CARRY_DIR's chunks in .gpu-stash/ (ignored by git) for the train call.
 # train: joins the chunks of .gpu-stash/ and CARRY_DIR (the second call's), unpacks mpnet and
 # the examples and trains within SECONDS (default 540): 12 calibration steps time each trainer;
-# the reader's steps fill READER_SHARE percent of what is left after the setup (default 60),
+# the reader's steps fill READER_SHARE percent of what is left after the setup (default 55),
 # the reranker what remains after the reader's export, less RESERVE seconds for its own
-# (default 90). READER_FLAGS, RERANKER_FLAGS: added to the trainers' flags; STEPS_CAP caps the
+# (default 90) and TEACHER_SECONDS (default 120) for the teachers: the reranker scores every
+# candidate of the training examples and the reader keeps its selection logit and 5 best
+# answer starts and ends per passage (`convqa train reranker-teacher` / `reader-teacher`), the
+# targets the fast models distil from here. READER_FLAGS, RERANKER_FLAGS: added to the trainers' flags; STEPS_CAP caps the
 # steps (a dry run on a CPU); STASH (default .gpu-stash) and WORK_DIR (default
 # /tmp/convqa-gpu-large) move the stash and the scratch folder. A missing chunk ends the call at
 # once with one line saying so.
@@ -35,6 +38,10 @@
 #                           log.jsonl and calibration-log.jsonl (export_report.json in the
 #                           folder: the SVD energy kept per layer)
 #   reranker/export.tar.*   the reranker, the same way
+#   teacher.tar.xz          reranker-scores.jsonl and reader-targets.jsonl (each with its
+#                           .json), those that were complete in time, on the carried training
+#                           examples: the examples prepare_gpu_large_family.sh built here, which
+#                           the students must be given (the same settings rebuild them)
 #   run.log                 this script's output
 # Back here (FILES: the run tool's files_at):
 #   python -m convqa.front.tools.device_pack import-back FILES/reader runs/gpu-reader-large
@@ -56,8 +63,9 @@ fi
 
 SECONDS_TOTAL=${3:-540}
 OUT_DIR=${4:-${OUT:?give OUT_DIR or run under the run tool, which sets OUT}}
-READER_SHARE=${READER_SHARE:-60}
+READER_SHARE=${READER_SHARE:-55}
 RESERVE=${RESERVE:-90}
+TEACHER_SECONDS=${TEACHER_SECONDS:-120}
 RANK=${RANK:-64}
 BASE_NAME=$(cat "$CARRY/base_name.txt" 2>/dev/null || echo all-mpnet-base-v2)
 W=${WORK_DIR:-/tmp/convqa-gpu-large}
@@ -114,14 +122,16 @@ say "reader exported"
 RR=(--init-model "$W/reader/model" --negatives 15 --lora 0 --lr 3e-5 --warmup-ratio 0.05
     --batch-size 16 --epochs 50 --precision bf16 --loader-workers auto --quiet
     ${RERANKER_FLAGS:-})
-if [ -d "$W/reader/model" ] && [ "$(left)" -gt $(( RESERVE + 90 )) ]; then
-  within "$(( $(left) - RESERVE ))" $CLI train reranker --out "$W/reranker-calibration" \
+if [ -d "$W/reader/model" ] && [ "$(left)" -gt $(( RESERVE + TEACHER_SECONDS + 90 )) ]; then
+  within "$(( $(left) - RESERVE - TEACHER_SECONDS ))" $CLI train reranker \
+      --out "$W/reranker-calibration" \
       "${EX[@]}" "${RR[@]}" --max-steps 12 --no-eval | tail -2
-  BUDGET=$(( $(left) - RESERVE - 30 ))
+  BUDGET=$(( $(left) - RESERVE - TEACHER_SECONDS - 30 ))
   if [ "$BUDGET" -gt 20 ]; then
     M=$(steps "$W/reranker-calibration/log.jsonl" "$BUDGET") || M=20
     say "reranker: $M steps for about $BUDGET s"
-    within "$(( $(left) - RESERVE + 30 ))" $CLI train reranker --out "$W/reranker" "${EX[@]}" \
+    within "$(( $(left) - RESERVE - TEACHER_SECONDS + 30 ))" $CLI train reranker \
+        --out "$W/reranker" "${EX[@]}" \
         "${RR[@]}" --max-steps "$M" --checkpoint-every 100000 \
         --eval-examples "${EVAL_EXAMPLES:-300}" | tail -4
     say "reranker trained"
@@ -132,6 +142,33 @@ if [ -d "$W/reader/model" ] && [ "$(left)" -gt $(( RESERVE + 90 )) ]; then
   fi
 else
   say "no time left for the reranker"
+fi
+# -- the teachers' targets for distillation ----------------------------------------------------
+T=$W/teacher
+mkdir -p "$T" "$W/student/data"
+cp "$W/examples/train.jsonl" "$W/student/data/train.jsonl"
+if [ -d "$W/reranker/model" ] && [ "$(left)" -gt 30 ]; then
+  within "$(( $(left) - 20 ))" $CLI train reranker-teacher --teacher "$W/reranker/model" \
+      "${EX[@]}" --out "$T/reranker-scores.jsonl" --precision bf16 --quiet | tail -1
+fi
+if [ -d "$W/reader/model" ] && [ "$(left)" -gt 30 ]; then
+  within "$(( $(left) - 15 ))" $CLI train reader-teacher --teacher "$W/reader/model" \
+      --run "$W/student" --top-k 5 --out "$T/reader-targets.jsonl" --precision bf16 --quiet \
+      | tail -1
+fi
+# a complete teacher file has its .json beside it; parts of an unfinished one stay behind
+DONE=()
+for name in reranker-scores reader-targets; do
+  [ -f "$T/$name.jsonl" ] && [ -f "$T/$name.jsonl.json" ] && DONE+=("$name.jsonl" "$name.jsonl.json")
+done
+if [ ${#DONE[@]} -gt 0 ]; then
+  tar cJf "$OUT_DIR/teacher.tar.xz" -C "$T" "${DONE[@]}"
+  if [ "$(stat -c %s "$OUT_DIR/teacher.tar.xz")" -gt 16000000 ]; then
+    say "teacher targets over 16 MB: the reranker's scores alone come back"
+    tar cJf "$OUT_DIR/teacher.tar.xz" -C "$T" reranker-scores.jsonl reranker-scores.jsonl.json \
+      || rm -f "$OUT_DIR/teacher.tar.xz"
+  fi
+  say "teacher targets: ${DONE[*]}"
 fi
 ls -laR "$OUT_DIR"
 [ -d "$OUT_DIR/reader" ] || { say "failed: no reader came back"; exit 1; }

@@ -73,8 +73,16 @@ def test_large_family_travels_in_two_calls_and_comes_back_as_adapters(tmp_path):
     mpnet's place: the base splits over two carry folders within the limit; the train call
     without the stash call's chunk stops at once; after it, a reader and a reranker come back
     as adapters that name the base and load over it here, the reader scoring as its full
-    weights on the machine did (up to the int8 copy)."""
+    weights on the machine did (up to the int8 copy); the teachers' targets come back for the
+    examples prepared here."""
+    import tarfile
+
     import torch
+
+    from readers.extractive.data import load_examples as load_reader_examples
+    from readers.extractive.distill import load_teacher_targets
+    from retrievers.rerank.data import load_examples as load_rerank_examples
+    from retrievers.rerank.distill import load_teacher_scores
 
     from convqa.front.tools.device_pack.export import import_back
     from readers.extractive.model import ExtractiveReader
@@ -116,3 +124,12 @@ def test_large_family_travels_in_two_calls_and_comes_back_as_adapters(tmp_path):
     with torch.no_grad():
         here, there = reader(ids, mask).start, trained(ids, mask).start
     assert torch.allclose(here, there, atol=0.05 * float(there.abs().max()))
+    with tarfile.open(tmp_path / "out" / "teacher.tar.xz") as tar:
+        tar.extractall(tmp_path / "teacher", filter="data")
+    built = tmp_path / "work" / "reader-data" / "data" / "train.jsonl"
+    targets = load_teacher_targets(tmp_path / "teacher" / "reader-targets.jsonl",
+                                   load_reader_examples(built))
+    assert targets is not None
+    train_examples = [e for e in load_rerank_examples(built)]
+    scores = load_teacher_scores(tmp_path / "teacher" / "reranker-scores.jsonl", train_examples)
+    assert scores is not None
