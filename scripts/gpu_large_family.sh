@@ -52,7 +52,6 @@ MODE=${1:?usage: gpu_large_family.sh stash|train CARRY_DIR [SECONDS] [OUT_DIR]}
 CARRY=${2:?give the carried folder}
 STASH=${STASH:-.gpu-stash}
 PY=${PYTHON:-python3}
-TOOL="$PY -m convqa.front.tools.device_pack"
 
 if [ "$MODE" = stash ]; then
   mkdir -p "$STASH" && cp "$CARRY"/carry.tar.* "$STASH"/ || exit 1
@@ -69,13 +68,8 @@ TEACHER_SECONDS=${TEACHER_SECONDS:-120}
 RANK=${RANK:-64}
 BASE_NAME=$(cat "$CARRY/base_name.txt" 2>/dev/null || echo all-mpnet-base-v2)
 W=${WORK_DIR:-/tmp/convqa-gpu-large}
-export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
-    TOKENIZERS_PARALLELISM=false
-rm -rf "$W" && mkdir -p "$OUT_DIR" "$W"
-exec > >(tee -a "$OUT_DIR/run.log") 2>&1
-T0=$(date +%s)
 source "$(dirname "$0")/gpu_device_lib.sh"
-CLI="$PY -m convqa.front.cli.main"
+start_run "$W" "$OUT_DIR"
 
 SOURCES=("$CARRY")
 [ -d "$STASH" ] && SOURCES+=("$STASH")
@@ -83,8 +77,6 @@ if ! $TOOL join "$W/mpnet-pack" "${SOURCES[@]}"; then
   say "failed: mpnet's chunks are not all here; make the stash call, then this one at once"
   exit 3
 fi
-nvidia-smi -L || true
-$PY -c "import torch, transformers, peft, accelerate; print('torch', torch.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__, torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU')"
 $TOOL model-unpack "$W/mpnet-pack" "$W/mpnet" || exit 1
 say "base: $BASE_NAME (the adapters coming back load over it)"
 $TOOL examples-unpack "$CARRY/examples.json.xz" "$W/examples" || exit 1
@@ -105,14 +97,9 @@ export_adapter() {
 R=(--init-model "$W/mpnet" --passages-per-question 24 --batch-size 16 --lr 5e-5
    --warmup-ratio 0.05 --epochs 50 --precision bf16 --window-chunk 0 --loader-workers auto
    --quiet ${READER_FLAGS:-})
-within "$(left)" $CLI train reader --out "$W/reader-calibration" "${EX[@]}" "${R[@]}" \
-    --max-steps 12 --no-eval | tail -3
-BUDGET=$(( $(left) * READER_SHARE / 100 ))
-N=$(steps "$W/reader-calibration/log.jsonl" "$BUDGET") || N=20
-say "reader: $N steps for about $BUDGET s"
-within "$(( $(left) - 60 ))" $CLI train reader --out "$W/reader" "${EX[@]}" "${R[@]}" \
-    --max-steps "$N" --checkpoint-every 100000 --eval-examples "${EVAL_EXAMPLES:-300}" | tail -12
-say "reader trained"
+calibrate reader "$(left)" "${EX[@]}" "${R[@]}"
+train_for reader "$(( $(left) * READER_SHARE / 100 ))" "$(( $(left) - 60 ))" "${EX[@]}" "${R[@]}" \
+    --eval-examples "${EVAL_EXAMPLES:-300}"
 cp "$W/reader-calibration/log.jsonl" "$W/calibration-log.jsonl"
 export_adapter reader "$W/reader/model" "$W/reader/eval.json" "$W/reader/training.json" \
     "$W/reader/log.jsonl" "$W/calibration-log.jsonl" || say "reader export failed"
@@ -123,18 +110,11 @@ RR=(--init-model "$W/reader/model" --negatives 15 --lora 0 --lr 3e-5 --warmup-ra
     --batch-size 16 --epochs 50 --precision bf16 --loader-workers auto --quiet
     ${RERANKER_FLAGS:-})
 if [ -d "$W/reader/model" ] && [ "$(left)" -gt $(( RESERVE + TEACHER_SECONDS + 90 )) ]; then
-  within "$(( $(left) - RESERVE - TEACHER_SECONDS ))" $CLI train reranker \
-      --out "$W/reranker-calibration" \
-      "${EX[@]}" "${RR[@]}" --max-steps 12 --no-eval | tail -2
+  calibrate reranker "$(( $(left) - RESERVE - TEACHER_SECONDS ))" "${EX[@]}" "${RR[@]}"
   BUDGET=$(( $(left) - RESERVE - TEACHER_SECONDS - 30 ))
   if [ "$BUDGET" -gt 20 ]; then
-    M=$(steps "$W/reranker-calibration/log.jsonl" "$BUDGET") || M=20
-    say "reranker: $M steps for about $BUDGET s"
-    within "$(( $(left) - RESERVE - TEACHER_SECONDS + 30 ))" $CLI train reranker \
-        --out "$W/reranker" "${EX[@]}" \
-        "${RR[@]}" --max-steps "$M" --checkpoint-every 100000 \
-        --eval-examples "${EVAL_EXAMPLES:-300}" | tail -4
-    say "reranker trained"
+    train_for reranker "$BUDGET" "$(( $(left) - RESERVE - TEACHER_SECONDS + 30 ))" \
+        "${EX[@]}" "${RR[@]}" --eval-examples "${EVAL_EXAMPLES:-300}"
     cp "$W/reranker-calibration/log.jsonl" "$W/reranker-calibration-log.jsonl"
     export_adapter reranker "$W/reranker/model" "$W/reranker/eval.json" \
         "$W/reranker/training.json" "$W/reranker/log.jsonl" \

@@ -39,17 +39,8 @@ READER_SHARE=${READER_SHARE:-55}
 RESERVE=${RESERVE:-100}
 PY=${PYTHON:-python3}
 W=/tmp/convqa-gpu
-export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
-    TOKENIZERS_PARALLELISM=false
-rm -rf "$W" && mkdir -p "$OUT_DIR" "$W"
-exec > >(tee -a "$OUT_DIR/run.log") 2>&1
-T0=$(date +%s)
 source "$(dirname "$0")/gpu_device_lib.sh"
-CLI="$PY -m convqa.front.cli.main"
-TOOL="$PY -m convqa.front.tools.device_pack"
-
-nvidia-smi -L || true
-$PY -c "import torch, transformers, peft, accelerate; print('torch', torch.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__, torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU')"
+start_run "$W" "$OUT_DIR"
 $TOOL model-unpack "$CARRY/model" "$W/init" || exit 1
 $TOOL examples-unpack "$CARRY/examples.json.xz" "$W/examples" || exit 1
 EX=(--examples "$W/examples/train.jsonl" --examples "$W/examples/heldout.jsonl")
@@ -58,14 +49,9 @@ say "unpacked: $(wc -l < "$W/examples/train.jsonl") training, $(wc -l < "$W/exam
 # -- reader ---------------------------------------------------------------------------------
 R=(--init-model "$W/init" --passages-per-question 24 --batch-size 16 --lr 2e-5 --warmup-ratio 0.05
    --epochs 50 --precision bf16 --window-chunk 0 --loader-workers auto --quiet ${READER_FLAGS:-})
-within "$(left)" $CLI train reader --out "$W/reader-calibration" "${EX[@]}" "${R[@]}" \
-    --max-steps 12 --no-eval | tail -3
-BUDGET=$(( $(left) * READER_SHARE / 100 ))
-N=$(steps "$W/reader-calibration/log.jsonl" "$BUDGET") || N=20
-say "reader: $N steps for about $BUDGET s"
-within "$(( $(left) - 60 ))" $CLI train reader --out "$W/reader" "${EX[@]}" "${R[@]}" \
-    --max-steps "$N" --checkpoint-every 100000 --eval-examples 300 | tail -12
-say "reader trained"
+calibrate reader "$(left)" "${EX[@]}" "${R[@]}"
+train_for reader "$(( $(left) * READER_SHARE / 100 ))" "$(( $(left) - 60 ))" "${EX[@]}" "${R[@]}" \
+    --eval-examples 300
 cp "$W/reader-calibration/log.jsonl" "$W/calibration-log.jsonl"
 $TOOL export-back "$W/reader/model" "$OUT_DIR/reader" "$W/reader/eval.json" \
     "$W/reader/training.json" "$W/reader/log.jsonl" "$W/calibration-log.jsonl"
@@ -74,15 +60,10 @@ $TOOL export-back "$W/reader/model" "$OUT_DIR/reader" "$W/reader/eval.json" \
 RR=(--init-model "$W/init" --negatives 15 --lora 32 --batch-size 16 --epochs 50 --precision bf16
     --loader-workers auto --quiet ${RERANKER_FLAGS:-})
 if [ "$(left)" -gt $(( RESERVE + 90 )) ]; then
-  within "$(( $(left) - RESERVE ))" $CLI train reranker --out "$W/reranker-calibration" \
-      "${EX[@]}" "${RR[@]}" --max-steps 12 --no-eval | tail -2
+  calibrate reranker "$(( $(left) - RESERVE ))" "${EX[@]}" "${RR[@]}"
   BUDGET=$(( $(left) - RESERVE - 30 ))
   if [ "$BUDGET" -gt 20 ]; then
-    M=$(steps "$W/reranker-calibration/log.jsonl" "$BUDGET") || M=20
-    say "reranker: $M steps for about $BUDGET s"
-    within "$(( $(left) - 45 ))" $CLI train reranker --out "$W/reranker" "${EX[@]}" "${RR[@]}" \
-        --max-steps "$M" --checkpoint-every 100000 --eval-examples 300 | tail -4
-    say "reranker trained"
+    train_for reranker "$BUDGET" "$(( $(left) - 45 ))" "${EX[@]}" "${RR[@]}" --eval-examples 300
     rm -rf "$W/reranker-full"
     $TOOL merge "$W/reranker/model" "$W/reranker-full" && \
       $TOOL export-back "$W/reranker-full" "$OUT_DIR/reranker" "$W/reranker/eval.json" \

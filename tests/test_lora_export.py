@@ -213,12 +213,30 @@ def add_low_rank(encoder, generator: torch.Generator, rank: int = 2) -> None:
                     torch.randn(rank, param.shape[1], generator=generator)
 
 
+def two_pairs(reranker):
+    """One question against a passage that answers it and one that does not."""
+    from convqa.types import Passage
+
+    passages = [Passage(id="a", title="Hamlet", text="Hamlet was written by Shakespeare."),
+                Passage(id="b", title="Glacier", text="A glacier is a body of dense ice.")]
+    return reranker.encode_pairs(["who wrote hamlet?"] * 2, passages)
+
+
+def exported_reranker(tmp_path, *flags):
+    """export_lora on tmp_path/tuned into tmp_path/adapter with `flags`, loaded back."""
+    from convqa.front.tools import export_lora
+    from retrievers.rerank.model import CrossEncoder
+
+    assert export_lora.main(["--tuned", str(tmp_path / "tuned"), *flags,
+                             "--out", str(tmp_path / "adapter")]) == 0
+    return CrossEncoder.from_pretrained(tmp_path / "adapter").eval()
+
+
 def test_reranker_export_keeps_head_weights_and_card_and_reproduces_logits(tmp_path):
     """convqa/front/tools/export_lora.py on a fully fine-tuned cross-encoder: the adapter folder
     scores pairs as the tuned model does and keeps its head, retriever weights and card."""
     from reranker_helpers import model_config, save_tiny_encoder
 
-    from convqa.types import Passage
     from retrievers.rerank.model import CrossEncoder
 
     base_dir = save_tiny_encoder(tmp_path / "base")
@@ -234,9 +252,7 @@ def test_reranker_export_keeps_head_weights_and_card_and_reproduces_logits(tmp_p
                         "--out", str(tmp_path / "adapter")]) == 0
     adapter = CrossEncoder.from_pretrained(tmp_path / "adapter").eval()
     assert adapter.has_adapters and adapter.retriever_weights == {"bm25": 0.25}
-    passages = [Passage(id="a", title="Hamlet", text="Hamlet was written by Shakespeare."),
-                Passage(id="b", title="Glacier", text="A glacier is a body of dense ice.")]
-    batch = tuned.encode_pairs(["who wrote hamlet?"] * 2, passages)
+    batch = two_pairs(tuned)
     with torch.no_grad():
         want = tuned.eval()(**batch)
         got = adapter(**batch)
@@ -273,7 +289,6 @@ def test_reranker_export_over_another_base_loads_over_that_base(tmp_path):
     its base and reloads to the tuned model's scores, not to the adapter over the intermediate."""
     from reranker_helpers import model_config, save_tiny_encoder
 
-    from convqa.types import Passage
     from retrievers.rerank.model import CrossEncoder
 
     base_dir = save_tiny_encoder(tmp_path / "base")
@@ -284,14 +299,9 @@ def test_reranker_export_over_another_base_loads_over_that_base(tmp_path):
     tuned = CrossEncoder.build(model_config(model=str(tmp_path / "middle")))
     add_low_rank(tuned.encoder, torch.Generator().manual_seed(12))  # tuned - base: rank 4
     tuned.save_pretrained(tmp_path / "tuned")
-    from convqa.front.tools import export_lora as module
-    assert module.main(["--tuned", str(tmp_path / "tuned"), "--rank", "4", "--base", str(base_dir),
-                        "--out", str(tmp_path / "adapter")]) == 0
-    adapter = CrossEncoder.from_pretrained(tmp_path / "adapter").eval()
+    adapter = exported_reranker(tmp_path, "--rank", "4", "--base", str(base_dir))
     assert adapter.config.model == str(base_dir)
-    passages = [Passage(id="a", title="Hamlet", text="Hamlet was written by Shakespeare."),
-                Passage(id="b", title="Glacier", text="A glacier is a body of dense ice.")]
-    batch = tuned.encode_pairs(["who wrote hamlet?"] * 2, passages)
+    batch = two_pairs(tuned)
     with torch.no_grad():
         want = tuned.eval()(**batch)
         assert torch.allclose(adapter(**batch), want, atol=1e-4)
@@ -333,7 +343,6 @@ def test_reranker_export_over_a_transport_copy_names_the_original(tmp_path, caps
 
     from convqa.front.tools import export_lora as module
     from convqa.front.tools.device_pack.__main__ import main as device_pack
-    from convqa.types import Passage
     from retrievers.rerank.model import CrossEncoder
 
     base_dir = save_tiny_encoder(tmp_path / "base")
@@ -348,14 +357,10 @@ def test_reranker_export_over_a_transport_copy_names_the_original(tmp_path, caps
                         "--rank", "2", "--out", str(tmp_path / "refused")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--base" in err
-    assert module.main(["--tuned", str(tmp_path / "tuned"), "--rank", "2",
-                        "--base", str(tmp_path / "copy"), "--base-name", str(base_dir),
-                        "--out", str(tmp_path / "adapter")]) == 0
-    adapter = CrossEncoder.from_pretrained(tmp_path / "adapter").eval()
+    adapter = exported_reranker(tmp_path, "--rank", "2", "--base", str(tmp_path / "copy"),
+                                "--base-name", str(base_dir))
     assert adapter.config.model == str(base_dir)
-    passages = [Passage(id="a", title="Hamlet", text="Hamlet was written by Shakespeare."),
-                Passage(id="b", title="Glacier", text="A glacier is a body of dense ice.")]
-    batch = tuned.encode_pairs(["who wrote hamlet?"] * 2, passages)
+    batch = two_pairs(tuned)
     with torch.no_grad():
         want = tuned.eval()(**batch)
         got = adapter(**batch)
