@@ -163,9 +163,14 @@ def attach_adapter(tower: torch.nn.Module, folder: Path,
         raise DataError("only peft LoRA adapters are supported", config_path, None, "peft_type")
     if config.get("use_dora"):
         raise DataError("DoRA adapters are not supported", config_path, None, "use_dora")
-    if not (folder / "adapter_model.safetensors").exists():
-        raise DataError("adapter weights missing (adapter_model.safetensors)", folder)
+    from convqa.lora_int8 import INT8_FILE, PEFT_FILE, attach_int8_adapter
+
+    int8 = not (folder / PEFT_FILE).exists() and (folder / INT8_FILE).exists()
+    if not int8 and not (folder / PEFT_FILE).exists():
+        raise DataError(f"adapter weights missing ({PEFT_FILE})", folder)
     try:
+        if int8:
+            return attach_int8_adapter(tower, folder)
         return PeftModel.from_pretrained(tower, str(folder), is_trainable=False)
     except (ValueError, RuntimeError, KeyError) as exc:
         raise DataError(f"adapter does not fit {base}: {str(exc).splitlines()[0]}",

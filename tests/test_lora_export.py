@@ -1,6 +1,8 @@
 """lora_from_finetuned: a fine-tuned dual encoder as a LoRA adapter over its base model."""
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -369,3 +371,87 @@ def test_reranker_export_over_a_transport_copy_names_the_original(tmp_path, caps
         away = (untuned.eval()(**batch) - want).abs().max()
     assert (got - want).abs().max() < 0.05 * away
     assert f"over `{base_dir}`" in (tmp_path / "adapter" / "README.md").read_text()
+
+
+def test_int8_factors_reload_to_the_recorded_model_at_half_the_fp16_bytes(tmp_path, capsys):
+    """--int8: the LoRA factors stored as int8 rows with scales in their own file (peft's file
+    name is not used, so a plain peft load cannot misread the codes); the folder reloads to the
+    exact weights its fingerprint was taken of and scores as the tuned model does."""
+    import json
+
+    from reranker_helpers import model_config, save_tiny_encoder
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    from convqa.errors import DataError
+    from convqa.front.tools import export_lora
+    from convqa.lora_int8 import INT8_FILE, load_int8_state
+    from retrievers.rerank.model import CrossEncoder
+
+    base_dir = save_tiny_encoder(tmp_path / "base")
+    tuned = CrossEncoder.build(model_config(model=str(base_dir)))
+    add_low_rank(tuned.encoder, torch.Generator().manual_seed(31), rank=8)
+    tuned.save_pretrained(tmp_path / "tuned")
+    capsys.readouterr()
+    assert export_lora.main(["--tuned", str(tmp_path / "tuned"), "--rank", "8", "--half",
+                             "--int8", "--out", str(tmp_path / "both")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "not both" in err
+    adapter = exported_reranker(tmp_path, "--rank", "8", "--int8")
+    folder = tmp_path / "adapter"
+    assert not (folder / "adapter_model.safetensors").exists()
+    with safe_open(str(folder / INT8_FILE), "pt") as stored:
+        dtypes = {k: stored.get_tensor(k).dtype for k in stored.keys()}
+    factors = [k for k in dtypes if ".lora_" in k and not k.endswith(".int8_scale")]
+    assert factors and {dtypes[k] for k in factors} == {torch.int8}
+    meta = json.loads((folder / "convqa_reranker.json").read_text())
+    assert adapter.has_adapters and adapter.fingerprint() == meta["fingerprint"]
+    batch = two_pairs(tuned)
+    with torch.no_grad():
+        want, got = tuned.eval()(**batch), adapter(**batch)
+    assert torch.allclose(got, want, atol=0.02 * float(want.abs().max()) + 1e-3)
+    assert "with int8 factors" in (folder / "README.md").read_text()
+    assert export_lora.main(["--tuned", str(tmp_path / "tuned"), "--rank", "8", "--half",
+                             "--out", str(tmp_path / "half")]) == 0
+    half_bytes = (tmp_path / "half" / "adapter_model.safetensors").stat().st_size
+    lora_numel = sum(load_file(str(folder / INT8_FILE))[k].numel() for k in factors)
+    # a byte saved per value, less each factor's scales and header entry
+    assert half_bytes - (folder / INT8_FILE).stat().st_size >= lora_numel - 200 * len(factors)
+    # codes without their scales: a one-line error naming the tensor
+    state = load_file(str(folder / INT8_FILE))
+    del state[factors[0] + ".int8_scale"]
+    save_file(state, str(tmp_path / "broken.safetensors"), metadata={"format": "convqa-lora-int8"})
+    with pytest.raises(DataError, match="without its row scales"):
+        load_int8_state(tmp_path / "broken.safetensors")
+
+
+def test_store_lora_int8_copies_an_adapter_folder_with_int8_factors(tmp_path, capsys):
+    """convqa/front/tools/store_lora_int8.py on an fp16 adapter folder: a copy that loads and
+    scores like it up to rounding; a full-weights folder or an existing target is one line."""
+    from reranker_helpers import model_config, save_tiny_encoder
+
+    from convqa.front.tools import store_lora_int8
+    from retrievers.rerank.model import CrossEncoder
+
+    base_dir = save_tiny_encoder(tmp_path / "base")
+    tuned = CrossEncoder.build(model_config(model=str(base_dir)))
+    add_low_rank(tuned.encoder, torch.Generator().manual_seed(41), rank=4)
+    tuned.save_pretrained(tmp_path / "tuned")
+    half = exported_reranker(tmp_path, "--rank", "4", "--half")
+    capsys.readouterr()
+    assert store_lora_int8.main([str(tmp_path / "adapter"), str(tmp_path / "int8")]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["factors"] > 0 and report["fingerprint"] != report["source_fingerprint"]
+    assert sorted(p.name for p in (tmp_path / "int8").glob("adapter_model*")) == [
+        "adapter_model.int8.safetensors"]
+    copy = CrossEncoder.from_pretrained(tmp_path / "int8").eval()
+    batch = two_pairs(tuned)
+    with torch.no_grad():
+        want, got = half(**batch), copy(**batch)
+    assert torch.allclose(got, want, atol=0.02 * float(want.abs().max()) + 1e-3)
+    capsys.readouterr()
+    for args, words in (([str(tmp_path / "tuned"), str(tmp_path / "x")], "full weights"),
+                        ([str(tmp_path / "adapter"), str(tmp_path / "int8")], "exists")):
+        assert store_lora_int8.main(args) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and words in err

@@ -25,9 +25,21 @@ from pathlib import Path
 
 from convqa.errors import ConvQAError
 from convqa.io import write_json
+from convqa.lora_int8 import round_lora_to_int8, store_lora_int8
 from retrievers.dense.lora_export import (EXACT_MODULES, SMALL_EMBEDDINGS,
                                          encoder_lora_from_finetuned, lora_from_finetuned,
                                          round_lora_to_half, store_lora_half)
+
+FP32, FP16, INT8 = "float32", "float16", "int8"
+STORED_AS = {FP32: "", FP16: " in fp16", INT8: " with int8 factors"}
+
+
+def round_lora(model, storage: str) -> None:
+    """Round the LoRA factors to what `storage` holds exactly (nothing for fp32)."""
+    if storage == FP16:
+        round_lora_to_half(model)
+    elif storage == INT8:
+        round_lora_to_int8(model)
 
 
 def _over_base(config, base_name: str | None):
@@ -38,7 +50,7 @@ def _over_base(config, base_name: str | None):
 
 
 def export_dual_encoder(tuned_path: str, rank: int, out: str, base_name: str | None,
-                        exact: tuple[str, ...], half: bool = False, saved_as: str | None = None):
+                        exact: tuple[str, ...], storage: str = FP32, saved_as: str | None = None):
     from retrievers.dense.model import DualEncoder
 
     tuned = DualEncoder.from_pretrained(tuned_path)
@@ -48,8 +60,7 @@ def export_dual_encoder(tuned_path: str, rank: int, out: str, base_name: str | N
     # same pooling / lengths as the model that was trained, over the base actually used
     base.config = _over_base(tuned.config, saved_as or base_name)
     adapted, report = lora_from_finetuned(base, tuned, r=rank, exact_modules=exact)
-    if half:
-        round_lora_to_half(adapted)
+    round_lora(adapted, storage)
     adapted.save_adapter(out)
     return tuned.fingerprint(), report.to_dict()
 
@@ -65,26 +76,25 @@ def _encoder_as_adapter(tuned, tuned_path: str, noun: str, rank: int, base_name:
     return encoder_lora_from_finetuned(base, tuned.encoder, r=rank, exact_modules=exact)
 
 
-def _save_adapter(adapted, out: str, half: bool) -> None:
-    if half:
-        round_lora_to_half(adapted)
+def _save_adapter(adapted, out: str, storage: str) -> None:
+    round_lora(adapted, storage)
     adapted.save_pretrained(out, adapter_only=True)
 
 
 def export_reader(tuned_path: str, rank: int, out: str, base_name: str | None,
-                  exact: tuple[str, ...], half: bool = False, saved_as: str | None = None):
+                  exact: tuple[str, ...], storage: str = FP32, saved_as: str | None = None):
     from readers.extractive.model import ExtractiveReader
 
     tuned = ExtractiveReader.from_pretrained(tuned_path)
     encoder, report = _encoder_as_adapter(tuned, tuned_path, "reader", rank, base_name, exact)
     config = _over_base(tuned.config, saved_as or base_name)
     _save_adapter(ExtractiveReader(config, encoder, tuned.tokenizer, tuned.span_head,
-                                   tuned.selection_head), out, half)
+                                   tuned.selection_head), out, storage)
     return tuned.fingerprint(), report.to_dict()
 
 
 def export_reranker(tuned_path: str, rank: int, out: str, base_name: str | None,
-                    exact: tuple[str, ...], half: bool = False, saved_as: str | None = None):
+                    exact: tuple[str, ...], storage: str = FP32, saved_as: str | None = None):
     """A cross-encoder's encoder as an adapter; its head, retriever weights and card exactly."""
     from retrievers.rerank.card import CARD_FILE
     from retrievers.rerank.model import CrossEncoder
@@ -94,20 +104,20 @@ def export_reranker(tuned_path: str, rank: int, out: str, base_name: str | None,
     adapted = CrossEncoder(_over_base(tuned.config, saved_as or base_name), encoder,
                            tuned.tokenizer, tuned.head)
     adapted.retriever_weights = dict(tuned.retriever_weights)
-    _save_adapter(adapted, out, half)
+    _save_adapter(adapted, out, storage)
     card = Path(tuned_path) / CARD_FILE
     if card.exists():  # the trained model's card, with how this folder was made from it
         kept = f" (mean SVD energy kept {report.mean_energy_kept:.3f})"
         (Path(out) / CARD_FILE).write_text(
             card.read_text(encoding="utf-8").rstrip() + "\n\nThis folder stores the trained "
-            f"encoder as a rank-{rank} LoRA adapter{' in fp16' if half else ''} over "
+            f"encoder as a rank-{rank} LoRA adapter{STORED_AS[storage]} over "
             f"`{saved_as or base_name or tuned.config.model}`"
             f"{kept}; export_report.json has the details.\n", encoding="utf-8")
     return tuned.fingerprint(), report.to_dict()
 
 
 def export_convdr(tuned_path: str, rank: int, out: str, base_name: str | None,
-                  exact: tuple[str, ...], half: bool = False, saved_as: str | None = None):
+                  exact: tuple[str, ...], storage: str = FP32, saved_as: str | None = None):
     """A ConvDR student as an adapter over its teacher's query tower (its starting point)."""
     import copy
 
@@ -122,12 +132,12 @@ def export_convdr(tuned_path: str, rank: int, out: str, base_name: str | None,
     tower, report = encoder_lora_from_finetuned(base_tower, tuned.query_encoder, r=rank,
                                                 exact_modules=exact)
     _save_adapter(ConvDR(tuned.config, tuned.teacher, tower,
-                         teacher_fingerprint=tuned.teacher_fingerprint), out, half)
+                         teacher_fingerprint=tuned.teacher_fingerprint), out, storage)
     return tuned.fingerprint(), report.to_dict()
 
 
 def export_phrase(tuned_path: str, rank: int, out: str, base_name: str | None,
-                  exact: tuple[str, ...], half: bool = False, saved_as: str | None = None):
+                  exact: tuple[str, ...], storage: str = FP32, saved_as: str | None = None):
     """Both towers of a phrase model (phrase and query) as adapters; its heads exactly."""
     from phrase_index.model import PhraseModel
     from phrase_index.train import export_adapter
@@ -138,8 +148,7 @@ def export_phrase(tuned_path: str, rank: int, out: str, base_name: str | None,
     saved = saved_as or base_name
     config = tuned.config if saved is None else replace(tuned.config, base=saved)
     adapted, reports = export_adapter(PhraseModel.build(config), tuned, rank, exact)
-    if half:
-        round_lora_to_half(adapted)
+    round_lora(adapted, storage)
     adapted.save(out)
     return tuned.full_fingerprint(), {"towers": reports}
 
@@ -158,6 +167,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--half", action="store_true",
                         help="store the LoRA matrices in fp16 (half the bytes; the loaded "
                              "model computes with exactly the stored values)")
+    parser.add_argument("--int8", action="store_true",
+                        help="store the LoRA factors as int8 rows with fp32 scales (a quarter "
+                             "of the fp32 bytes; the loaded model computes with exactly the "
+                             "stored values)")
     parser.add_argument("--exact-embeddings", action="store_true",
                         help="also store the token-type and position embedding tables exactly "
                              "(~0.8 MB for MiniLM; the reader's fine-tuning moves them)")
@@ -177,11 +190,16 @@ def main(argv: list[str] | None = None) -> int:
             export = export_dual_encoder
         if args.base_name and not args.base:
             raise ConvQAError("--base-name names what --base is a copy of; give --base too")
+        if args.half and args.int8:
+            raise ConvQAError("--half or --int8, not both")
+        storage = FP16 if args.half else INT8 if args.int8 else FP32
         fingerprint, report = export(args.tuned, args.rank, args.out, args.base, exact,
-                                     args.half, saved_as=args.base_name)
-        report["lora_dtype"] = "float16" if args.half else "float32"
-        if args.half:
+                                     storage, saved_as=args.base_name)
+        report["lora_dtype"] = storage
+        if storage == FP16:
             report["bytes_saved_by_half"] = store_lora_half(args.out)
+        elif storage == INT8:
+            report["bytes_saved_by_int8"] = store_lora_int8(args.out)
         write_json(Path(args.out) / "export_report.json",
                    {"tuned": args.tuned, "tuned_fingerprint": fingerprint, **report})
     except ConvQAError as exc:
