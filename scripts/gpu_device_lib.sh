@@ -2,12 +2,14 @@
 # seconds and step counts from a calibration log. Source it with SECONDS_TOTAL and PY set, then
 # call start_run.
 
-# start_run WORK_DIR OUT_DIR: offline settings, a clean scratch folder, everything printed from
-# here on also in OUT_DIR/run.log, the clock (T0) started, CLI and TOOL set, the machine named
+# start_run WORK_DIR OUT_DIR [keep]: offline settings, a clean work folder (kept as it is with
+# `keep`), everything printed from here on also in OUT_DIR/run.log, the clock (T0) started,
+# CLI and TOOL set, the machine named
 start_run() {
   export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
       TOKENIZERS_PARALLELISM=false
-  rm -rf "$1" && mkdir -p "$2" "$1"
+  [ "${3:-}" = keep ] || rm -rf "$1"
+  mkdir -p "$2" "$1"
   exec > >(tee -a "$2/run.log") 2>&1
   T0=$(date +%s)
   CLI="$PY -m convqa.front.cli.main"

@@ -74,7 +74,7 @@ def test_large_family_travels_in_two_calls_and_comes_back_as_adapters(tmp_path):
     without the stash call's chunk stops at once; after it, a reader and a reranker come back
     as adapters that name the base and load over it here, the reader scoring as its full
     weights on the machine did (up to the int8 copy); the teachers' targets come back for the
-    examples prepared here."""
+    examples prepared here (a third call, on the train call's models)."""
     import tarfile
 
     import torch
@@ -108,6 +108,8 @@ def test_large_family_travels_in_two_calls_and_comes_back_as_adapters(tmp_path):
              "RERANKER_FLAGS": "--batch-size 2 --negatives 2 --max-length 128"}
     early = large_family(tmp_path, "train", carry / "2", 600, tmp_path / "out0", **flags)
     assert early.returncode == 3 and "make the stash call" in early.stdout
+    untrained = large_family(tmp_path, "teach", "-", 600, tmp_path / "out0")
+    assert untrained.returncode == 3 and "the train call comes first" in untrained.stderr
     assert large_family(tmp_path, "stash", carry / "1").returncode == 0
     ran = large_family(tmp_path, "train", carry / "2", 600, tmp_path / "out", **flags)
     assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-2000:]
@@ -124,7 +126,9 @@ def test_large_family_travels_in_two_calls_and_comes_back_as_adapters(tmp_path):
     with torch.no_grad():
         here, there = reader(ids, mask).start, trained(ids, mask).start
     assert torch.allclose(here, there, atol=0.05 * float(there.abs().max()))
-    with tarfile.open(tmp_path / "out" / "teacher.tar.xz") as tar:
+    taught = large_family(tmp_path, "teach", "-", 600, tmp_path / "out-teach")
+    assert taught.returncode == 0, taught.stdout[-3000:] + taught.stderr[-2000:]
+    with tarfile.open(tmp_path / "out-teach" / "teacher.tar.xz") as tar:
         tar.extractall(tmp_path / "teacher", filter="data")
     built = tmp_path / "work" / "reader-data" / "data" / "train.jsonl"
     targets = load_teacher_targets(tmp_path / "teacher" / "reader-targets.jsonl",
