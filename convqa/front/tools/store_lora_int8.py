@@ -70,12 +70,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         with quiet_third_party(not args.verbose):
-            report = store_int8(args.model, args.out)
+            print(json.dumps(store_int8(args.model, args.out), indent=1))
+        return 0
     except ConvQAError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps(report, indent=1))
-    return 0
 
 
 if __name__ == "__main__":
