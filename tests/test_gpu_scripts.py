@@ -137,3 +137,40 @@ def test_large_family_travels_in_two_calls_and_comes_back_as_adapters(tmp_path):
     train_examples = [e for e in load_rerank_examples(built)]
     scores = load_teacher_scores(tmp_path / "teacher" / "reranker-scores.jsonl", train_examples)
     assert scores is not None
+
+
+def test_gpu_assets_untracks_the_shipped_models_for_the_calls_and_restores_them(tmp_path):
+    """scripts/gpu_assets.sh in a small repository: `untrack` leaves convqa/assets on disk but
+    out of the index and ignored (so it does not travel), `restore` puts both back; with staged
+    changes it refuses (a commit in between would delete the shipped models)."""
+    repo = tmp_path / "repo"
+    (repo / "convqa" / "assets" / "model").mkdir(parents=True)
+    (repo / "convqa" / "assets" / "model" / "weights.bin").write_bytes(b"w" * 100)
+    (repo / "scripts").mkdir()
+    (repo / "scripts" / "gpu_assets.sh").write_text((ROOT / "scripts" / "gpu_assets.sh").read_text())
+    (repo / "code.py").write_text("x = 1\n")
+
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True,
+                              check=True).stdout
+
+    def assets(mode):
+        return subprocess.run(["bash", "scripts/gpu_assets.sh", mode], cwd=repo,
+                              capture_output=True, text=True)
+
+    git("init", "-q")
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
+    assert assets("untrack").returncode == 0
+    assert git("ls-files", "convqa/assets") == ""
+    assert (repo / "convqa" / "assets" / "model" / "weights.bin").exists()
+    assert "?? convqa/assets" not in git("status", "--short", "--untracked-files=all")
+    assert assets("restore").returncode == 0
+    assert git("ls-files", "convqa/assets") == "convqa/assets/model/weights.bin\n"
+    assert git("status", "--short") == ""
+    assert "/convqa/assets/" not in (repo / ".git" / "info" / "exclude").read_text()
+    (repo / "code.py").write_text("x = 2\n")
+    git("add", "code.py")
+    refused = assets("untrack")
+    assert refused.returncode == 1 and "staged changes" in refused.stderr
+    assert git("ls-files", "convqa/assets") == "convqa/assets/model/weights.bin\n"
