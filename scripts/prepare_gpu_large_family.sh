@@ -68,4 +68,11 @@ for call in 1 2; do
   fi
 done
 rm -rf "$CARRY" && mv "$CARRY.tmp" "$CARRY"
-echo "done: $CARRY/1 and $CARRY/2 (scripts/gpu_large_family.sh says how to call the device)"
+cat <<DONE
+done: $CARRY/1 and $CARRY/2. Next, from the repository root:
+  bash scripts/gpu_assets.sh untrack
+  run  command: bash scripts/gpu_large_family.sh stash $CARRY/1       carry: ["$CARRY/1"]  timeout_s: 120
+  run  command: bash scripts/gpu_large_family.sh train $CARRY/2 540   carry: ["$CARRY/2"]  timeout_s: 590
+  run  command: bash scripts/gpu_large_family.sh teach - 170          timeout_s: 190  (if ~200 s are left)
+  bash scripts/gpu_assets.sh restore
+DONE
