@@ -163,7 +163,7 @@ def attach_adapter(tower: torch.nn.Module, folder: Path,
         raise DataError("only peft LoRA adapters are supported", config_path, None, "peft_type")
     if config.get("use_dora"):
         raise DataError("DoRA adapters are not supported", config_path, None, "use_dora")
-    from convqa.lora_int8 import INT8_FILE, PEFT_FILE, attach_int8_adapter
+    from convqa.lora_storage import INT8_FILE, PEFT_FILE, attach_int8_adapter
 
     int8 = not (folder / PEFT_FILE).exists() and (folder / INT8_FILE).exists()
     if not int8 and not (folder / PEFT_FILE).exists():

@@ -385,7 +385,7 @@ def test_int8_factors_reload_to_the_recorded_model_at_half_the_fp16_bytes(tmp_pa
 
     from convqa.errors import DataError
     from convqa.front.tools import export_lora
-    from convqa.lora_int8 import INT8_FILE, load_int8_state
+    from convqa.lora_storage import INT8_FILE, load_int8_state
     from retrievers.rerank.model import CrossEncoder
 
     base_dir = save_tiny_encoder(tmp_path / "base")

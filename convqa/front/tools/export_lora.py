@@ -25,21 +25,12 @@ from pathlib import Path
 
 from convqa.errors import ConvQAError
 from convqa.io import write_json
-from convqa.lora_int8 import round_lora_to_int8, store_lora_int8
+from convqa.lora_storage import FP16, FP32, INT8, round_lora, store_lora
 from retrievers.dense.lora_export import (EXACT_MODULES, SMALL_EMBEDDINGS,
-                                         encoder_lora_from_finetuned, lora_from_finetuned,
-                                         round_lora_to_half, store_lora_half)
+                                         encoder_lora_from_finetuned, lora_from_finetuned)
 
-FP32, FP16, INT8 = "float32", "float16", "int8"
 STORED_AS = {FP32: "", FP16: " in fp16", INT8: " with int8 factors"}
-
-
-def round_lora(model, storage: str) -> None:
-    """Round the LoRA factors to what `storage` holds exactly (nothing for fp32)."""
-    if storage == FP16:
-        round_lora_to_half(model)
-    elif storage == INT8:
-        round_lora_to_int8(model)
+SAVED_KEY = {FP16: "bytes_saved_by_half", INT8: "bytes_saved_by_int8"}
 
 
 def _over_base(config, base_name: str | None):
@@ -196,10 +187,8 @@ def main(argv: list[str] | None = None) -> int:
         fingerprint, report = export(args.tuned, args.rank, args.out, args.base, exact,
                                      storage, saved_as=args.base_name)
         report["lora_dtype"] = storage
-        if storage == FP16:
-            report["bytes_saved_by_half"] = store_lora_half(args.out)
-        elif storage == INT8:
-            report["bytes_saved_by_int8"] = store_lora_int8(args.out)
+        if storage != FP32:
+            report[SAVED_KEY[storage]] = store_lora(args.out, storage)
         write_json(Path(args.out) / "export_report.json",
                    {"tuned": args.tuned, "tuned_fingerprint": fingerprint, **report})
     except ConvQAError as exc:

@@ -1,4 +1,4 @@
-"""Store a LoRA reader's or reranker's adapter with int8 factors (convqa/lora_int8.py): a copy
+"""Store a LoRA reader's or reranker's adapter with int8 factors (convqa/lora_storage.py): a copy
 of the folder at about half its fp16 size, which loads and scores like the original up to the
 factors' rounding.
 
@@ -15,22 +15,21 @@ import sys
 from pathlib import Path
 
 from convqa.errors import ConvQAError
-from convqa.io import write_json
-from convqa.lora_int8 import INT8_FILE, PEFT_FILE, round_lora_to_int8, store_lora_int8
+from convqa.io import load_json, write_json
+from convqa.lora_storage import INT8, INT8_FILE, PEFT_FILE, round_lora, store_lora
 from convqa.models import resolve_model
 
 
 def _model_class(folder: Path):
-    if (folder / "convqa_reader.json").exists():
-        from readers.extractive.model import ExtractiveReader
+    """(model class, its metadata file) of a reader or reranker folder."""
+    from readers.extractive.model import META_FILE as READER_META, ExtractiveReader
+    from retrievers.rerank.model import META_FILE as RERANKER_META, CrossEncoder
 
-        return ExtractiveReader
-    if (folder / "convqa_reranker.json").exists():
-        from retrievers.rerank.model import CrossEncoder
-
-        return CrossEncoder
-    raise ConvQAError(f"{folder}: not a reader or reranker folder (convqa_reader.json or "
-                      "convqa_reranker.json)")
+    for meta, cls in ((READER_META, ExtractiveReader), (RERANKER_META, CrossEncoder)):
+        if (folder / meta).exists():
+            return cls, meta
+    raise ConvQAError(f"{folder}: not a reader or reranker folder ({READER_META} or "
+                      f"{RERANKER_META})")
 
 
 def store_int8(model: str, out: str) -> dict:
@@ -42,17 +41,18 @@ def store_int8(model: str, out: str) -> dict:
     if not (folder / PEFT_FILE).exists():
         raise ConvQAError(f"{folder}: no {PEFT_FILE} (full weights, or int8 already); "
                           "export_lora --int8 exports full weights")
-    loaded = _model_class(folder).from_pretrained(str(folder))
-    factors = round_lora_to_int8(loaded)
+    cls, meta = _model_class(folder)
+    source_fingerprint = load_json(folder / meta).get("fingerprint")
+    loaded = cls.from_pretrained(str(folder))
+    factors = round_lora(loaded, INT8)
     loaded.save_pretrained(out, adapter_only=True)
-    store_lora_int8(out)
+    store_lora(out, INT8)
     card = folder / "README.md"
     if card.exists():
         (Path(out) / "README.md").write_text(
             card.read_text(encoding="utf-8").rstrip() + f"\n\nThis copy stores the adapter's "
             f"LoRA factors as int8 (store_lora_int8 from `{model}`).\n", encoding="utf-8")
-    report = {"source": model, "source_fingerprint": json.loads(
-                  (folder / next(folder.glob("convqa_*.json")).name).read_text()).get("fingerprint"),
+    report = {"source": model, "source_fingerprint": source_fingerprint,
               "fingerprint": loaded.fingerprint(), "factors": factors,
               "bytes": (Path(out) / INT8_FILE).stat().st_size,
               "source_bytes": (folder / PEFT_FILE).stat().st_size}

@@ -40,7 +40,7 @@ def split_folder(src: str | os.PathLike, outdir: str | os.PathLike, pieces: int)
 def join_folder(dst: str | os.PathLike, sources: Sequence[str | os.PathLike]) -> dict:
     """The folder split into chunks, rebuilt into the new folder `dst` from the chunks found
     in `sources`."""
-    _, members = read_members([Path(s) for s in sources], CHUNK, FORMAT, VERSION)
+    _, members = read_members(sources, CHUNK, FORMAT, VERSION)
     with new_folder(dst) as tmp:
         for name, data in members.items():
             (tmp / name).parent.mkdir(parents=True, exist_ok=True)

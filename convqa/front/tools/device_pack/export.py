@@ -29,8 +29,8 @@ import torch
 from convqa.errors import ConvQAError, DataError
 
 from .chunks import MIB, read_members, write_chunks
-from .weights import (PACKED, PICKLES, WEIGHTS, check_folder, new_folder, pack_state,
-                      read_safetensors, unpack_state, write_safetensors)
+from .weights import (PACKED, WEIGHTS, check_folder, new_folder, pack_state, read_safetensors,
+                      unpack_state, write_safetensors)
 
 FORMAT, VERSION = "convqa-device-export", 1
 CHUNK = "export.tar."
@@ -41,16 +41,6 @@ def tensor_sha256(tensor: torch.Tensor) -> str:
     digest = hashlib.sha256(f"{tensor.dtype}:{tuple(tensor.shape)}:".encode())
     digest.update(tensor.contiguous().view(-1).view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()
-
-
-def check_adapter_folder(folder: Path) -> None:
-    """A folder without full weights must hold safetensors (an adapter) and no pickles."""
-    names = [p.name for p in folder.iterdir() if p.is_file()]
-    pickles = [n for n in names if Path(n).suffix in PICKLES]
-    if pickles:
-        raise DataError(f"holds a pickle checkpoint ({pickles[0]}); safetensors only", folder)
-    if not any(n.endswith(".safetensors") for n in names):
-        raise DataError(f"no {WEIGHTS} and no adapter safetensors in the folder", folder)
 
 
 def _packed_weights(model_dir: Path, base: str | os.PathLike | None) -> tuple[bytes, dict]:
@@ -84,7 +74,7 @@ def export_back(model_dir: str | os.PathLike, outdir: str | os.PathLike,
     if (model_dir / WEIGHTS).is_file() or not model_dir.is_dir():
         members[f"model/{PACKED}"], from_base = _packed_weights(model_dir, base)
     else:  # an adapter folder: small already, sent file for file
-        check_adapter_folder(model_dir)
+        check_folder(model_dir, None)  # an adapter's safetensors, no pickles
         if base is not None:
             raise ConvQAError(f"{model_dir}: no {WEIGHTS} (an adapter folder); --base applies "
                               "to full weights only")

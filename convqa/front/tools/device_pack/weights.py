@@ -116,13 +116,18 @@ def write_safetensors(path: Path, state: dict[str, torch.Tensor], metadata: dict
     os.replace(tmp, path)
 
 
-def check_folder(folder: Path, weights: str) -> None:
+def check_folder(folder: Path, weights: str | None) -> None:
+    """A folder with no pickle checkpoint and the file `weights`, or with `weights` None (an
+    adapter folder) any safetensors file."""
     if not folder.is_dir():
         raise DataError("not a folder", folder)
     pickles = [p.name for p in folder.iterdir() if p.suffix in PICKLES]
     if pickles:
         raise DataError(f"holds a pickle checkpoint ({pickles[0]}); safetensors only", folder)
-    if not (folder / weights).is_file():
+    if weights is None:
+        if not any(p.is_file() for p in folder.glob("*.safetensors")):
+            raise DataError(f"no {WEIGHTS} and no adapter safetensors in the folder", folder)
+    elif not (folder / weights).is_file():
         raise DataError(f"no {weights} in the folder", folder)
 
 
