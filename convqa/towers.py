@@ -10,11 +10,11 @@ models do these the same way (the model base, convqa/model_base.py, puts them to
 """
 from __future__ import annotations
 
-import re
-
 import contextlib
 import copy
+import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +22,11 @@ import torch
 from torch import Tensor
 
 from convqa.errors import ConfigError, ConvQAError, DataError
-from convqa.io import load_json
+from convqa.io import load_json, write_json
 from convqa.models import resolve_model
 
 ADAPTER_CONFIG = "adapter_config.json"
+BASE_RECORD = "adapter_base.json"  # which nested base an adapter was computed over
 
 
 # -- loading ------------------------------------------------------------------------------
@@ -149,12 +150,55 @@ def merged(tower: torch.nn.Module) -> torch.nn.Module:
     return tower.merge_and_unload() if is_peft(tower) else tower
 
 
+def base_digest(name: str, depth: int = 4) -> str | None:
+    """What a base that is itself a convqa adapter folder computes with (e.g. `convqa-reader`
+    under the shipped reranker): 24 hex digits of sha256 over its adapter files and its own
+    base's digest. None for any other base: a checkpoint is fixed by its name (the installed
+    models are checked by sha256), and only a folder of ours is retrained in place."""
+    folder = Path(resolve_model(name))
+    if depth < 1 or not folder.is_dir():
+        return None
+    base = adapter_only_base(folder)
+    if base is None:
+        return None
+    from convqa.lora_storage import INT8_FILE, PEFT_FILE
+
+    digest = hashlib.sha256()
+    for file in (ADAPTER_CONFIG, PEFT_FILE, INT8_FILE):
+        if (folder / file).is_file():
+            digest.update(file.encode())
+            digest.update((folder / file).read_bytes())
+    digest.update((base_digest(base, depth - 1) or base).encode())
+    return digest.hexdigest()[:24]
+
+
+def check_base(folder: Path) -> None:
+    """DataError when the adapter in `folder` was computed over a nested base whose weights
+    have changed since (a retrained `convqa-reader` under a reranker trained on the old one):
+    the adapter would load over the wrong weights and rank or read silently worse."""
+    record_path = folder / BASE_RECORD
+    if not record_path.is_file():
+        return
+    record = load_json(record_path)
+    base, recorded = record.get("base"), record.get("digest")
+    if not isinstance(base, str) or not isinstance(recorded, str):
+        raise DataError("expected {base, digest}", record_path)
+    current = base_digest(base)
+    if current != recorded:
+        raise DataError(f"this adapter was computed over {base!r} with weights {recorded}, "
+                        f"but {base!r} now has {current or 'other weights'}: load it over the "
+                        f"base it was trained on (the model folder's history has it) or export "
+                        f"it over a fixed checkpoint", record_path)
+
+
 def attach_adapter(tower: torch.nn.Module, folder: Path,
                    base: str = "its base model") -> torch.nn.Module:
     """`tower` with the (frozen) peft LoRA adapter saved in `folder`; DataError when the
-    folder holds no LoRA adapter or one that does not fit `base` (named in the error)."""
+    folder holds no LoRA adapter, one that does not fit `base` (named in the error), or one
+    computed over a nested base that has changed since (`check_base`)."""
     from peft import PeftModel
 
+    check_base(folder)
     config_path = folder / ADAPTER_CONFIG
     if not config_path.exists():
         raise DataError(f"LoRA adapter missing ({ADAPTER_CONFIG})", folder)
@@ -185,6 +229,9 @@ def save_adapter(tower: torch.nn.Module, folder: Path, base_name: str) -> None:
     tower.save_pretrained(str(folder), safe_serialization=True, save_embedding_layers=False)
     with contextlib.suppress(FileNotFoundError):
         (folder / "README.md").unlink()  # peft's generated stub; the real card is written by hand
+    digest = base_digest(base_name)
+    if digest is not None:
+        write_json(folder / BASE_RECORD, {"base": base_name, "digest": digest})
 
 
 def save_tower(tower: torch.nn.Module, folder: Path, adapter_only: bool, base_name: str,

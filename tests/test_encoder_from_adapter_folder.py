@@ -1,6 +1,7 @@
 """A model folder saved as a LoRA adapter only (as the shipped reader is) serves as the encoder
 another model starts from (convqa/towers.py `load_encoder`): its base with the adapter merged,
-read with its base's tokenizer; the shipped reranker is built on the shipped reader that way."""
+read with its base's tokenizer. An adapter computed over such a folder records what that
+folder held, and refuses to load over it once it has been retrained (`check_base`)."""
 from __future__ import annotations
 
 import json
@@ -54,12 +55,81 @@ def test_an_adapter_folder_without_a_base_is_a_one_line_error(tmp_path):
         load_encoder(str(folder))
 
 
+def _nested_reranker(tmp_path, folder):
+    """A tiny reranker trained (here: moved at random) as a LoRA adapter over `folder`."""
+    from retrievers.rerank.model import CrossEncoder, CrossEncoderConfig
+
+    model = CrossEncoder.build(CrossEncoderConfig(model=str(folder), max_length=64,
+                                                  max_query_length=16, max_title_length=6))
+    model.add_lora(r=4, alpha=8, dropout=0.0)
+    torch.manual_seed(3)
+    with torch.no_grad():
+        for name, parameter in model.encoder.named_parameters():
+            if "lora_B" in name:
+                parameter.normal_(std=0.05)
+    model.save_pretrained(tmp_path / "reranker")
+    return model, tmp_path / "reranker"
+
+
+def test_an_adapter_over_a_retrained_base_folder_refuses_to_load(tmp_path):
+    from convqa.errors import DataError
+    from convqa.towers import BASE_RECORD, base_digest
+    from retrievers.rerank.model import CrossEncoder
+
+    base, folder, _ = _adapter_folder(tmp_path)
+    model, reranker = _nested_reranker(tmp_path, folder)
+    record = json.loads((reranker / BASE_RECORD).read_text())
+    assert record == {"base": str(folder), "digest": base_digest(str(folder))}
+    assert CrossEncoder.from_pretrained(reranker).fingerprint() == model.fingerprint()
+
+    # the base folder is retrained in place: its adapter holds other weights now
+    from safetensors.torch import load_file, save_file
+    weights = load_file(str(folder / "adapter_model.safetensors"))
+    save_file({k: v * 1.5 for k, v in weights.items()}, str(folder / "adapter_model.safetensors"))
+    assert base_digest(str(folder)) != record["digest"]
+    with pytest.raises(DataError, match=f"{BASE_RECORD}.*computed over .*now has"):
+        CrossEncoder.from_pretrained(reranker)
+
+
+def test_an_adapter_over_a_plain_checkpoint_records_no_base(tmp_path):
+    from convqa.towers import BASE_RECORD, base_digest
+
+    base, _, _ = _adapter_folder(tmp_path)
+    _, reranker = _nested_reranker(tmp_path, base)
+    assert base_digest(str(base)) is None
+    assert not (reranker / BASE_RECORD).exists()
+
+
+def test_the_shipped_models_load_as_the_weights_they_were_measured_with():
+    """Each shipped folder's recorded fingerprint is that of the model it loads as: a folder
+    over another shipped model's weights that changed since (or a stale export) fails here."""
+    from convqa.models import SHIPPED_MODELS, shipped_model_path
+    from phrase_index.model import PhraseModel
+    from readers.extractive.model import ExtractiveReader
+    from retrievers.convdr.model import ConvDR
+    from retrievers.dense.model import DualEncoder
+    from retrievers.rerank.model import CrossEncoder
+
+    classes = {cls.META_FILE: cls for cls in
+               (ExtractiveReader, CrossEncoder, ConvDR, DualEncoder, PhraseModel)}
+    checked = set()
+    for alias in SHIPPED_MODELS:
+        for meta, cls in classes.items():
+            path = shipped_model_path(alias) / meta
+            if path.exists():
+                recorded = json.loads(path.read_text())["fingerprint"]
+                assert cls.from_pretrained(alias).fingerprint() == recorded, alias
+                checked.add(alias)
+    assert checked == set(SHIPPED_MODELS)
+
+
 def test_the_shipped_reranker_ranks_the_answer_passage_first():
     from convqa.types import Passage
     from retrievers.rerank import CrossEncoder
 
     model = CrossEncoder.from_pretrained("convqa-reranker")
-    assert model.config.model == "convqa-reader"
+    # over the packaged encoder itself, so retraining the shipped reader cannot move it
+    assert model.config.model == "all-MiniLM-L6-v2"
     # calibrated per retriever: DPR-IHN's ranking weighs more than BM25's
     weights = model.retriever_weights
     assert weights["dense:convqa-dpr-ihn"] > weights["bm25"] > 0
