@@ -23,7 +23,8 @@ from torch import Tensor
 
 from convqa.errors import ConfigError, ConvQAError, DataError
 from convqa.io import load_json, write_json
-from convqa.models import resolve_model
+from convqa.model_packages import package_named
+from convqa.models import resolve_model, shipped_model_path
 
 ADAPTER_CONFIG = "adapter_config.json"
 BASE_RECORD = "adapter_base.json"  # which nested base an adapter was computed over
@@ -155,8 +156,10 @@ def base_digest(name: str, depth: int = 4) -> str | None:
     under the shipped reranker): 24 hex digits of sha256 over its adapter files and its own
     base's digest. None for any other base: a checkpoint is fixed by its name (the installed
     models are checked by sha256), and only a folder of ours is retrained in place."""
-    folder = Path(resolve_model(name))
-    if depth < 1 or not folder.is_dir():
+    if depth < 1 or package_named(name) is not None:
+        return None  # an installable checkpoint (it need not be installed to be named)
+    folder = shipped_model_path(name) or Path(name)
+    if not folder.is_dir():
         return None
     base = adapter_only_base(folder)
     if base is None:

@@ -97,6 +97,8 @@ def test_an_adapter_over_a_plain_checkpoint_records_no_base(tmp_path):
     base, _, _ = _adapter_folder(tmp_path)
     _, reranker = _nested_reranker(tmp_path, base)
     assert base_digest(str(base)) is None
+    # an installable model is named, not resolved: a GPU machine exports over a copy of it
+    assert base_digest("all-mpnet-base-v2") is None
     assert not (reranker / BASE_RECORD).exists()
 
 
