@@ -19,17 +19,7 @@ from convqa.io import load_json, write_json
 from convqa.lora_storage import INT8, INT8_FILE, PEFT_FILE, round_lora, store_lora
 from convqa.models import resolve_model
 
-
-def _model_class(folder: Path):
-    """(model class, its metadata file) of a reader or reranker folder."""
-    from readers.extractive.model import META_FILE as READER_META, ExtractiveReader
-    from retrievers.rerank.model import META_FILE as RERANKER_META, CrossEncoder
-
-    for meta, cls in ((READER_META, ExtractiveReader), (RERANKER_META, CrossEncoder)):
-        if (folder / meta).exists():
-            return cls, meta
-    raise ConvQAError(f"{folder}: not a reader or reranker folder ({READER_META} or "
-                      f"{RERANKER_META})")
+from .device_pack.merge import reader_or_reranker
 
 
 def store_int8(model: str, out: str) -> dict:
@@ -41,7 +31,7 @@ def store_int8(model: str, out: str) -> dict:
     if not (folder / PEFT_FILE).exists():
         raise ConvQAError(f"{folder}: no {PEFT_FILE} (full weights, or int8 already); "
                           "export_lora --int8 exports full weights")
-    cls, meta = _model_class(folder)
+    cls, meta = reader_or_reranker(folder)
     source_fingerprint = load_json(folder / meta).get("fingerprint")
     loaded = cls.from_pretrained(str(folder))
     factors = round_lora(loaded, INT8)

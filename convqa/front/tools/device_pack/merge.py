@@ -11,20 +11,27 @@ from convqa.errors import DataError
 from convqa.models import resolve_model
 
 
-def merge_model(model: str, out: str | os.PathLike) -> dict:
+def reader_or_reranker(folder: Path) -> tuple[type, str]:
+    """(model class, its metadata file) of an extractive reader or cross-encoder reranker
+    folder; DataError naming the folder for anything else."""
     from readers.extractive.model import META_FILE as READER_META, ExtractiveReader
     from retrievers.rerank.model import META_FILE as RERANKER_META, CrossEncoder
 
-    folder = Path(resolve_model(model))
     kinds = {READER_META: ExtractiveReader, RERANKER_META: CrossEncoder}
-    found = [cls for meta, cls in kinds.items() if (folder / meta).is_file()]
+    found = [(cls, meta) for meta, cls in kinds.items() if (folder / meta).is_file()]
     if len(found) != 1:
         raise DataError(f"not a convqa reader or reranker folder (no {READER_META} or "
                         f"{RERANKER_META})", folder)
-    loaded = found[0].from_pretrained(folder)
+    return found[0]
+
+
+def merge_model(model: str, out: str | os.PathLike) -> dict:
+    folder = Path(resolve_model(model))
+    cls, _ = reader_or_reranker(folder)
+    loaded = cls.from_pretrained(folder)
     adapters = loaded.has_adapters
     if adapters:
         loaded.merge_adapters()
     loaded.save_pretrained(out, adapter_only=False)
-    return {"kind": found[0].__name__, "merged_adapters": adapters,
+    return {"kind": cls.__name__, "merged_adapters": adapters,
             "fingerprint": loaded.fingerprint()}
