@@ -23,6 +23,7 @@ from torch import Tensor
 
 from convqa.errors import ConfigError, ConvQAError, DataError
 from convqa.io import load_json, write_json
+from convqa.lora_storage import INT8_FILE, PEFT_FILE, attach_int8_adapter
 from convqa.model_packages import package_named
 from convqa.models import resolve_model, shipped_model_path
 
@@ -164,8 +165,6 @@ def base_digest(name: str, depth: int = 4) -> str | None:
     base = adapter_only_base(folder)
     if base is None:
         return None
-    from convqa.lora_storage import INT8_FILE, PEFT_FILE
-
     digest = hashlib.sha256()
     for file in (ADAPTER_CONFIG, PEFT_FILE, INT8_FILE):
         if (folder / file).is_file():
@@ -210,8 +209,6 @@ def attach_adapter(tower: torch.nn.Module, folder: Path,
         raise DataError("only peft LoRA adapters are supported", config_path, None, "peft_type")
     if config.get("use_dora"):
         raise DataError("DoRA adapters are not supported", config_path, None, "use_dora")
-    from convqa.lora_storage import INT8_FILE, PEFT_FILE, attach_int8_adapter
-
     int8 = not (folder / PEFT_FILE).exists() and (folder / INT8_FILE).exists()
     if not int8 and not (folder / PEFT_FILE).exists():
         raise DataError(f"adapter weights missing ({PEFT_FILE})", folder)
