@@ -5,7 +5,10 @@ Every problem caused by the user's input (a file, a config, a flag) raises a sub
 """
 from __future__ import annotations
 
+import functools
 import os
+import sys
+from typing import Callable
 
 
 class ConvQAError(Exception):
@@ -38,3 +41,19 @@ class ConfigError(ConvQAError):
 
 class NotBuiltError(ConvQAError):
     """A planned part of convqa that does not exist yet."""
+
+
+def reports_errors(prog: str) -> Callable[[Callable[..., int]], Callable[..., int]]:
+    """Decorate a tool's `main(argv=None) -> int`: a `ConvQAError` it raises becomes one line on
+    stderr, `PROG: error: MESSAGE`, and exit code 2 instead of a traceback, the convention of
+    `convqa` itself (`convqa CMD: error: ...`). Other exceptions are bugs and propagate."""
+    def decorate(main: Callable[..., int]) -> Callable[..., int]:
+        @functools.wraps(main)
+        def wrapper(*args, **kwargs) -> int:
+            try:
+                return main(*args, **kwargs)
+            except ConvQAError as exc:
+                print(f"{prog}: error: {exc}", file=sys.stderr)
+                return 2
+        return wrapper
+    return decorate

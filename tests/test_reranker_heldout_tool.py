@@ -39,4 +39,4 @@ def test_a_file_without_heldout_questions_is_one_line(tmp_path, capsys):
     capsys.readouterr()
     assert tool.main([str(tmp_path / "m"), "--examples", str(tmp_path / "train.jsonl")]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("error:") and "train.jsonl" in err and "\n" not in err
+    assert err.startswith("reranker_heldout: error:") and "train.jsonl" in err and "\n" not in err

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from convqa.errors import ConfigError, ConvQAError, DataError
+from convqa.errors import ConfigError, ConvQAError, DataError, reports_errors
 from convqa.io import iter_jsonl, load_json, require, write_json, write_jsonl
 from convqa.types import Passage, Turn
 
@@ -326,6 +326,7 @@ def markdown_row(label: str, result: dict[str, Any], label_set: str = "reranker"
 # Command line: python -m retrievers.convdr.orquac_bench build|score ...
 
 
+@reports_errors("orquac_bench")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m retrievers.convdr.orquac_bench",
                                      description=__doc__.split("\n\n")[0])
@@ -345,30 +346,26 @@ def main(argv: list[str] | None = None) -> int:
     score.add_argument("--label", default=None, help="row label for the printed table")
     score.add_argument("--out", metavar="FILE", help="write the result as JSON")
     args = parser.parse_args(argv)
-    try:
-        if args.job == "build":
-            meta = build_orquac_benchmark(args.orquac, args.out, args.overwrite, progress=True)
-            print(json.dumps(meta["counts"]))
-            print(meta["labels"])
-            return 0
-        from convqa.specs import parse_spec
-
-        spec, _ = parse_spec(args.retriever)
-        history: Any = args.history
-        if history.strip().startswith("{"):
-            history, _ = parse_spec(history, "history")
-        result = score_benchmark(args.bench, spec, args.input, history, args.k, progress=True)
-        if args.out:
-            write_json(args.out, result)
-        print("| retriever | input | n | MRR | Hits@1 | Hits@5 | Hits@20 | NDCG@3 |")
-        print("|---|---|---|---|---|---|---|---|")
-        for label_set in LABEL_SETS:
-            print(markdown_row(f"{args.label or 'retriever'} ({label_set})", result, label_set))
-        print(f"note: {result['labels']}")
+    if args.job == "build":
+        meta = build_orquac_benchmark(args.orquac, args.out, args.overwrite, progress=True)
+        print(json.dumps(meta["counts"]))
+        print(meta["labels"])
         return 0
-    except ConvQAError as exc:
-        print(f"orquac_bench: error: {exc}", file=sys.stderr)
-        return 2
+    from convqa.specs import parse_spec
+
+    spec, _ = parse_spec(args.retriever)
+    history: Any = args.history
+    if history.strip().startswith("{"):
+        history, _ = parse_spec(history, "history")
+    result = score_benchmark(args.bench, spec, args.input, history, args.k, progress=True)
+    if args.out:
+        write_json(args.out, result)
+    print("| retriever | input | n | MRR | Hits@1 | Hits@5 | Hits@20 | NDCG@3 |")
+    print("|---|---|---|---|---|---|---|---|")
+    for label_set in LABEL_SETS:
+        print(markdown_row(f"{args.label or 'retriever'} ({label_set})", result, label_set))
+    print(f"note: {result['labels']}")
+    return 0
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from convqa.errors import ConvQAError
+from convqa.errors import ConvQAError, reports_errors
 
 WARMUP_TURNS = 5
 
@@ -64,6 +64,7 @@ def topiocqa_turns(data_dir: str, count: int):
     return pairs
 
 
+@reports_errors("bench_answer")
 def main(argv: list[str] | None = None) -> int:
     from convqa.front.embedded import DEFAULT_RETRIEVER, RETRIEVER_CHOICES
 
@@ -82,11 +83,7 @@ def main(argv: list[str] | None = None) -> int:
                              "(default auto: measured here)")
     parser.add_argument("--json", help="also write the numbers here")
     args = parser.parse_args(argv)
-    try:
-        return run(args)
-    except ConvQAError as exc:
-        print(f"bench_answer: error: {exc}", file=sys.stderr)
-        return 2
+    return run(args)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from convqa import precision as P
-from convqa.errors import ConvQAError
+from convqa.errors import reports_errors
 
 CANDIDATES = ("fp32", "bf16", "int8", "int8-all")
 
@@ -122,6 +122,7 @@ def bench_reader(store, questions, heldout, repeats):
     return {"candidates": rows, "auto": auto.precision_choice.to_dict()}
 
 
+@reports_errors("bench_precision")
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--passages", type=int, default=256, help="passages encoded per candidate")
@@ -135,27 +136,23 @@ def main(argv: list[str] | None = None) -> int:
     from convqa.corpus import PassageStore
     from convqa.front.embedded import embedded_dir, ensure_embedded
 
-    try:
-        ensure_embedded(progress=False)
-        store = PassageStore.open(embedded_dir() / "passages")
-        questions = ["Who directed 2001: A Space Odyssey?", "who painted the mona lisa?",
-                     "when did the berlin wall fall?", "what is the capital of australia?",
-                     "who wrote pride and prejudice?", "how tall is mount everest?",
-                     "what does photosynthesis produce?", "who discovered penicillin?"]
-        heldout = []
-        if args.squad and Path(args.squad).exists():
-            from readers.extractive.data import squad_examples
+    ensure_embedded(progress=False)
+    store = PassageStore.open(embedded_dir() / "passages")
+    questions = ["Who directed 2001: A Space Odyssey?", "who painted the mona lisa?",
+                 "when did the berlin wall fall?", "what is the capital of australia?",
+                 "who wrote pride and prejudice?", "how tall is mount everest?",
+                 "what does photosynthesis produce?", "who discovered penicillin?"]
+    heldout = []
+    if args.squad and Path(args.squad).exists():
+        from readers.extractive.data import squad_examples
 
-            heldout = [e for e in squad_examples(args.squad, negatives=0,
-                                                 max_heldout=args.heldout)
-                       if e.split == "heldout"]
-        result = {"cpu_capability": P.cpu_capability(), "machine": P.machine_key(),
-                  "threads": torch.get_num_threads(),
-                  "encoder": bench_encoder(store, args.passages, questions, args.repeats),
-                  "reader": bench_reader(store, questions, heldout, args.repeats)}
-    except ConvQAError as exc:
-        print(f"bench_precision: {exc}", file=sys.stderr)
-        return 1
+        heldout = [e for e in squad_examples(args.squad, negatives=0,
+                                             max_heldout=args.heldout)
+                   if e.split == "heldout"]
+    result = {"cpu_capability": P.cpu_capability(), "machine": P.machine_key(),
+              "threads": torch.get_num_threads(),
+              "encoder": bench_encoder(store, args.passages, questions, args.repeats),
+              "reader": bench_reader(store, questions, heldout, args.repeats)}
     text = json.dumps(result, indent=1)
     print(text)
     if args.out:

@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from convqa.errors import ConvQAError
+from convqa.errors import reports_errors
 
 
 def measure(examples, passages: int, pool: int, batch_size: int, steps: int, bf16: bool,
@@ -47,6 +47,7 @@ def measure(examples, passages: int, pool: int, batch_size: int, steps: int, bf1
             "cpu": torch.backends.cpu.get_cpu_capability()}
 
 
+@reports_errors("bench_reader_train")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--examples", required=True, help="reader examples (train.jsonl)")
@@ -60,20 +61,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from readers.extractive.data import load_examples
 
-    try:
-        examples = load_examples(args.examples)
-        print("| passages/question | length pool | s/step (median) | s/step (mean) | "
-              "questions/s |\n|---:|---:|---:|---:|---:|")
-        for pool in args.pools:
-            for passages in args.passages:
-                row = measure(examples, passages, pool, args.batch_size, args.steps, args.bf16,
-                              args.init_model)
-                print(f"| {passages} | {pool} | {row['s_per_step_median']} | "
-                      f"{row['s_per_step_mean']} | {row['questions_per_s']} |", flush=True)
-                print(json.dumps(row), file=sys.stderr, flush=True)
-    except ConvQAError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    examples = load_examples(args.examples)
+    print("| passages/question | length pool | s/step (median) | s/step (mean) | "
+          "questions/s |\n|---:|---:|---:|---:|---:|")
+    for pool in args.pools:
+        for passages in args.passages:
+            row = measure(examples, passages, pool, args.batch_size, args.steps, args.bf16,
+                          args.init_model)
+            print(f"| {passages} | {pool} | {row['s_per_step_median']} | "
+                  f"{row['s_per_step_mean']} | {row['questions_per_s']} |", flush=True)
+            print(json.dumps(row), file=sys.stderr, flush=True)
     return 0
 
 

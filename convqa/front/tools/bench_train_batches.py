@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from convqa.errors import ConvQAError
+from convqa.errors import reports_errors
 
 
 def reader_examples(args):
@@ -95,6 +95,7 @@ def measure(args, examples, workers: int) -> dict:
             "step_s_median": round(statistics.median(r["seconds"] for r in log), 3)}
 
 
+@reports_errors("bench_train_batches")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     source = parser.add_mutually_exclusive_group(required=True)
@@ -110,18 +111,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="train that many steps (else only draw the batches)")
     parser.add_argument("--init-model", default="all-MiniLM-L6-v2")
     args = parser.parse_args(argv)
-    try:
-        examples = reader_examples(args)
-        print("| loader workers | questions x passages | s/step waiting for batches (median) "
-              "| s/step (median) |\n|---:|---:|---:|---:|")
-        for workers in args.workers:
-            row = measure(args, examples, workers)
-            print(f"| {workers} | {args.batch_size} x {args.passages} | {row['batch_s_median']} "
-                  f"| {row.get('step_s_median', '-')} |", flush=True)
-            print(json.dumps(row), file=sys.stderr, flush=True)
-    except ConvQAError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    examples = reader_examples(args)
+    print("| loader workers | questions x passages | s/step waiting for batches (median) "
+          "| s/step (median) |\n|---:|---:|---:|---:|")
+    for workers in args.workers:
+        row = measure(args, examples, workers)
+        print(f"| {workers} | {args.batch_size} x {args.passages} | {row['batch_s_median']} "
+              f"| {row.get('step_s_median', '-')} |", flush=True)
+        print(json.dumps(row), file=sys.stderr, flush=True)
     return 0
 
 

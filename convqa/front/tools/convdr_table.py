@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from convqa.config import load_yaml
-from convqa.errors import ConfigError, ConvQAError
+from convqa.errors import ConfigError, reports_errors
 from convqa.io import load_json, write_json
 from retrievers.convdr.orquac_bench import markdown_row, score_benchmark
 
@@ -120,6 +120,7 @@ def _write_block(path: Path, text: str) -> None:
     path.write_text(block, encoding="utf-8")
 
 
+@reports_errors("convdr_table")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bench", required=True, help="OR-QuAC benchmark folder")
@@ -128,23 +129,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="output path without extension")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
-    try:
-        config = load_yaml(args.systems)
-        if not isinstance(config, dict):
-            raise ConfigError(f"{args.systems}: expected a mapping with 'orquac' / 'fidelity'")
-        names = {"bench": args.bench, "runs": args.runs}
-        orquac, notes = orquac_rows(config.get("orquac") or [], names, args.bench,
-                                    not args.quiet)
-        fidelity, more = fidelity_rows(config.get("fidelity") or [], names)
-        text = render(orquac, fidelity, notes + more)
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        _write_block(out.with_suffix(".md"), text)
-        write_json(out.with_suffix(".json"), {"orquac": orquac, "fidelity": fidelity,
-                                              "notes": notes + more})
-    except ConvQAError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    config = load_yaml(args.systems)
+    if not isinstance(config, dict):
+        raise ConfigError(f"{args.systems}: expected a mapping with 'orquac' / 'fidelity'")
+    names = {"bench": args.bench, "runs": args.runs}
+    orquac, notes = orquac_rows(config.get("orquac") or [], names, args.bench,
+                                not args.quiet)
+    fidelity, more = fidelity_rows(config.get("fidelity") or [], names)
+    text = render(orquac, fidelity, notes + more)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    _write_block(out.with_suffix(".md"), text)
+    write_json(out.with_suffix(".json"), {"orquac": orquac, "fidelity": fidelity,
+                                          "notes": notes + more})
     print(text)
     return 0
 

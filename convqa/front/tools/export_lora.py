@@ -23,7 +23,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from convqa.errors import ConvQAError
+from convqa.errors import ConvQAError, reports_errors
 from convqa.io import write_json
 from convqa.lora_storage import FP16, FP32, INT8, round_lora, store_lora
 from retrievers.dense.lora_export import (EXACT_MODULES, SMALL_EMBEDDINGS,
@@ -144,6 +144,7 @@ def export_phrase(tuned_path: str, rank: int, out: str, base_name: str | None,
     return tuned.full_fingerprint(), {"towers": reports}
 
 
+@reports_errors("export_lora")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tuned", required=True, help="fully fine-tuned model folder")
@@ -167,33 +168,29 @@ def main(argv: list[str] | None = None) -> int:
                              "(~0.8 MB for MiniLM; the reader's fine-tuning moves them)")
     args = parser.parse_args(argv)
     exact = EXACT_MODULES + (SMALL_EMBEDDINGS if args.exact_embeddings else ())
-    try:
-        folder = Path(args.tuned)
-        if (folder / "convqa_phrase_model.json").exists():
-            export = export_phrase
-        elif (folder / "convqa_reader.json").exists():
-            export = export_reader
-        elif (folder / "convqa_reranker.json").exists():
-            export = export_reranker
-        elif (folder / "convqa_convdr.json").exists():
-            export = export_convdr
-        else:
-            export = export_dual_encoder
-        if args.base_name and not args.base:
-            raise ConvQAError("--base-name names what --base is a copy of; give --base too")
-        if args.half and args.int8:
-            raise ConvQAError("--half or --int8, not both")
-        storage = FP16 if args.half else INT8 if args.int8 else FP32
-        fingerprint, report = export(args.tuned, args.rank, args.out, args.base, exact,
-                                     storage, saved_as=args.base_name)
-        report["lora_dtype"] = storage
-        if storage != FP32:
-            report[SAVED_KEY[storage]] = store_lora(args.out, storage)
-        write_json(Path(args.out) / "export_report.json",
-                   {"tuned": args.tuned, "tuned_fingerprint": fingerprint, **report})
-    except ConvQAError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    folder = Path(args.tuned)
+    if (folder / "convqa_phrase_model.json").exists():
+        export = export_phrase
+    elif (folder / "convqa_reader.json").exists():
+        export = export_reader
+    elif (folder / "convqa_reranker.json").exists():
+        export = export_reranker
+    elif (folder / "convqa_convdr.json").exists():
+        export = export_convdr
+    else:
+        export = export_dual_encoder
+    if args.base_name and not args.base:
+        raise ConvQAError("--base-name names what --base is a copy of; give --base too")
+    if args.half and args.int8:
+        raise ConvQAError("--half or --int8, not both")
+    storage = FP16 if args.half else INT8 if args.int8 else FP32
+    fingerprint, report = export(args.tuned, args.rank, args.out, args.base, exact,
+                                 storage, saved_as=args.base_name)
+    report["lora_dtype"] = storage
+    if storage != FP32:
+        report[SAVED_KEY[storage]] = store_lora(args.out, storage)
+    write_json(Path(args.out) / "export_report.json",
+               {"tuned": args.tuned, "tuned_fingerprint": fingerprint, **report})
     print(json.dumps(report, indent=1))
     return 0
 

@@ -13,11 +13,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from convqa.errors import ConvQAError
+from convqa.errors import reports_errors
 from readers.fid.data import write_examples
 from readers.fid.from_run import examples_from_run
 
 
+@reports_errors("fid_examples")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--benchmark", required=True)
@@ -28,12 +29,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="only turns whose answer occurs in a passage")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
-    try:
-        count = write_examples(args.out, list(examples_from_run(
-            args.benchmark, args.run, args.n, args.split, args.answerable_only)))
-    except ConvQAError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    count = write_examples(args.out, list(examples_from_run(
+        args.benchmark, args.run, args.n, args.split, args.answerable_only)))
     print(f"{count} examples written to {args.out}")
     return 0
 

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from convqa.errors import reports_errors
+
 
 def article_taken_out(hits, article_id: str, k: int) -> list:
     """The first `k` hits that are not passages of `article_id`."""
@@ -34,8 +36,8 @@ def confidences(reader, reads) -> np.ndarray:
     return np.array([answer.confidence if answer is not None else 0.0 for answer in answers])
 
 
+@reports_errors("no_answer_absent_article")
 def main(argv: list[str] | None = None) -> int:
-    from convqa.errors import ConvQAError
     from convqa.quiet import add_verbose_argument, quiet_third_party
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -52,12 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     add_verbose_argument(parser)
     args = parser.parse_args(argv)
-    try:
-        with quiet_third_party(not args.verbose):
-            report = probe(args)
-    except ConvQAError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    with quiet_third_party(not args.verbose):
+        report = probe(args)
     print(json.dumps(report, indent=2))
     return 0
 

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 
-from convqa.errors import ConvQAError
+from convqa.errors import reports_errors
 
 
 def build(dump: str, out: Path, keep: float, code_bytes: int, opq: bool, passages: str,
@@ -50,6 +50,7 @@ def build(dump: str, out: Path, keep: float, code_bytes: int, opq: bool, passage
             "build_seconds": meta.get("build_seconds")}
 
 
+@reports_errors("phrase_filter_curve")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dump", required=True, help="a finished phrase dump folder")
@@ -71,28 +72,24 @@ def main(argv: list[str] | None = None) -> int:
     from convqa.front.tools.phrase_ablation import evaluate
 
     rows = []
-    try:
-        if args.reference:
-            row = {"index": "dump-based (int8 vectors, exact scores)",
-                   **evaluate(args.reference, args.model, args.benchmark)}
+    if args.reference:
+        row = {"index": "dump-based (int8 vectors, exact scores)",
+               **evaluate(args.reference, args.model, args.benchmark)}
+        print(row, flush=True)
+        rows.append(row)
+    for code_bytes in args.code_bytes:
+        for keep in args.keep:
+            name = f"keep-{keep:g}-m{code_bytes}" + ("-noopq" if args.no_opq else "") + \
+                (f"-s{args.search_bytes}" if args.search_bytes else "") + \
+                ("-nopunct" if args.skip_punctuation else "")
+            out = Path(args.work) / name
+            row = {"index": name, "keep": keep, "code_bytes": code_bytes,
+                   "skip_punctuation": args.skip_punctuation,
+                   **build(args.dump, out, keep, code_bytes, not args.no_opq, args.passages,
+                           args.model, args.search_bytes, args.skip_punctuation)}
+            row.update(evaluate(str(out), args.model, args.benchmark))
             print(row, flush=True)
             rows.append(row)
-        for code_bytes in args.code_bytes:
-            for keep in args.keep:
-                name = f"keep-{keep:g}-m{code_bytes}" + ("-noopq" if args.no_opq else "") + \
-                    (f"-s{args.search_bytes}" if args.search_bytes else "") + \
-                    ("-nopunct" if args.skip_punctuation else "")
-                out = Path(args.work) / name
-                row = {"index": name, "keep": keep, "code_bytes": code_bytes,
-                       "skip_punctuation": args.skip_punctuation,
-                       **build(args.dump, out, keep, code_bytes, not args.no_opq, args.passages,
-                               args.model, args.search_bytes, args.skip_punctuation)}
-                row.update(evaluate(str(out), args.model, args.benchmark))
-                print(row, flush=True)
-                rows.append(row)
-    except ConvQAError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
     return 0

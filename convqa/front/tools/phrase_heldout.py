@@ -15,10 +15,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from convqa.errors import ConvQAError
+from convqa.errors import reports_errors
 from convqa.io import write_json
 
 
+@reports_errors("phrase_heldout")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", action="append", required=True, metavar="LABEL=DIR")
@@ -30,35 +31,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval-examples", type=int, default=200, help="per source")
     parser.add_argument("--json")
     args = parser.parse_args(argv)
-    try:
-        from phrase_index.data import build_examples
-        from phrase_index.model import PhraseModel
-        from phrase_index.train import heldout_scores
+    from phrase_index.data import build_examples
+    from phrase_index.model import PhraseModel
+    from phrase_index.train import heldout_scores
 
-        models = dict(item.split("=", 1) for item in args.model)
-        examples = build_examples(args.squad, args.benchmark, [], args.max_examples,
-                                  args.heldout_fraction, args.seed)
-        heldout = [example for example in examples if example.split != "train"]
-        results: dict[str, dict] = {}
-        for label, path in models.items():
-            model = PhraseModel.load(path)
-            if model.has_adapters:
-                model.merge_adapters()
-            scores = heldout_scores(model, heldout, args.eval_examples)
-            if not results:
-                print("| model | " + " | ".join(f"{s} EM / F1" for s in scores) + " |")
-                print("|---|" + "---|" * len(scores))
-                chance = scores
-            results[label] = {"model": path, "fingerprint": model.fingerprint(), **scores}
-            print(f"| {label} | " + " | ".join(f"{v['em']:.1f} / {v['f1']:.1f}"
-                                               for v in scores.values()) + " |", flush=True)
-        print("| chance | " + " | ".join(f"{v['chance_em']:.1f} / {v['chance_f1']:.1f}"
-                                         for v in chance.values()) + " |")
-        if args.json:
-            write_json(args.json, {"models": results})
-    except ConvQAError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    models = dict(item.split("=", 1) for item in args.model)
+    examples = build_examples(args.squad, args.benchmark, [], args.max_examples,
+                              args.heldout_fraction, args.seed)
+    heldout = [example for example in examples if example.split != "train"]
+    results: dict[str, dict] = {}
+    for label, path in models.items():
+        model = PhraseModel.load(path)
+        if model.has_adapters:
+            model.merge_adapters()
+        scores = heldout_scores(model, heldout, args.eval_examples)
+        if not results:
+            print("| model | " + " | ".join(f"{s} EM / F1" for s in scores) + " |")
+            print("|---|" + "---|" * len(scores))
+            chance = scores
+        results[label] = {"model": path, "fingerprint": model.fingerprint(), **scores}
+        print(f"| {label} | " + " | ".join(f"{v['em']:.1f} / {v['f1']:.1f}"
+                                           for v in scores.values()) + " |", flush=True)
+    print("| chance | " + " | ".join(f"{v['chance_em']:.1f} / {v['chance_f1']:.1f}"
+                                     for v in chance.values()) + " |")
+    if args.json:
+        write_json(args.json, {"models": results})
     return 0
 
 

@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-from convqa.errors import ConvQAError, DataError
+from convqa.errors import DataError, reports_errors
 
 LOSS_BUCKET = 10  # steps per loss mean kept in a history file
 
@@ -70,6 +70,7 @@ def merge_history(history: list[dict], log: list[dict]) -> list[dict]:
     return sorted(merged, key=lambda r: (r["step"], "heldout" in r))
 
 
+@reports_errors("plot_reader_curve")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run", help="training run folder (`convqa train reader --out`)")
@@ -82,31 +83,27 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from convqa.front.evaluation.plots import training_curve
 
-    try:
-        run = Path(args.run)
-        log = read_log(run)
-        smooth = args.smooth
-        if args.history:
-            history_path = Path(args.history)
-            history = read_records(history_path) if history_path.exists() else []
-            log = merge_history(history, log)
-            smooth = max(1, args.smooth // LOSS_BUCKET)
-        points = [r for r in log if "heldout" in r]
-        if not points:
-            raise DataError("no held-out scores in log.jsonl (train with --eval-every N)", run)
-        steps = max((r["step"] for r in log), default=0)
-        title = args.title or (f"{run.name}: held-out F1 every "
-                               f"{points[1]['step'] - points[0]['step'] if len(points) > 1 else steps}"
-                               f" steps, {steps} steps so far")
-        training_curve(log, args.out, title, smooth,
-                       loss_steps=args.smooth if args.history else None)
-        if args.history and args.update_history:
-            from convqa.io import write_jsonl
+    run = Path(args.run)
+    log = read_log(run)
+    smooth = args.smooth
+    if args.history:
+        history_path = Path(args.history)
+        history = read_records(history_path) if history_path.exists() else []
+        log = merge_history(history, log)
+        smooth = max(1, args.smooth // LOSS_BUCKET)
+    points = [r for r in log if "heldout" in r]
+    if not points:
+        raise DataError("no held-out scores in log.jsonl (train with --eval-every N)", run)
+    steps = max((r["step"] for r in log), default=0)
+    title = args.title or (f"{run.name}: held-out F1 every "
+                           f"{points[1]['step'] - points[0]['step'] if len(points) > 1 else steps}"
+                           f" steps, {steps} steps so far")
+    training_curve(log, args.out, title, smooth,
+                   loss_steps=args.smooth if args.history else None)
+    if args.history and args.update_history:
+        from convqa.io import write_jsonl
 
-            write_jsonl(history_path, log)
-    except ConvQAError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        write_jsonl(history_path, log)
     last = points[-1]
     print(f"{args.out}: {len(points)} held-out points, last at step {last['step']}: "
           f"F1 {last['heldout']['f1']:.1f} (mean over {len(last['heldout']['sources'])} sources)")

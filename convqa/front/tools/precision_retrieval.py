@@ -17,9 +17,10 @@ import sys
 from pathlib import Path
 
 
-from convqa.errors import ConvQAError
+from convqa.errors import reports_errors
 
 
+@reports_errors("precision_retrieval")
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--benchmark", required=True, help="a vital (or full) benchmark folder")
@@ -34,23 +35,19 @@ def main(argv: list[str] | None = None) -> int:
     from retrievers.dense.retriever import DenseRetriever, DenseRetrieverConfig
 
     rows = {}
-    try:
-        passages = Path(args.benchmark) / "passages"
-        for precision in args.precision:
-            index_dir = Path(args.work) / precision
-            index = build_dense_index(args.model, passages, index_dir, precision=precision)
-            retriever = DenseRetriever.from_config(DenseRetrieverConfig(
-                index=str(index_dir), model=args.model, passages=str(passages),
-                precision=precision))
-            result = evaluate_retrieval(args.benchmark, retriever, "oldest_first",
-                                        use_cache=False, progress=True, label=precision)
-            rows[precision] = {"index_precision": index.meta.get("precision"),
-                               "levels": result["levels"]}
-            overall = result["levels"]["article"]["groups"]["all"]
-            print(precision, json.dumps(overall), flush=True)
-    except ConvQAError as exc:
-        print(f"precision_retrieval: {exc}", file=sys.stderr)
-        return 1
+    passages = Path(args.benchmark) / "passages"
+    for precision in args.precision:
+        index_dir = Path(args.work) / precision
+        index = build_dense_index(args.model, passages, index_dir, precision=precision)
+        retriever = DenseRetriever.from_config(DenseRetrieverConfig(
+            index=str(index_dir), model=args.model, passages=str(passages),
+            precision=precision))
+        result = evaluate_retrieval(args.benchmark, retriever, "oldest_first",
+                                    use_cache=False, progress=True, label=precision)
+        rows[precision] = {"index_precision": index.meta.get("precision"),
+                           "levels": result["levels"]}
+        overall = result["levels"]["article"]["groups"]["all"]
+        print(precision, json.dumps(overall), flush=True)
     out = {"cpu_capability": cpu_capability(), "benchmark": args.benchmark, "rows": rows}
     if args.out:
         Path(args.out).write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")

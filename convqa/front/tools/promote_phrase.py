@@ -43,7 +43,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from convqa.errors import ConvQAError, DataError
+from convqa.errors import ConvQAError, DataError, reports_errors
 from convqa.front.tools import export_lora, phrase_ablation, promote_reader
 
 HEADER = "# convqa-phrase: PRO-ConvQA phrase model as LoRA adapters + heads"
@@ -321,6 +321,7 @@ def promote(run: Path, assets: Path, data: dict[str, Any], per_source: int, rank
     return result
 
 
+@reports_errors("promote_phrase")
 def main(argv: list[str] | None = None) -> int:
     from convqa.models import ASSETS_DIR, SHIPPED_MODELS
 
@@ -354,21 +355,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     data = {"squad": args.squad, "benchmarks": args.benchmark, "max_examples": args.max_examples,
             "heldout_fraction": args.heldout_fraction, "seed": args.seed}
-    try:
-        result = promote(Path(args.run), Path(args.assets), data, args.per_source, args.rank,
-                         args.min_gain, args.dry_run, not args.no_check,
-                         benchmark=args.open_domain,
-                         work=Path(args.work) if args.work else None, by=args.by,
-                         index=Path(args.open_domain_index) if args.open_domain_index
-                         else None)
-        if args.out:
-            from convqa.io import write_json
+    result = promote(Path(args.run), Path(args.assets), data, args.per_source, args.rank,
+                     args.min_gain, args.dry_run, not args.no_check,
+                     benchmark=args.open_domain,
+                     work=Path(args.work) if args.work else None, by=args.by,
+                     index=Path(args.open_domain_index) if args.open_domain_index
+                     else None)
+    if args.out:
+        from convqa.io import write_json
 
-            write_json(args.out, result)
-        return 0
-    except ConvQAError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        write_json(args.out, result)
+    return 0
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from convqa.errors import ConvQAError, DataError
+from convqa.errors import ConvQAError, DataError, reports_errors
 
 REPO = Path(__file__).resolve().parents[3]
 HEADER = "# convqa-reader: extractive reader (DPR reader design) as a LoRA adapter + heads"
@@ -368,6 +368,7 @@ def _draw_curve(run: Path, curve: Path) -> Path | None:
                                  "--update-history"]) == 0 else None
 
 
+@reports_errors("promote_reader")
 def main(argv: list[str] | None = None) -> int:
     from convqa.models import ASSETS_DIR, SHIPPED_MODELS
 
@@ -391,14 +392,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="compare only")
     parser.add_argument("--out", help="write the comparison as JSON")
     args = parser.parse_args(argv)
-    try:
-        checks = [] if args.no_check else [parse_check(c) for c in args.check or [README_CHECK]]
-        result = promote(Path(args.run), Path(args.assets), args.per_source, args.seed,
-                         args.rank, args.min_gain, Path(args.curve) if args.curve else None,
-                         args.dry_run, checks=checks)
-    except ConvQAError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    checks = [] if args.no_check else [parse_check(c) for c in args.check or [README_CHECK]]
+    result = promote(Path(args.run), Path(args.assets), args.per_source, args.seed,
+                     args.rank, args.min_gain, Path(args.curve) if args.curve else None,
+                     args.dry_run, checks=checks)
     if args.out:
         from convqa.io import write_json
 

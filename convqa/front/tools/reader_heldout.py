@@ -12,9 +12,10 @@ import argparse
 import sys
 import time
 
-from convqa.errors import ConvQAError
+from convqa.errors import reports_errors
 
 
+@reports_errors("reader_heldout")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("models", nargs="+", help="reader folders or aliases")
@@ -25,22 +26,18 @@ def main(argv: list[str] | None = None) -> int:
     from readers.extractive.model import ExtractiveReader
     from readers.extractive.heldout import evaluate_reader
 
-    try:
-        by_source: dict[str, list] = {}
-        for example in load_examples(args.examples):
-            by_source.setdefault(example.source or "examples", []).append(example)
-        print("| model | source | n | EM | F1 | seconds |\n|---|---|---:|---:|---:|---:|")
-        for name in args.models:
-            reader = ExtractiveReader.from_pretrained(name).eval()
-            for source, items in by_source.items():
-                started = time.perf_counter()
-                convention = scoring_convention(source)
-                scores = evaluate_reader(reader, items[:args.per_source], convention=convention)
-                print(f"| {name} | {source} | {scores['count']} | {scores['em']:.1f} | "
-                      f"{scores['f1']:.1f} | {time.perf_counter() - started:.0f} |", flush=True)
-    except ConvQAError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    by_source: dict[str, list] = {}
+    for example in load_examples(args.examples):
+        by_source.setdefault(example.source or "examples", []).append(example)
+    print("| model | source | n | EM | F1 | seconds |\n|---|---|---:|---:|---:|---:|")
+    for name in args.models:
+        reader = ExtractiveReader.from_pretrained(name).eval()
+        for source, items in by_source.items():
+            started = time.perf_counter()
+            convention = scoring_convention(source)
+            scores = evaluate_reader(reader, items[:args.per_source], convention=convention)
+            print(f"| {name} | {source} | {scores['count']} | {scores['em']:.1f} | "
+                  f"{scores['f1']:.1f} | {time.perf_counter() - started:.0f} |", flush=True)
     return 0
 
 

@@ -18,7 +18,7 @@ import json
 import sys
 from typing import Any
 
-from convqa.errors import ConfigError, ConvQAError
+from convqa.errors import ConfigError, reports_errors
 from convqa.front.cli.train_decoding import (add_source_arguments, benchmark_sources,
                                              build_reader, open_reranking, reader_folder,
                                              reranker_spec, squad_source)
@@ -55,6 +55,7 @@ def check(args: argparse.Namespace, say=print) -> dict[str, Any]:
     return result
 
 
+@reports_errors("reader_no_answer_check")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m convqa.front.tools.reader_no_answer_check",
                                      description=__doc__.split("\n\n")[0])
@@ -66,11 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report", metavar="FILE", help="write the scores as JSON")
     args = parser.parse_args(argv)
     say = (lambda _: None) if args.quiet else (lambda text: print(text, file=sys.stderr))
-    try:
-        result = check(args, say)
-    except ConvQAError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    result = check(args, say)
     print(json.dumps(result, indent=1))
     return 0
 

@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from convqa.errors import ConvQAError
+from convqa.errors import ConvQAError, reports_errors
 
 
 def rank_models(names: list[str], examples_path: str, per_source: int | None,
@@ -63,6 +63,7 @@ def table(results: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
+@reports_errors("reranker_heldout")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("models", nargs="+", help="reranker folders or aliases")
@@ -74,17 +75,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="also write the scores as JSON here")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
-    try:
-        results = rank_models(args.models, args.examples, args.per_source, args.precision,
-                              args.seed, progress=not args.quiet)
-        if args.out:
-            from convqa.io import write_json
+    results = rank_models(args.models, args.examples, args.per_source, args.precision,
+                          args.seed, progress=not args.quiet)
+    if args.out:
+        from convqa.io import write_json
 
-            write_json(Path(args.out), {"examples": args.examples, "per_source": args.per_source,
-                                        "precision": args.precision, "models": results})
-    except ConvQAError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        write_json(Path(args.out), {"examples": args.examples, "per_source": args.per_source,
+                                    "precision": args.precision, "models": results})
     print(table(results))
     print("MRR / Hits@1 (%) of the answer passage among its candidates")
     return 0

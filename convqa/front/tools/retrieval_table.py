@@ -17,9 +17,10 @@ import argparse
 import shlex
 import sys
 
-from convqa.errors import ConfigError, ConvQAError
+from convqa.errors import ConfigError, reports_errors
 
 
+@reports_errors("retrieval_table")
 def main(argv: list[str] | None = None) -> int:
     from convqa.front.cli.eval import make_table
     from convqa.front.evaluation.targets import benchmark_target
@@ -41,18 +42,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     command = "python -m convqa.front.tools.retrieval_table " + " ".join(
         shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
-    try:
-        for item in args.corpus:
-            if "=" not in item:
-                raise ConfigError(f"--corpus {item!r}: expected NAME=DIR")
-        targets = [benchmark_target(item) for item in args.corpus]
-        written = make_table("retrieval", targets, args.systems, args.out, command=command,
-                             split=args.split, only=args.only, cache_dir=args.cache_dir,
-                             batch_size=args.batch_size, use_cache=not args.no_cache,
-                             progress=not args.quiet, plots=not args.no_plots)
-    except ConvQAError as exc:
-        print(f"retrieval_table: error: {exc}", file=sys.stderr)
-        return 2
+    for item in args.corpus:
+        if "=" not in item:
+            raise ConfigError(f"--corpus {item!r}: expected NAME=DIR")
+    targets = [benchmark_target(item) for item in args.corpus]
+    written = make_table("retrieval", targets, args.systems, args.out, command=command,
+                         split=args.split, only=args.only, cache_dir=args.cache_dir,
+                         batch_size=args.batch_size, use_cache=not args.no_cache,
+                         progress=not args.quiet, plots=not args.no_plots)
     print("wrote " + ", ".join(str(p) for p in written), file=sys.stderr)
     return 0
 

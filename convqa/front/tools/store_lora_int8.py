@@ -14,7 +14,7 @@ import json
 import sys
 from pathlib import Path
 
-from convqa.errors import ConvQAError
+from convqa.errors import ConvQAError, reports_errors
 from convqa.io import load_json, write_json
 from convqa.lora_storage import INT8, INT8_FILE, PEFT_FILE, round_lora, store_lora
 from convqa.models import resolve_model
@@ -50,6 +50,7 @@ def store_int8(model: str, out: str) -> dict:
     return report
 
 
+@reports_errors("store_lora_int8")
 def main(argv: list[str] | None = None) -> int:
     from convqa.quiet import add_verbose_argument, quiet_third_party
 
@@ -58,13 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out", help="new folder for the int8 copy")
     add_verbose_argument(parser)
     args = parser.parse_args(argv)
-    try:
-        with quiet_third_party(not args.verbose):
-            print(json.dumps(store_int8(args.model, args.out), indent=1))
-        return 0
-    except ConvQAError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    with quiet_third_party(not args.verbose):
+        print(json.dumps(store_int8(args.model, args.out), indent=1))
+    return 0
 
 
 if __name__ == "__main__":

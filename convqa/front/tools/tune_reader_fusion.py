@@ -19,9 +19,10 @@ import json
 import sys
 import time
 
-from convqa.errors import ConvQAError
+from convqa.errors import reports_errors
 
 
+@reports_errors("tune_reader_fusion")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--benchmark", required=True, help="`convqa data topiocqa-wiki` folder")
@@ -42,11 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", help="write the choice and all scores as JSON")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
-    try:
-        result = tune_on_benchmark(args)
-    except ConvQAError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    result = tune_on_benchmark(args)
     if args.out:
         from convqa.io import write_json
 

@@ -19,7 +19,7 @@ import argparse
 import json
 import sys
 
-from convqa.errors import ConvQAError
+from convqa.errors import reports_errors
 
 PROG = "python -m convqa.front.tools.device_pack"
 
@@ -103,13 +103,10 @@ def run(args: argparse.Namespace) -> dict:
     return export.import_back(args.outdir, args.run, args.base)
 
 
+@reports_errors("device_pack")
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        print(json.dumps(run(args)))
-    except ConvQAError as exc:
-        print(f"device_pack {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+    print(json.dumps(run(args)))
     return 0
 
 
