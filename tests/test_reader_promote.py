@@ -109,7 +109,8 @@ def test_a_better_reader_is_installed_with_its_card_and_history(run, tmp_path):
     assert result["promoted"] and result["steps"] == 6 and result["examples_seen"] == 24
     assert curve.exists()
     card = (assets / "README.md").read_text()
-    assert card.startswith(promote.HEADER)
+    assert card.startswith(promote.HEADER.format(alias="convqa-reader"))
+    assert "It is the default reader" in card
     assert "Steps: 6" in card and "questions seen: 24" in card
     assert "squad:dev-v2.0" in card and str(curve) in card
     history = card.split("## History", 1)[1]
@@ -125,6 +126,38 @@ def test_a_better_reader_is_installed_with_its_card_and_history(run, tmp_path):
     history = (assets / "README.md").read_text().split("## History", 1)[1]
     assert history.count("### Until") == 2 and "| squad | 12.3 |" in history
     assert not [p for p in assets.parent.iterdir() if p.name.startswith(".")]  # no leftovers
+
+
+def test_a_first_reader_of_another_family_creates_its_folder_against_a_baseline(run, tmp_path):
+    """A large reader has no folder of its own yet: it is compared with the reader it must
+    beat (`baseline`), and only a better one becomes the folder, with int8 factors and a card
+    under its own alias and no History."""
+    from convqa.lora_storage import INT8_FILE
+
+    promote = promote_reader
+    baseline = shipped_copy(run, tmp_path / "reader-extractive")
+    large = tmp_path / "reader-extractive-large"
+    with pytest.raises(Exception, match="--baseline"):
+        promote.promote(run, large, per_source=8, seed=0, rank=4, min_gain=0.0, curve=None,
+                        say=lambda _: None)
+    result = promote.promote(run, large, per_source=8, seed=0, rank=4, min_gain=0.0,
+                             curve=None, say=lambda _: None, baseline=baseline,
+                             alias="convqa-reader-large", int8=True)
+    assert not result["promoted"] and not large.exists()  # equal is not better
+    result = promote.promote(run, large, per_source=8, seed=0, rank=4, min_gain=-1.0,
+                             curve=None, say=lambda _: None, baseline=baseline,
+                             alias="convqa-reader-large", int8=True)
+    assert result["promoted"] and result["baseline"] == str(baseline)
+    assert (large / INT8_FILE).exists()
+    card = (large / "README.md").read_text()
+    assert card.startswith(promote.HEADER.format(alias="convqa-reader-large"))
+    assert "default reader" not in card and "## History" not in card
+    assert str(baseline) in card and "with int8 factors" in card
+    reader = ExtractiveReader.from_pretrained(large)
+    recorded = json.loads((large / "convqa_reader.json").read_text())["fingerprint"]
+    assert reader.fingerprint() == recorded  # the int8 factors reload to what was measured
+    saved = json.loads((large / "heldout.json").read_text())
+    assert saved["candidate"]["fingerprint"] == recorded
 
 
 def test_refusals(run, tmp_path):

