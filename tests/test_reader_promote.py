@@ -135,7 +135,14 @@ def test_a_first_reader_of_another_family_creates_its_folder_against_a_baseline(
     from convqa.lora_storage import INT8_FILE
 
     promote = promote_reader
+    from readers.extractive.decoding import Decoding, Fusion, NoAnswer
+    from readers.extractive.model import write_decoding
+
     baseline = shipped_copy(run, tmp_path / "reader-extractive")
+    abstain = NoAnswer({"selection": 1.0}, -1.0, 0.5)
+    write_decoding(baseline, Decoding(Fusion(0.0, 0.1, 0.25), no_answer=abstain,
+                                      after_reranker=Decoding(Fusion(0.0, 0.05, 2.0),
+                                                              no_answer=abstain)))
     large = tmp_path / "reader-extractive-large"
     with pytest.raises(Exception, match="--baseline"):
         promote.promote(run, large, per_source=8, seed=0, rank=4, min_gain=0.0, curve=None,
@@ -158,6 +165,12 @@ def test_a_first_reader_of_another_family_creates_its_folder_against_a_baseline(
     assert reader.fingerprint() == recorded  # the int8 factors reload to what was measured
     saved = json.loads((large / "heldout.json").read_text())
     assert saved["candidate"]["fingerprint"] == recorded
+    # it reads with the baseline's passage choice, after a reranker too; no-answer
+    # calibrations fit one reader's logits and stay behind
+    decoding = Decoding.from_dict(json.loads((large / "convqa_reader.json").read_text())
+                                  ["decoding"], large)
+    assert decoding.fusion == Fusion(0.0, 0.1, 0.25) and decoding.no_answer is None
+    assert decoding.after_reranker == Decoding(Fusion(0.0, 0.05, 2.0))
 
 
 def test_refusals(run, tmp_path):

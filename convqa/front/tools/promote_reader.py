@@ -131,8 +131,9 @@ def export_candidate(weights: Path, out: Path, rank: int, int8: bool = False) ->
 
 
 def carry_passage_choice(assets: Path, candidate: Path, say=print) -> None:
-    """Give the candidate the shipped reader's passage choice (fusion, strategy, answer length)
-    when it has none of its own, so it is compared and answers as the shipped one does; its
+    """Give the candidate the shipped reader's passage choice (fusion, strategy, answer length,
+    the fusion after a reranker) when it has none of its own, so it is compared and answers as
+    the shipped one does; its
     no-answer calibration is not carried (a confidence fits one reader's logits): calibrate
     the new reader with `convqa train reader-decoding`."""
     from convqa.io import load_json
@@ -144,7 +145,10 @@ def carry_passage_choice(assets: Path, candidate: Path, say=print) -> None:
     if mine or not shipped:
         return
     decoding = Decoding.from_dict(shipped, assets / META_FILE)
-    kept = Decoding(decoding.fusion, decoding.strategy, decoding.max_answer_length)
+    after = decoding.after_reranker
+    after = Decoding(after.fusion) if after is not None and after.fusion is not None else None
+    kept = Decoding(decoding.fusion, decoding.strategy, decoding.max_answer_length,
+                    after_reranker=after)
     if kept.to_dict():
         write_decoding(candidate, kept)
         say(f"candidate reads with the shipped passage choice {kept.to_dict()}")
