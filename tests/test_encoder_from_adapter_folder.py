@@ -112,17 +112,24 @@ def test_the_shipped_models_load_as_the_weights_they_were_measured_with():
     from retrievers.dense.model import DualEncoder
     from retrievers.rerank.model import CrossEncoder
 
+    from convqa.model_packages import installed_path, package_named
+
     classes = {cls.META_FILE: cls for cls in
                (ExtractiveReader, CrossEncoder, ConvDR, DualEncoder, PhraseModel)}
-    checked = set()
+    checked, absent = set(), set()
     for alias in SHIPPED_MODELS:
         for meta, cls in classes.items():
             path = shipped_model_path(alias) / meta
             if path.exists():
-                recorded = json.loads(path.read_text())["fingerprint"]
-                assert cls.from_pretrained(alias).fingerprint() == recorded, alias
+                record = json.loads(path.read_text())
+                base = package_named(record.get("config", {}).get("model"))
+                if base is not None and installed_path(base) is None:
+                    absent.add(alias)  # a large model's base: `convqa models install`
+                    continue
+                assert cls.from_pretrained(alias).fingerprint() == record["fingerprint"], alias
                 checked.add(alias)
-    assert checked == set(SHIPPED_MODELS)
+    assert checked | absent == set(SHIPPED_MODELS)
+    assert {"convqa-reader", "convqa-reranker", "convqa-dpr-ihn"} <= checked
 
 
 def test_the_shipped_reranker_ranks_the_answer_passage_first():
