@@ -25,6 +25,7 @@ SHIPPED_MODELS = {
     "convqa-dpr-ihn": "retriever-dpr-ihn",
     "convqa-dpr-ihn-answer": "retriever-dpr-ihn-answer",
     "convqa-reader": "reader-extractive",
+    "convqa-reader-large": "reader-extractive-large",
     "convqa-phrase": "phrase-model",
     "convqa-reranker": "reranker-cross-encoder",
 }

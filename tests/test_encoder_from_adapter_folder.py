@@ -151,3 +151,21 @@ def test_the_shipped_reranker_ranks_the_answer_passage_first():
         tensors = model.encode_pairs(["Who directed 2001: A Space Odyssey?"] * 2, passages)
         logits = model(**model.model_inputs(tensors)).flatten()
     assert logits[1] > logits[0] + 2.0
+
+
+def test_the_large_reader_without_its_base_says_how_to_install_it(tmp_path, monkeypatch, capsys):
+    """convqa-reader-large is an adapter over all-mpnet-base-v2, which a plain install lacks:
+    loading it, or answering with it, is one line naming the install command."""
+    from convqa.errors import ConvQAError
+    from convqa.front.cli.main import main
+    from readers.extractive.model import ExtractiveReader
+
+    monkeypatch.setenv("CONVQA_CACHE", str(tmp_path / "empty-cache"))
+    with pytest.raises(ConvQAError, match="convqa models install all-mpnet-base-v2"):
+        ExtractiveReader.from_pretrained("convqa-reader-large")
+    assert main(["answer", "Who directed 2001: A Space Odyssey?", "--retriever", "bm25",
+                 "--set", "reader.model=convqa-reader-large"]) == 2
+    err = capsys.readouterr().err  # (after the progress of building the passage store)
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("convqa answer: error:") and "install all-mpnet-base-v2" in last

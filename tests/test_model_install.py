@@ -246,6 +246,11 @@ def test_cli_install_and_list(tiny, tmp_path, capsys):
     assert main(["models", "list", "--cache", str(cache)]) == 0
     listed = capsys.readouterr().out
     assert f"installed at {cache / 'models' / NAME}" in listed and "all-MiniLM-L6-v2" in listed
+    # a shipped adapter over an installable model says which one to install first
+    large = [row for row in listed.splitlines() if row.startswith("convqa-reader-large ")]
+    assert len(large) == 1 and "convqa models install all-mpnet-base-v2" in large[0]
+    reader = [row for row in listed.splitlines() if row.startswith("convqa-reader ")]
+    assert len(reader) == 1 and reader[0].endswith("(shipped adapter)")
     (tmp_path / "pieces" / "nested" / f"{NAME}.zip.005").unlink()
     assert main(["models", "install", NAME, "--from", str(tmp_path / "pieces"), "--force",
                  "--cache", str(cache)]) == 2

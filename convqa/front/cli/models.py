@@ -45,17 +45,33 @@ def run_install(args: argparse.Namespace) -> int:
     return 0
 
 
+def _shipped_kind(folder) -> str:
+    """"shipped adapter", naming its base when that is a model to install first."""
+    import json
+
+    from convqa.model_packages import package_named
+
+    for meta in sorted(folder.glob("convqa_*.json")):
+        try:
+            base = json.loads(meta.read_text(encoding="utf-8")).get("config", {}).get("model")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(base, str) and package_named(base) is not None:
+            return f"shipped adapter over {base}: convqa models install {base}"
+    return "shipped adapter"
+
+
 def run_list(args: argparse.Namespace) -> int:
     from convqa.errors import ConvQAError
     from convqa.model_packages import PACKAGES, installed_path
-    from convqa.models import DEFAULT_MODEL, SHIPPED_MODELS, minilm_path
+    from convqa.models import ASSETS_DIR, DEFAULT_MODEL, SHIPPED_MODELS, minilm_path
 
     try:
         default = f"packaged at {minilm_path()}"
     except ConvQAError as exc:
         default = f"missing: {exc}"
     rows = [(DEFAULT_MODEL, "default encoder", default)]
-    rows += [(alias, "shipped adapter", f"convqa/assets/{folder}")
+    rows += [(alias, _shipped_kind(ASSETS_DIR / folder), f"convqa/assets/{folder}")
              for alias, folder in SHIPPED_MODELS.items()]
     for name, package in PACKAGES.items():
         folder = installed_path(package, args.cache)
