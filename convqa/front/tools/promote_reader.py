@@ -279,7 +279,8 @@ def model_card(run: Path, facts: dict[str, Any], export: dict[str, Any],
                "LayerNorms, token-type and position embeddings and both heads exact)")
     role = ("It is the default reader of `convqa answer`." if alias == DEFAULT_ALIAS else
             f"Use it in place of `{DEFAULT_ALIAS}` where reading time matters less than "
-            f"accuracy (e.g. `convqa answer \"...\" --set reader.model={alias}`).")
+            f"accuracy (`convqa answer \"...\" --set reader.model={alias}`; a pipeline YAML "
+            "for `convqa serve` and `convqa demo`).")
     parts = [
         HEADER.format(alias=alias), "",
         f"Load it by its alias: `ExtractiveReader.from_pretrained(\"{alias}\")`, or in a "
