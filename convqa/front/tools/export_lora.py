@@ -40,6 +40,15 @@ def _over_base(config, base_name: str | None):
     return replace(config, model=base_name) if base_name else config
 
 
+def store_export(out: str | Path, storage: str, report: dict) -> dict:
+    """Rewrite the saved adapter files of `out` in `storage` (factors already rounded to it by
+    the export) and record that in `report`: its dtype and the bytes saved."""
+    report["lora_dtype"] = storage
+    if storage != FP32:
+        report[SAVED_KEY[storage]] = store_lora(out, storage)
+    return report
+
+
 def export_dual_encoder(tuned_path: str, rank: int, out: str, base_name: str | None,
                         exact: tuple[str, ...], storage: str = FP32, saved_as: str | None = None):
     from retrievers.dense.model import DualEncoder
@@ -186,9 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     storage = FP16 if args.half else INT8 if args.int8 else FP32
     fingerprint, report = export(args.tuned, args.rank, args.out, args.base, exact,
                                  storage, saved_as=args.base_name)
-    report["lora_dtype"] = storage
-    if storage != FP32:
-        report[SAVED_KEY[storage]] = store_lora(args.out, storage)
+    store_export(args.out, storage, report)
     write_json(Path(args.out) / "export_report.json",
                {"tuned": args.tuned, "tuned_fingerprint": fingerprint, **report})
     print(json.dumps(report, indent=1))

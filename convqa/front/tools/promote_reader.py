@@ -108,7 +108,7 @@ def export_candidate(weights: Path, out: Path, rank: int, int8: bool = False) ->
     """The run's weights as the shipped reader's kind of folder (adapter + heads); `int8`
     stores the LoRA factors as int8 (docs/training.md, "Adapters with int8 factors"): a large
     reader's adapter takes about half the bytes of fp16 factors."""
-    from convqa.lora_storage import FP32, INT8, store_lora
+    from convqa.lora_storage import FP32, INT8
     from readers.extractive.model import ExtractiveReader
 
     tuned = ExtractiveReader.from_pretrained(weights)
@@ -124,10 +124,8 @@ def export_candidate(weights: Path, out: Path, rank: int, int8: bool = False) ->
     exact = export.EXACT_MODULES + export.SMALL_EMBEDDINGS
     fingerprint, report = export.export_reader(str(weights), rank, str(out), None, exact,
                                                storage)
-    if int8:
-        report["bytes_saved_by_int8"] = store_lora(out, storage)
     return {"tuned": str(weights), "tuned_fingerprint": fingerprint, "rank": rank,
-            "lora_dtype": storage, "base": tuned.config.model, **report}
+            "base": tuned.config.model, **export.store_export(out, storage, report)}
 
 
 def carry_passage_choice(assets: Path, candidate: Path, say=print) -> None:
