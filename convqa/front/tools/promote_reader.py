@@ -152,13 +152,6 @@ def carry_passage_choice(assets: Path, candidate: Path, say=print) -> None:
         say(f"candidate reads with the shipped passage choice {kept.to_dict()}")
 
 
-def resolve_reader_folder(name: str | Path) -> Path:
-    """A shipped reader's alias or a folder -> the folder."""
-    from convqa.models import shipped_model_path
-
-    return shipped_model_path(str(name)) or Path(name)
-
-
 def load_reader(folder: str | Path):
     from readers.extractive.model import ExtractiveReader
 
@@ -359,6 +352,7 @@ def promote(run: Path, assets: Path, per_source: int, seed: int, rank: int, min_
     it into `assets` when it is better. `assets` need not exist yet: a first large reader
     (`alias` convqa-reader-large) is compared with the shipped reader and becomes the folder."""
     from convqa.io import load_json, write_json
+    from convqa.models import resolve_model
     from readers.extractive.data import load_examples
     from readers.extractive.heldout import heldout_sample
 
@@ -372,7 +366,7 @@ def promote(run: Path, assets: Path, per_source: int, seed: int, rank: int, min_
     if first and baseline is None:
         raise DataError("no reader here yet: name the reader to beat with --baseline", assets)
     against = baseline if baseline is not None else assets
-    against_folder = Path(resolve_reader_folder(against))
+    against_folder = Path(resolve_model(str(against)))
     with tempfile.TemporaryDirectory(prefix="convqa-promote-") as tmp:
         weights, facts = snapshot(run, Path(tmp) / "weights")
         say(f"candidate: {weights} (step {facts['steps']}); {len(sample)} held-out questions")
