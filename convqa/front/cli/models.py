@@ -47,16 +47,11 @@ def run_install(args: argparse.Namespace) -> int:
 
 def _shipped_kind(folder) -> str:
     """"shipped adapter", naming its base when that is a model to install first."""
-    import json
-
     from convqa.model_packages import package_named
+    from convqa.models import model_names
 
-    for meta in sorted(folder.glob("convqa_*.json")):
-        try:
-            base = json.loads(meta.read_text(encoding="utf-8")).get("config", {}).get("model")
-        except (OSError, ValueError, AttributeError):
-            continue
-        if isinstance(base, str) and package_named(base) is not None:
+    for base in sorted(model_names(str(folder))):
+        if package_named(base) is not None:
             return f"shipped adapter over {base}: convqa models install {base}"
     return "shipped adapter"
 
