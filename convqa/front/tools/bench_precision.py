@@ -26,7 +26,6 @@ import warnings
 from pathlib import Path
 
 
-import numpy as np
 import torch
 
 from convqa import precision as P
@@ -55,7 +54,7 @@ def _timed(fn, repeats):
 def bench_encoder(store, passages_n, queries, repeats):
     from retrievers.dense.build import load_encoder
     from retrievers.dense.encode import (choose_passage_precision, choose_query_precision,
-                                         encode_passages, encode_tokenized)
+                                         encode_tokenized)
 
     model = load_encoder("convqa-dpr-ihn")
     step = max(1, len(store) // passages_n)

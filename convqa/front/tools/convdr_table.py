@@ -13,7 +13,6 @@ retrieval table (benchmarks/retrieval_systems.yaml).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
