@@ -21,6 +21,7 @@ from typing import Any
 
 from convqa.errors import ConfigError, DataError
 from convqa.front.embedded import DEFAULT_READER, DEFAULT_RETRIEVER, RETRIEVER_CHOICES
+from convqa.front.families import ModelFamily, with_family
 from convqa.front.paths import (PhraseIndexPath, build as build_path, configured_path,
                                 embedded_path, spec_name)
 
@@ -95,22 +96,30 @@ class PipelineCache:
 
 def embedded_pipelines(cache_dir: str | os.PathLike | None = None, progress: bool = True,
                        retriever: str = DEFAULT_RETRIEVER,
-                       reader: str = EXTRACTIVE) -> PipelineCache:
+                       reader: str = EXTRACTIVE, family: ModelFamily | None = None
+                       ) -> PipelineCache:
     """The embedded vital-article corpus with the shipped models (`embedded_path`): every
-    retriever of `convqa answer`, with the shipped extractive reader or none."""
+    retriever of `convqa answer`, with the shipped extractive reader (of `family`, default the
+    fast one) or none."""
     def build(retriever: str, reader: str):
         path = embedded_path(retriever, None if reader == NO_READER else "default", cache_dir)
+        if family is not None and reader != NO_READER:
+            path = with_family(path, family)
         return build_path(path, progress)
 
     return PipelineCache(build, RETRIEVER_CHOICES, EMBEDDED_READERS, (retriever, reader))
 
 
 def config_pipelines(config: str | os.PathLike | dict, name: str | None = None,
-                     reader: str | None = None) -> PipelineCache:
-    """One configured pipeline (a YAML file or a dict, see `Pipeline.from_config`): its
-    retriever is the only retriever choice (named `name`, default after the file, or
-    "configured"); its reader, if it has one, can be switched off."""
+                     reader: str | None = None, family: ModelFamily | None = None
+                     ) -> PipelineCache:
+    """One configured pipeline (a YAML file or a dict, see `Pipeline.from_config`), reading
+    with `family`'s models when given: its retriever is the only retriever choice (named
+    `name`, default after the file, or "configured"); its reader, if it has one, can be
+    switched off."""
     path = configured_path(config, name=name)
+    if family is not None:
+        path = with_family(path, family)
     readers = (path.reader_name, NO_READER) if path.reader_name else (NO_READER,)
 
     def build(_retriever: str, chosen: str):

@@ -7,6 +7,7 @@ import textwrap
 
 from convqa.errors import ConvQAError
 from convqa.front.embedded import DEFAULT_RETRIEVER, RETRIEVER_CHOICES
+from convqa.front.families import add_family_argument
 from convqa.quiet import add_verbose_argument
 from convqa.types import Turn
 
@@ -47,6 +48,7 @@ def add_parser(subparsers) -> None:
                         "the retriever's top --rerank-top-n and the reader reads its best --top-k")
     p.add_argument("--rerank-top-n", type=int, default=None, metavar="N",
                    help="retriever hits the reranker rescores (default: the model's, 20)")
+    add_family_argument(p)
     p.add_argument("--always-answer", action="store_true",
                    help="always give the reader's best answer, never 'no answer in the "
                         "collection'")
@@ -61,14 +63,16 @@ def answering_path(args: argparse.Namespace):
     default (convqa/front/paths.py)."""
     from dataclasses import replace
 
+    from convqa.front.families import family_named, with_family
     from convqa.front.paths import (PhraseIndexPath, RerankerConfig, configured_path,
                                     embedded_path)
 
     if args.rerank_top_n is not None and not args.rerank:
         raise ConvQAError("--rerank-top-n goes with --rerank")
     if args.phrase_index:
-        if args.config or args.overrides or args.rerank:
-            raise ConvQAError("--phrase-index does not go with --config, --set or --rerank")
+        if args.config or args.overrides or args.rerank or args.model_family != "default":
+            raise ConvQAError("--phrase-index does not go with --config, --set, --rerank or "
+                              "--model-family")
         return PhraseIndexPath(args.phrase_index, sparse_weight=args.sparse_weight,
                                overlap_weight=args.overlap_weight,
                                dense_weight=args.dense_weight)
@@ -78,10 +82,11 @@ def answering_path(args: argparse.Namespace):
         if value is not None:
             raise ConvQAError(f"{flag} goes with --phrase-index")
     if args.config:
-        path = configured_path(args.config, args.overrides)
+        path = configured_path(args.config)
     else:
         path = embedded_path(args.retriever, None if args.no_reader else "default",
-                             args.cache_dir).with_overrides(args.overrides)
+                             args.cache_dir)
+    path = with_family(path, family_named(args.model_family)).with_overrides(args.overrides)
     if args.rerank:
         options = {"model": args.rerank}
         if args.rerank_top_n is not None:

@@ -7,6 +7,7 @@ import sys
 
 from convqa.errors import ConvQAError
 from convqa.front.embedded import DEFAULT_RETRIEVER, RETRIEVER_CHOICES
+from convqa.front.families import add_family_argument
 from convqa.quiet import add_verbose_argument
 
 INSTALL_HINT = 'the demo needs gradio, a convqa dependency missing here: pip install "gradio>=6"'
@@ -34,6 +35,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--no-reader", action="store_true",
                    help="start with retrieval only (the reader can still be chosen in the page)")
     p.add_argument("--cache-dir", help="where the embedded indexes live (default ~/.cache/convqa)")
+    add_family_argument(p)
     add_verbose_argument(p)
     p.set_defaults(func=run)
 
@@ -45,12 +47,15 @@ def make_pipelines(args: argparse.Namespace):
     folder or config is a one-line error on the command line, not in the page."""
     from apps.pipelines import NO_READER, config_pipelines, embedded_pipelines, with_phrase_indexes
 
+    from convqa.front.families import DEFAULT_FAMILY, family_named
+
     reader = NO_READER if args.no_reader else None
+    family = None if args.model_family == DEFAULT_FAMILY else family_named(args.model_family)
     if args.config:
-        base = config_pipelines(args.config, reader=reader)
+        base = config_pipelines(args.config, reader=reader, family=family)
     else:
         base = embedded_pipelines(args.cache_dir, progress=True, retriever=args.retriever,
-                                  reader=reader or "extractive")
+                                  reader=reader or "extractive", family=family)
     if not args.phrase_index:
         return base, [base.default]
     pipelines = with_phrase_indexes(base, args.phrase_index)

@@ -5,6 +5,7 @@ import argparse
 
 from convqa.errors import ConvQAError
 from convqa.front.embedded import RETRIEVER_CHOICES
+from convqa.front.families import add_family_argument
 
 
 def add_parser(subparsers) -> None:
@@ -33,6 +34,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--phrase-index", action="append", default=[], metavar="DIR",
                    help="also serve this phrase index (`convqa index --phrase`); repeatable")
     p.add_argument("--cache-dir", help="where the embedded indexes live (default ~/.cache/convqa)")
+    add_family_argument(p)
     p.add_argument("--workers", type=int,
                    help="answering threads (default 1); they take turns on each model copy")
     p.add_argument("--replicas", type=int,
@@ -52,13 +54,16 @@ def pipeline_source(args: argparse.Namespace):
     """The answering paths of the command line, nothing loaded yet."""
     from convqa.front.serve.pipelines import combine, config_source, embedded_source, phrase_source
 
+    from convqa.front.families import DEFAULT_FAMILY, family_named
+
     if args.overrides and not args.config:
         raise ConvQAError("--set needs --config")
+    family = None if args.model_family == DEFAULT_FAMILY else family_named(args.model_family)
     sources = []
     if args.config:
-        sources.append(config_source(args.config, args.overrides))
+        sources.append(config_source(args.config, args.overrides, family))
     retrievers = args.retriever or ([] if args.config or args.phrase_index else ["dense"])
-    sources += [embedded_source(name, not args.no_reader, args.cache_dir)
+    sources += [embedded_source(name, not args.no_reader, args.cache_dir, family)
                 for name in dict.fromkeys(retrievers)]
     sources += [phrase_source(folder) for folder in args.phrase_index]
     return combine(sources)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from convqa.errors import ConfigError, DataError
+from convqa.front.families import ModelFamily, with_family
 from convqa.front.paths import (PHRASE_INDEX, RETRIEVER_CHOICES, PathConfig, PhraseIndexPath,
                                 build, configured_path, embedded_path, spec_name, without_reader)
 from convqa.pipeline import Answerer
@@ -88,18 +89,26 @@ def path_source(path: PathConfig) -> PipelineSource:
 
 
 def embedded_source(retriever: str, with_reader: bool = True,
-                    cache_dir: str | os.PathLike | None = None) -> PipelineSource:
+                    cache_dir: str | os.PathLike | None = None,
+                    family: ModelFamily | None = None) -> PipelineSource:
     """A retriever of the embedded collection (RETRIEVER_CHOICES), with the shipped extractive
-    reader and without; its indexes are built on first use (`convqa answer --prepare`)."""
+    reader (of `family`, default the fast one) and without; its indexes are built on first use
+    (`convqa answer --prepare`)."""
     if retriever not in RETRIEVER_CHOICES:
         raise ConfigError(f"serve: unknown retriever {retriever!r} "
                           f"(choices: {', '.join(RETRIEVER_CHOICES)})")
-    return path_source(embedded_path(retriever, "default" if with_reader else None, cache_dir))
+    path = embedded_path(retriever, "default" if with_reader else None, cache_dir)
+    return path_source(with_family(path, family) if family else path)
 
 
-def config_source(config: str | os.PathLike, overrides: Sequence[str] = ()) -> PipelineSource:
-    """The pipeline of a YAML file (`Pipeline.from_config`), named after the file."""
-    return path_source(configured_path(config, overrides))
+def config_source(config: str | os.PathLike, overrides: Sequence[str] = (),
+                  family: ModelFamily | None = None) -> PipelineSource:
+    """The pipeline of a YAML file (`Pipeline.from_config`), named after the file, reading
+    with `family`'s models when given (`--set` overrides still win)."""
+    path = configured_path(config)
+    if family:
+        path = with_family(path, family)
+    return path_source(path.with_overrides(overrides))
 
 
 def phrase_source(folder: str | os.PathLike) -> PipelineSource:

@@ -1,0 +1,85 @@
+"""Model families: which shipped reader (and reranker) a path reads with, by one name.
+
+`default` is the fast MiniLM family the embedded collection ships with; `large` swaps in the
+models trained from all-mpnet-base-v2 (`convqa models install all-mpnet-base-v2` first), which
+read better and cost several times the milliseconds. The family changes models only: the
+retriever, the collection and every option of a pipeline YAML stay as given, and a reranker
+the path already names is kept.
+
+>>> from convqa.front.families import family_named, with_family
+>>> from convqa.front.paths import embedded_path
+>>> path = with_family(embedded_path("dense"), family_named("large"))
+>>> path.reader["model"], path.reranker.options["model"]
+('convqa-reader-large', 'convqa-reranker')
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Mapping
+
+from convqa.errors import ConfigError
+
+from .paths import PathConfig, RerankerConfig, RetrieverReaderPath
+
+
+@dataclass(frozen=True)
+class ModelFamily:
+    """The models of a family: an extractive reader, and a reranker to put before it when
+    the path has none (None: no reranker)."""
+
+    name: str
+    reader: str
+    reranker: str | None = None
+    rerank_top_n: int | None = None
+    summary: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "reader": self.reader, "reranker": self.reranker,
+                "rerank_top_n": self.rerank_top_n, "summary": self.summary}
+
+
+DEFAULT_FAMILY = "default"
+FAMILIES: Mapping[str, ModelFamily] = {
+    family.name: family for family in (
+        ModelFamily(DEFAULT_FAMILY, reader="convqa-reader",
+                    summary="MiniLM-L6 models: the fast default"),
+        ModelFamily("large", reader="convqa-reader-large", reranker="convqa-reranker",
+                    rerank_top_n=20,
+                    summary="the all-mpnet-base-v2 reader behind the reranker "
+                            "(needs `convqa models install all-mpnet-base-v2`)"),
+    )}
+
+
+def add_family_argument(parser) -> None:
+    """`--model-family NAME`, the same on `convqa answer`, `convqa serve` and `convqa demo`."""
+    parser.add_argument("--model-family", choices=tuple(FAMILIES), default=DEFAULT_FAMILY,
+                        help="the models to read with: " + "; ".join(
+                            f"{f.name}: {f.summary}" for f in FAMILIES.values()))
+
+
+def family_named(name: str) -> ModelFamily:
+    family = FAMILIES.get(name)
+    if family is None:
+        raise ConfigError(f"--model-family must be one of {', '.join(FAMILIES)}, got {name!r}")
+    return family
+
+
+def with_family(path: PathConfig, family: ModelFamily) -> PathConfig:
+    """`path` reading with `family`'s models. The default family leaves a path as it is; a
+    phrase index or a path without a reader has no reader to swap and is refused."""
+    if family.name == DEFAULT_FAMILY:
+        return path
+    if not isinstance(path, RetrieverReaderPath) or not path.reader:
+        raise ConfigError(f"--model-family {family.name} swaps the reader: it needs a path "
+                          "with one (not --no-reader or --phrase-index)")
+    reader = path.reader if isinstance(path.reader, Mapping) else {"name": path.reader}
+    if reader.get("name", "extractive") != "extractive":
+        raise ConfigError(f"--model-family {family.name} has an extractive reader; this "
+                          f"pipeline's reader is {reader.get('name')!r}")
+    changed = replace(path, reader={**reader, "model": family.reader})
+    if family.reranker and changed.reranker is None:
+        options: dict[str, Any] = {"model": family.reranker}
+        if family.rerank_top_n is not None:
+            options["top_n"] = family.rerank_top_n
+        changed = replace(changed, reranker=RerankerConfig("cross_encoder", options))
+    return changed
