@@ -43,7 +43,10 @@ def load_encoder(name_or_path: str) -> torch.nn.Module:
     source = resolve_model(name_or_path)
     base = adapter_only_base(Path(source))
     if base is not None:  # e.g. the shipped reader: its encoder is its base + its LoRA, merged
-        return attach_adapter(load_encoder(base), Path(source), base).merge_and_unload()
+        encoder = attach_adapter(load_encoder(base), Path(source), base).merge_and_unload()
+        # trainable as any loaded checkpoint is: the frozen adapter leaves its base frozen,
+        # and a model trained from this encoder with every weight would move only its head
+        return encoder.requires_grad_(True)
     kwargs = dict(dtype=torch.float32, use_safetensors=True, trust_remote_code=False)
     try:
         try:

@@ -44,6 +44,24 @@ def test_an_adapter_folder_loads_as_its_merged_encoder(tmp_path):
         load_encoder_tokenizer(str(base))("hello world")["input_ids"]
 
 
+def test_a_model_started_from_an_adapter_folder_trains_every_weight(tmp_path):
+    """A reranker built over an adapter folder without LoRA of its own (`convqa train
+    reranker --init-model convqa-reader-large --lora 0`) moves its encoder, not just its head."""
+    from retrievers.rerank.model import CrossEncoder, CrossEncoderConfig
+
+    _, folder, _ = _adapter_folder(tmp_path)
+    assert all(p.requires_grad for p in load_encoder(str(folder)).parameters())
+    model = CrossEncoder.build(CrossEncoderConfig(model=str(folder), max_length=32,
+                                                  max_query_length=8, max_title_length=4))
+    before = {k: v.clone() for k, v in model.encoder.state_dict().items()}
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    tokens = torch.randint(5, 90, (2, 12))
+    model.encoder(input_ids=tokens).last_hidden_state.pow(2).mean().backward()
+    optimizer.step()
+    after = model.encoder.state_dict()
+    assert max((after[k] - before[k]).abs().max().item() for k in before) > 1e-4
+
+
 def test_an_adapter_folder_without_a_base_is_a_one_line_error(tmp_path):
     from convqa.errors import DataError
 
