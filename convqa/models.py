@@ -28,6 +28,7 @@ SHIPPED_MODELS = {
     "convqa-reader-large": "reader-extractive-large",
     "convqa-phrase": "phrase-model",
     "convqa-reranker": "reranker-cross-encoder",
+    "convqa-reranker-large": "reranker-cross-encoder-large",
 }
 ASSETS_DIR = Path(__file__).parent / "assets"
 
