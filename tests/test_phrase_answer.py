@@ -155,7 +155,9 @@ def test_cli_refusals(built, tmp_path, capsys):
                       "--keep", "1.5"], "keep_fraction must be in (0, 1]"),
              (["answer", "--phrase-index", str(tmp_path), "hi"], "not a phrase index"),
              (["answer", "--phrase-index", str(index), "--set", "top_k=3", "hi"],
-              "--phrase-index does not go with --config, --set or --rerank")]
+              "--phrase-index does not go with --config, --set, --rerank or --model-family"),
+             (["answer", "--phrase-index", str(index), "--model-family", "large", "hi"],
+              "--phrase-index does not go with --config, --set, --rerank or --model-family")]
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "keep.txt").write_text("mine")
     cases.append((base + ["--out", str(tmp_path / "notes"), "--model", str(root / "model"),
