@@ -33,10 +33,6 @@ class ModelFamily:
     rerank_top_n: int | None = None
     summary: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "reader": self.reader, "reranker": self.reranker,
-                "rerank_top_n": self.rerank_top_n, "summary": self.summary}
-
 
 DEFAULT_FAMILY = "default"
 FAMILIES: Mapping[str, ModelFamily] = {

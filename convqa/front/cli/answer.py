@@ -63,14 +63,14 @@ def answering_path(args: argparse.Namespace):
     default (convqa/front/paths.py)."""
     from dataclasses import replace
 
-    from convqa.front.families import family_named, with_family
+    from convqa.front.families import DEFAULT_FAMILY, family_named, with_family
     from convqa.front.paths import (PhraseIndexPath, RerankerConfig, configured_path,
                                     embedded_path)
 
     if args.rerank_top_n is not None and not args.rerank:
         raise ConvQAError("--rerank-top-n goes with --rerank")
     if args.phrase_index:
-        if args.config or args.overrides or args.rerank or args.model_family != "default":
+        if args.config or args.overrides or args.rerank or args.model_family != DEFAULT_FAMILY:
             raise ConvQAError("--phrase-index does not go with --config, --set, --rerank or "
                               "--model-family")
         return PhraseIndexPath(args.phrase_index, sparse_weight=args.sparse_weight,

@@ -47,10 +47,10 @@ def make_pipelines(args: argparse.Namespace):
     folder or config is a one-line error on the command line, not in the page."""
     from apps.pipelines import NO_READER, config_pipelines, embedded_pipelines, with_phrase_indexes
 
-    from convqa.front.families import DEFAULT_FAMILY, family_named
+    from convqa.front.families import family_named
 
     reader = NO_READER if args.no_reader else None
-    family = None if args.model_family == DEFAULT_FAMILY else family_named(args.model_family)
+    family = family_named(args.model_family)
     if args.config:
         base = config_pipelines(args.config, reader=reader, family=family)
     else:

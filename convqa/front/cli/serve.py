@@ -54,11 +54,11 @@ def pipeline_source(args: argparse.Namespace):
     """The answering paths of the command line, nothing loaded yet."""
     from convqa.front.serve.pipelines import combine, config_source, embedded_source, phrase_source
 
-    from convqa.front.families import DEFAULT_FAMILY, family_named
+    from convqa.front.families import family_named
 
     if args.overrides and not args.config:
         raise ConvQAError("--set needs --config")
-    family = None if args.model_family == DEFAULT_FAMILY else family_named(args.model_family)
+    family = family_named(args.model_family)
     sources = []
     if args.config:
         sources.append(config_source(args.config, args.overrides, family))
