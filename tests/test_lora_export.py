@@ -261,6 +261,9 @@ def test_reranker_export_keeps_head_weights_and_card_and_reproduces_logits(tmp_p
     assert torch.allclose(want, got, atol=1e-5) and not torch.allclose(want[0], want[1])
     card = (tmp_path / "adapter" / "README.md").read_text()
     assert "rank-2 LoRA adapter" in card
+    # the card names the folder's fingerprint as stored, and the trained model's beside it
+    assert (f"- Fingerprint: {adapter.fingerprint()} (the adapter as stored; the trained "
+            f"model: {tuned.fingerprint()})." in card)
     assert module.main(["--tuned", str(tmp_path / "adapter"), "--rank", "2",
                         "--out", str(tmp_path / "again")]) == 2
     # --half: fp16 LoRA matrices, half the bytes, and the reloaded model is what was recorded

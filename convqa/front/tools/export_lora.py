@@ -96,10 +96,12 @@ def export_reader(tuned_path: str, rank: int, out: str, base_name: str | None,
 def export_reranker(tuned_path: str, rank: int, out: str, base_name: str | None,
                     exact: tuple[str, ...], storage: str = FP32, saved_as: str | None = None):
     """A cross-encoder's encoder as an adapter; its head, retriever weights and card exactly."""
+    from convqa.io import load_json
     from retrievers.rerank.card import CARD_FILE
-    from retrievers.rerank.model import CrossEncoder
+    from retrievers.rerank.model import META_FILE, CrossEncoder
 
     tuned = CrossEncoder.from_pretrained(tuned_path)
+    tuned_fingerprint = tuned.fingerprint()
     encoder, report = _encoder_as_adapter(tuned, tuned_path, "reranker", rank, base_name, exact)
     adapted = CrossEncoder(_over_base(tuned.config, saved_as or base_name), encoder,
                            tuned.tokenizer, tuned.head)
@@ -107,13 +109,19 @@ def export_reranker(tuned_path: str, rank: int, out: str, base_name: str | None,
     _save_adapter(adapted, out, storage)
     card = Path(tuned_path) / CARD_FILE
     if card.exists():  # the trained model's card, with how this folder was made from it
+        # the card's fingerprint is the trained model's; a user checks the folder's own
+        stored = load_json(Path(out) / META_FILE)["fingerprint"]
+        text = card.read_text(encoding="utf-8").rstrip().replace(
+            f"- Fingerprint: {tuned_fingerprint}.",
+            f"- Fingerprint: {stored} (the adapter as stored; the trained model: "
+            f"{tuned_fingerprint}).")
         kept = f" (mean SVD energy kept {report.mean_energy_kept:.3f})"
         (Path(out) / CARD_FILE).write_text(
-            card.read_text(encoding="utf-8").rstrip() + "\n\nThis folder stores the trained "
+            text + "\n\nThis folder stores the trained "
             f"encoder as a rank-{rank} LoRA adapter{STORED_AS[storage]} over "
             f"`{saved_as or base_name or tuned.config.model}`"
             f"{kept}; export_report.json has the details.\n", encoding="utf-8")
-    return tuned.fingerprint(), report.to_dict()
+    return tuned_fingerprint, report.to_dict()
 
 
 def export_convdr(tuned_path: str, rank: int, out: str, base_name: str | None,
