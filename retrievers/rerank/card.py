@@ -29,7 +29,7 @@ def model_card(meta: Mapping[str, Any], facts: Mapping[str, Any]) -> str:
         f"- Input: query up to {config['max_query_length']} tokens, title up to "
         f"{config['max_title_length']}, {config['max_length']} tokens per pair in all.",
         f"- History strategy: {_spec(config.get('history'))}.",
-        f"- Fingerprint: {meta['fingerprint']}.",
+        fingerprint_line(meta["fingerprint"]),
     ]
     data = facts.get("data") or {}
     if data:
@@ -55,6 +55,14 @@ def model_card(meta: Mapping[str, Any], facts: Mapping[str, Any]) -> str:
             lines.append(f"| {source} | {row['count']} | {row['candidates']:.1f} | "
                          f"{row['mrr']:.3f} | {row['hits@1']:.1f} |")
     return "\n".join(lines) + "\n"
+
+
+def fingerprint_line(fingerprint: str, trained: str | None = None) -> str:
+    """The card's fingerprint line. An exported folder's fingerprint differs from the trained
+    model's it came from (`trained`), which the line then names beside it."""
+    if trained is None:
+        return f"- Fingerprint: {fingerprint}."
+    return f"- Fingerprint: {fingerprint} (the adapter as stored; the trained model: {trained})."
 
 
 def _spec(history: Any) -> str:

@@ -97,7 +97,7 @@ def export_reranker(tuned_path: str, rank: int, out: str, base_name: str | None,
                     exact: tuple[str, ...], storage: str = FP32, saved_as: str | None = None):
     """A cross-encoder's encoder as an adapter; its head, retriever weights and card exactly."""
     from convqa.io import load_json
-    from retrievers.rerank.card import CARD_FILE
+    from retrievers.rerank.card import CARD_FILE, fingerprint_line
     from retrievers.rerank.model import META_FILE, CrossEncoder
 
     tuned = CrossEncoder.from_pretrained(tuned_path)
@@ -112,9 +112,7 @@ def export_reranker(tuned_path: str, rank: int, out: str, base_name: str | None,
         # the card's fingerprint is the trained model's; a user checks the folder's own
         stored = load_json(Path(out) / META_FILE)["fingerprint"]
         text = card.read_text(encoding="utf-8").rstrip().replace(
-            f"- Fingerprint: {tuned_fingerprint}.",
-            f"- Fingerprint: {stored} (the adapter as stored; the trained model: "
-            f"{tuned_fingerprint}).")
+            fingerprint_line(tuned_fingerprint), fingerprint_line(stored, tuned_fingerprint))
         kept = f" (mean SVD energy kept {report.mean_energy_kept:.3f})"
         (Path(out) / CARD_FILE).write_text(
             text + "\n\nThis folder stores the trained "
