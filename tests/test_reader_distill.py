@@ -222,6 +222,45 @@ def test_targets_resume_after_a_kill_and_refuse_other_examples(examples, tmp_pat
         load_teacher_targets(broken, items)
 
 
+def test_unanswerable_examples_get_empty_targets_unread_and_train_on_their_label(examples,
+                                                                                 tmp_path):
+    """The teacher reads only answerable examples; an unanswerable one's passages get empty
+    targets, so its distillation term is nothing and the student still learns "no answer"."""
+    from readers.extractive.reader import SpanReader
+
+    items = _teacher_examples(examples[:3])
+    source = examples[3]
+    impossible = ReaderExample("impossible", source.question, [], [],
+                               [source.positives[0].passage] + list(source.negatives),
+                               unanswerable=True)
+    teacher = span_reader(tiny_reader(seed=3).eval())
+    read = []
+
+    class Counting(SpanReader):
+        def window_logits(self, query, passages):
+            read.append(query)
+            return super().window_logits(query, passages)
+
+    counting = Counting.from_model(teacher.model, precision="fp32")
+    path = build_teacher_targets(counting, items + [impossible], tmp_path / "t.jsonl",
+                                 top_k=4, progress=False)
+    assert read == [counting.history.format(e.question, e.history_turns()) for e in items]
+    loaded = load_teacher_targets(path, items + [impossible])
+    empty = loaded.examples["impossible"]
+    assert empty.positives == () and len(empty.negatives) == 3
+    assert all(t.selection is None and t.starts.shape == (0, 2) and t.ends.shape == (0, 2)
+               for t in empty.negatives)
+    assert loaded.examples[items[0].id].positives[0].selection is not None
+    batch = make_reader_batch([impossible], [0], lambda i: impossible.question,
+                              tiny_reader(seed=1), 3, 7, 1, loaded.examples)
+    assert torch.isinf(batch.teacher.selection).all()
+    assert float(batch.teacher.starts.sum()) == 0.0 == float(batch.teacher.ends.sum())
+    student = tiny_reader(seed=9)
+    train_reader(student, items + [impossible], tmp_path / "student",
+                 config(epochs=2, distill_weight=0.5), teacher=loaded)
+    assert student.config.null_option
+
+
 def test_distillation_settings_and_schedule_key(examples, tmp_path):
     plain = ReaderTrainConfig().schedule_key()
     assert "distill_weight" not in plain and "distill_temperature" not in plain

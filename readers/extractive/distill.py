@@ -3,8 +3,9 @@
     targets = build_teacher_targets(teacher, examples, "run/data/teacher.jsonl")
     # then: convqa train reader ... --teacher-targets run/data/teacher.jsonl --distill-weight 0.5
 
-The teacher (a `SpanReader`) reads every passage of every training example once (its
-positives, then its negatives, in the example's order) with its own query formatting and
+The teacher (a `SpanReader`) reads every passage of every answerable training example once
+(its positives, then its negatives, in the example's order; an unanswerable example's passages
+get empty targets and are not read: `unanswerable_targets`) with its own query formatting and
 precision, and keeps per passage
 - `selection`: its selection logit (the highest over the passage's windows);
 - `starts` / `ends`: its `top_k` most likely answer starts and ends as (character offset into
@@ -121,6 +122,14 @@ def example_passages(example: ReaderExample) -> list[Passage]:
     return [p.passage for p in example.positives] + list(example.negatives)
 
 
+def unanswerable_targets(example: ReaderExample) -> ExampleTargets:
+    """No targets for an unanswerable example's passages, which the teacher does not read: its
+    targets have no "none of them" slot, so its choice among passages that all lack the answer
+    would teach the student to pick one; the student learns "no answer" from the gold label."""
+    empty = PassageTargets(None, (), ())
+    return ExampleTargets(example.id, (), tuple(empty for _ in example.negatives))
+
+
 # ---------------------------------------------------------------------------------------------
 # Reading with the teacher
 
@@ -175,6 +184,8 @@ def build_teacher_targets(teacher: Any, examples: Sequence[ReaderExample],
         teacher.model.to(accelerator.device)
 
     def record_of(example: ReaderExample) -> dict[str, Any]:
+        if example.unanswerable:
+            return unanswerable_targets(example).to_dict()
         query = teacher.history.format(example.question, example.history_turns())
         targets = teacher_passage_targets(teacher, query, example_passages(example), top_k)
         return ExampleTargets(example.id, tuple(targets[:len(example.positives)]),
