@@ -14,8 +14,8 @@ from convqa.training.schedule import example_rng
 from convqa.types import Passage
 from readers.extractive.data import ReaderExample
 from readers.extractive.distill import (ExampleTargets, PassageTargets, build_teacher_targets,
-                                        load_teacher_targets, teacher_passage_targets,
-                                        window_targets)
+                                        example_passages, load_teacher_targets,
+                                        teacher_passage_targets, window_targets)
 from readers.extractive.heldout import evaluate_reader
 from readers.extractive.inputs import build_features
 from readers.extractive.loss import distillation_loss
@@ -261,6 +261,39 @@ def test_unanswerable_examples_get_empty_targets_unread_and_train_on_their_label
     assert student.config.null_option
 
 
+def test_examples_with_a_passage_over_the_budget_are_left_unread_whole(examples, tmp_path):
+    """With `max_chars`, an example with one passage longer than it gets empty targets for all
+    of its passages (the teacher's passage choice covers them all), the others are read as
+    without it, and the budget is part of the file's meta and its key."""
+    items = _teacher_examples(examples[:4])
+    longest = max(len(p.text) for p in example_passages(items[0]))
+    budget = longest - 1
+    short = [e for e in items[1:] if max(len(p.text) for p in example_passages(e)) <= budget]
+    assert short, "the fixture needs examples whose passages are all shorter"
+    teacher = span_reader(tiny_reader(seed=3).eval())
+    full = load_teacher_targets(build_teacher_targets(
+        teacher, items, tmp_path / "all.jsonl", top_k=4, progress=False), items)
+    capped = load_teacher_targets(build_teacher_targets(
+        teacher, items, tmp_path / "capped.jsonl", top_k=4, progress=False, max_chars=budget),
+        items)
+    unread = capped.examples[items[0].id]
+    assert (len(unread.positives), len(unread.negatives)) == (len(items[0].positives),
+                                                              len(items[0].negatives))
+    assert all(t.selection is None and len(t.starts) == 0 == len(t.ends)
+               for t in unread.positives + unread.negatives)
+    for example in short:
+        assert capped.examples[example.id].to_dict() == full.examples[example.id].to_dict()
+    assert capped.key == full.key + f":{budget}"
+    assert json.loads((tmp_path / "capped.jsonl.json").read_text())["max_chars"] == budget
+    assert "max_chars" not in json.loads((tmp_path / "all.jsonl.json").read_text())
+    batch = make_reader_batch(items[:1], [0], lambda i: items[0].question, tiny_reader(seed=1),
+                              2, 7, 1, capped.examples)
+    assert torch.isinf(batch.teacher.selection).all()
+    assert float(batch.teacher.starts.sum()) == 0.0 == float(batch.teacher.ends.sum())
+    with pytest.raises(ValueError, match="max_chars"):
+        build_teacher_targets(teacher, items, tmp_path / "bad.jsonl", max_chars=0)
+
+
 def test_distillation_settings_and_schedule_key(examples, tmp_path):
     plain = ReaderTrainConfig().schedule_key()
     assert "distill_weight" not in plain and "distill_temperature" not in plain
@@ -296,8 +329,11 @@ def test_reader_teacher_command(examples, tmp_path, capsys):
                  "--quiet"]) == 2
     assert "not a reader folder" in capsys.readouterr().err
     assert main(["train", "reader-teacher", "--teacher", str(teacher_dir), "--run", str(out),
-                 "--top-k", "5", "--precision", "fp32", "--quiet"]) == 0
+                 "--top-k", "5", "--precision", "fp32", "--max-passage-chars", "100000",
+                 "--quiet"]) == 0
     targets = out / "data" / "teacher-targets.jsonl"
+    assert json.loads((out / "data" / "teacher-targets.jsonl.json").read_text())[
+        "max_chars"] == 100000
     assert f"{targets}: the teacher's targets of 6 examples" in capsys.readouterr().out
     assert main(base + ["--teacher-targets", str(targets), "--distill-weight", "0.3"]) == 0
     record = json.loads((out / "training.json").read_text())

@@ -4,8 +4,9 @@
     # then: convqa train reader ... --teacher-targets run/data/teacher.jsonl --distill-weight 0.5
 
 The teacher (a `SpanReader`) reads every passage of every answerable training example once
-(its positives, then its negatives, in the example's order; an unanswerable example's passages
-get empty targets and are not read: `unanswerable_targets`) with its own query formatting and
+(its positives, then its negatives, in the example's order; an unanswerable example's passages,
+and those of an example with a passage over `max_chars` characters, get empty targets and are
+not read: `empty_targets`) with its own query formatting and
 precision, and keeps per passage
 - `selection`: its selection logit (the highest over the passage's windows);
 - `starts` / `ends`: its `top_k` most likely answer starts and ends as (character offset into
@@ -122,12 +123,25 @@ def example_passages(example: ReaderExample) -> list[Passage]:
     return [p.passage for p in example.positives] + list(example.negatives)
 
 
-def unanswerable_targets(example: ReaderExample) -> ExampleTargets:
-    """No targets for an unanswerable example's passages, which the teacher does not read: its
-    targets have no "none of them" slot, so its choice among passages that all lack the answer
-    would teach the student to pick one; the student learns "no answer" from the gold label."""
+def empty_targets(example: ReaderExample) -> ExampleTargets:
+    """No targets for any of an example's passages, which the teacher does not read; the
+    student learns the example from its gold label alone. Used for
+    - an unanswerable example: the targets have no "none of them" slot, so the teacher's choice
+      among passages that all lack the answer would teach the student to pick one;
+    - an example with a passage longer than the teacher's `max_chars` (`too_long`)."""
     empty = PassageTargets(None, (), ())
-    return ExampleTargets(example.id, (), tuple(empty for _ in example.negatives))
+    return ExampleTargets(example.id, tuple(empty for _ in example.positives),
+                          tuple(empty for _ in example.negatives))
+
+
+def too_long(example: ReaderExample, max_chars: int | None) -> bool:
+    """Whether a passage of `example` is longer than `max_chars` characters. The student reads
+    one window of each passage per step while the teacher reads all of them, so whole papers
+    (COVID-QA's, ~32k characters each: 83% of the characters of a run over the seven sources)
+    cost the teacher far more than they teach; the example is then left to its gold label,
+    whole, because the teacher's selection is a distribution over all of its passages."""
+    return max_chars is not None and any(len(p.text) > max_chars
+                                         for p in example_passages(example))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -166,33 +180,40 @@ def _best_positions(features: ReaderFeatures, windows: Sequence[int], logits: Te
     return tuple((int(c), float(v)) for c, v in ranked)
 
 
-def _meta(teacher: Any, examples: Sequence[ReaderExample], top_k: int) -> dict[str, Any]:
-    return {"format": FORMAT, "version": VERSION, "teacher": teacher.model.fingerprint(),
+def _meta(teacher: Any, examples: Sequence[ReaderExample], top_k: int,
+          max_chars: int | None) -> dict[str, Any]:
+    meta = {"format": FORMAT, "version": VERSION, "teacher": teacher.model.fingerprint(),
             "teacher_model": teacher.config.model, "top_k": top_k,
             "examples": len(examples), "ids_sha256": ids_digest(examples)}
+    if max_chars is not None:  # absent when everything is read, as in files made before it
+        meta["max_chars"] = max_chars
+    return meta
 
 
 def build_teacher_targets(teacher: Any, examples: Sequence[ReaderExample],
                           path: str | os.PathLike, top_k: int = 20, progress: bool = True,
-                          accelerator: Any = None) -> Path:
+                          accelerator: Any = None, max_chars: int | None = None) -> Path:
     """Write (or finish, or keep) the targets of every example by `teacher` (a `SpanReader`:
     its own query formatting and precision) into `path` (convqa/training/teacher_file.py:
-    resumable, shared by several processes)."""
+    resumable, shared by several processes). With `max_chars`, an example with a longer
+    passage is not read (`too_long`)."""
+    if max_chars is not None and max_chars < 1:
+        raise ValueError(f"max_chars must be >= 1, got {max_chars}")
     from convqa.training.teacher_file import write_teacher_file
 
     if accelerator is not None:
         teacher.model.to(accelerator.device)
 
     def record_of(example: ReaderExample) -> dict[str, Any]:
-        if example.unanswerable:
-            return unanswerable_targets(example).to_dict()
+        if example.unanswerable or too_long(example, max_chars):
+            return empty_targets(example).to_dict()
         query = teacher.history.format(example.question, example.history_turns())
         targets = teacher_passage_targets(teacher, query, example_passages(example), top_k)
         return ExampleTargets(example.id, tuple(targets[:len(example.positives)]),
                               tuple(targets[len(example.positives):])).to_dict()
 
-    return write_teacher_file(path, _meta(teacher, examples, top_k), examples, record_of,
-                              progress=progress, desc="teacher targets",
+    return write_teacher_file(path, _meta(teacher, examples, top_k, max_chars), examples,
+                              record_of, progress=progress, desc="teacher targets",
                               accelerator=accelerator)
 
 
@@ -224,7 +245,8 @@ def load_teacher_targets(path: str | os.PathLike, examples: Sequence[ReaderExamp
             raise DataError(f"example {example.id!r}: targets for {len(record.positives)} + "
                             f"{len(record.negatives)} passages, the example has "
                             f"{len(example.positives)} + {len(example.negatives)}", path)
-    key = f"{meta.get('teacher')}:{meta.get('top_k')}:{meta.get('ids_sha256')}"
+    key = f"{meta.get('teacher')}:{meta.get('top_k')}:{meta.get('ids_sha256')}" + (
+        f":{meta['max_chars']}" if "max_chars" in meta else "")
     return TeacherTargets(path, key, targets)
 
 

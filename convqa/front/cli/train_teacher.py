@@ -5,7 +5,8 @@ examples, for distilling it into the run's student (readers/extractive/distill.p
     convqa train reader-teacher --teacher runs/reader-large/model --run run
     convqa train reader --out run ... --teacher-targets run/data/teacher-targets.jsonl
 
-The teacher reads every passage of every training example once; rerun to resume a killed
+The teacher reads every passage of every answerable training example once (with
+--max-passage-chars N, not an example with a longer passage); rerun to resume a killed
 build. Several processes (`accelerate launch` / torchrun ... -m convqa.front.cli.main train
 reader-teacher ...) share the examples. Wired into `convqa train` by
 `add_teacher_parser(jobs)`.
@@ -37,6 +38,11 @@ def add_teacher_parser(jobs) -> argparse.ArgumentParser:
                    help=f"where the targets go (default DIR/data/{TARGETS_FILE})")
     p.add_argument("--top-k", type=positive_int, default=20, metavar="K",
                    help="answer starts and ends kept per passage (default 20)")
+    p.add_argument("--max-passage-chars", type=positive_int, metavar="N",
+                   help="leave examples with a passage longer than N characters unread (their "
+                        "passages get empty targets; the student learns them from their gold "
+                        "labels): whole papers cost the teacher a read of every window while "
+                        "the student reads one (default: read everything)")
     p.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
                    help="the teacher's arithmetic (default auto: measured on its first read, "
                         "as the reader measures it)")
@@ -68,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path(args.run) / "data" / TARGETS_FILE
     accelerator = make_accelerator(cpu=args.cpu)
     path = build_teacher_targets(teacher, examples, out, args.top_k, progress=not args.quiet,
-                                 accelerator=accelerator)
+                                 accelerator=accelerator, max_chars=args.max_passage_chars)
     if accelerator.is_main_process:
         print(f"{path}: the teacher's targets of {len(examples)} examples")
     return 0
