@@ -6,8 +6,7 @@
 The teacher (a `SpanReader`) reads every passage of every answerable training example once
 (its positives, then its negatives, in the example's order; an unanswerable example's passages,
 and those of an example with a passage over `max_chars` characters, get empty targets and are
-not read: `empty_targets`) with its own query formatting and
-precision, and keeps per passage
+not read: `empty_targets`) with its own query formatting and precision, and keeps per passage
 - `selection`: its selection logit (the highest over the passage's windows);
 - `starts` / `ends`: its `top_k` most likely answer starts and ends as (character offset into
   the passage text, logit), each character position's highest logit over the windows that
@@ -137,9 +136,9 @@ def empty_targets(example: ReaderExample) -> ExampleTargets:
 def too_long(example: ReaderExample, max_chars: int | None) -> bool:
     """Whether a passage of `example` is longer than `max_chars` characters. The student reads
     one window of each passage per step while the teacher reads all of them, so whole papers
-    (COVID-QA's, ~32k characters each: 83% of the characters of a run over the seven sources)
-    cost the teacher far more than they teach; the example is then left to its gold label,
-    whole, because the teacher's selection is a distribution over all of its passages."""
+    (COVID-QA's; docs/readers.md measures their share) cost the teacher far more than they
+    teach; the example is then left to its gold label, whole, because the teacher's selection
+    is a distribution over all of its passages."""
     return max_chars is not None and any(len(p.text) > max_chars
                                          for p in example_passages(example))
 
