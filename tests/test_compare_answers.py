@@ -10,19 +10,6 @@ TURNS = [("c_1", "first", ["Stanley Kubrick"]), ("c_2", "no-switch", ["1968"]),
          ("c_3", "switch", ["Arthur C. Clarke"]), ("c_4", "no-switch", ["HAL 9000"])]
 
 
-def test_paired_bootstrap_of_equal_shifted_and_mixed_scores():
-    script = import_module("convqa.front.tools.compare_answers")
-    same = script.paired_bootstrap([50, 0, 100], [50, 0, 100])
-    assert same == {"mean": 0.0, "low": 0.0, "high": 0.0, "wins": 0, "losses": 0, "ties": 3}
-    shifted = script.paired_bootstrap([60, 10, 100], [50, 0, 90])
-    assert (shifted["mean"], shifted["low"], shifted["high"], shifted["wins"]) == (10, 10, 10, 3)
-    mixed = script.paired_bootstrap([100, 0, 100, 0], [0, 100, 0, 100])
-    assert mixed["mean"] == 0 and mixed["low"] < 0 < mixed["high"]
-    assert (mixed["wins"], mixed["losses"]) == (2, 2)
-    with pytest.raises(Exception, match="equally long"):
-        script.paired_bootstrap([1, 2], [1])
-
-
 def _eval_folder(tmp_path, phrase_answers):
     bench = tmp_path / "bench"
     bench.mkdir()

@@ -16,26 +16,11 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
 from convqa.errors import ConvQAError, DataError
-
-
-def paired_bootstrap(a: Sequence[float], b: Sequence[float], samples: int = 10000,
-                     seed: int = 0) -> dict[str, float]:
-    """Mean of `a - b` (paired per turn) and its percentile-bootstrap 95% interval."""
-    diff = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
-    if len(a) != len(b) or not len(diff):
-        raise ConvQAError(f"paired scores need two equally long non-empty lists, got "
-                          f"{len(a)} and {len(b)}")
-    rng = np.random.default_rng(seed)
-    means = diff[rng.integers(0, len(diff), (samples, len(diff)))].mean(axis=1)
-    low, high = np.percentile(means, [2.5, 97.5])
-    return {"mean": float(diff.mean()), "low": float(low), "high": float(high),
-            "wins": int((diff > 0).sum()), "losses": int((diff < 0).sum()),
-            "ties": int((diff == 0).sum())}
+from convqa.metrics.paired import paired_bootstrap
 
 
 def find_row(rows: list[dict], name: str, where: str) -> tuple[dict, str]:
