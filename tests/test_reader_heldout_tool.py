@@ -50,3 +50,13 @@ def test_a_file_without_examples_is_one_line(tmp_path, capsys):
     assert tool.main([str(tmp_path / "r"), "--examples", str(tmp_path / "empty.jsonl")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("reader_heldout: error:") and "empty.jsonl" in err and "\n" not in err
+
+
+def test_a_reader_named_twice_is_one_line(tmp_path, capsys):
+    from convqa.front.tools import reader_heldout as tool
+
+    (tmp_path / "heldout.jsonl").write_text("")
+    assert tool.main(["convqa-reader", "convqa-reader", "--examples",
+                      str(tmp_path / "heldout.jsonl")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "reader_heldout: error: reader named twice: convqa-reader (each is read once)"

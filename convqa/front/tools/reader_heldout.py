@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from convqa.errors import DataError, reports_errors
+from convqa.errors import ConvQAError, DataError, reports_errors
 
 
 def read_models(names: list[str], examples_path: str, per_source: int | None,
@@ -88,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-source", type=int, default=150)
     parser.add_argument("--out", help="also write every score (and each question's F1) here")
     args = parser.parse_args(argv)
+    twice = sorted({name for name in args.models if args.models.count(name) > 1})
+    if twice:
+        raise ConvQAError(f"reader named twice: {', '.join(twice)} (each is read once)")
     print("| model | source | n | EM | F1 | seconds |\n|---|---|---:|---:|---:|---:|")
     results = read_models(args.models, args.examples, args.per_source, echo=True)
     for name, sources in results.items():
