@@ -92,15 +92,22 @@ def score_answers(examples: Sequence[ReaderExample], answers: dict[str, str],
     return result
 
 
+def question_scores(examples: Sequence[ReaderExample], answers: dict[str, str],
+                    convention: str) -> list[dict[str, float]]:
+    """Each question's EM and F1 (0-1) of `answers` (by question id), in the order of
+    `examples`: what `summed_scores` sums and question-by-question comparisons pair."""
+    from convqa.metrics.answer import score_answer
+
+    return [score_answer(answers[example.id], example.golds(), convention)
+            for example in examples]
+
+
 def summed_scores(examples: Sequence[ReaderExample], answers: dict[str, str],
                   convention: str) -> tuple[float, float]:
     """(EM, F1) of `answers` (by question id) summed over `examples` in their order (0-1 each):
     the one summation behind `evaluate_reader` and `score_answers`, so their numbers agree."""
-    from convqa.metrics.answer import score_answer
-
     em = f1 = 0.0
-    for example in examples:
-        scores = score_answer(answers[example.id], example.golds(), convention)
+    for scores in question_scores(examples, answers, convention):
         em += scores["em"]
         f1 += scores["f1"]
     return em, f1

@@ -24,9 +24,8 @@ def read_models(names: list[str], examples_path: str, per_source: int | None,
                 echo: bool = False) -> dict[str, dict[str, dict[str, Any]]]:
     """model -> source -> {count, em, f1, seconds, f1_by_id}: each model reads the same first
     `per_source` held-out questions of each source (all with None)."""
-    from convqa.metrics.answer import score_answer
     from readers.extractive.data import load_examples, scoring_convention
-    from readers.extractive.heldout import evaluate_reader
+    from readers.extractive.heldout import evaluate_reader, question_scores
     from readers.extractive.model import ExtractiveReader
 
     by_source: dict[str, list] = {}
@@ -43,8 +42,8 @@ def read_models(names: list[str], examples_path: str, per_source: int | None,
             items = items[:per_source]
             convention = scoring_convention(source)
             scores = evaluate_reader(reader, items, convention=convention)
-            f1_by_id = {e.id: 100.0 * score_answer(scores["predictions"][e.id], e.golds(),
-                                                   convention)["f1"] for e in items}
+            f1_by_id = {e.id: 100.0 * q["f1"] for e, q in
+                        zip(items, question_scores(items, scores["predictions"], convention))}
             row = {"count": scores["count"], "em": round(scores["em"], 2),
                    "f1": round(scores["f1"], 2),
                    "seconds": round(time.perf_counter() - started, 1), "f1_by_id": f1_by_id}
