@@ -227,6 +227,28 @@ def test_checks_run_the_readme_question_through_the_default_pipeline(run, tmp_pa
     assert len(tiny) == 1 and "expected 'Stanley Kubrick'" in tiny[0]
 
 
+def test_decline_checks_want_no_answer_where_the_collection_has_none(embedded_cache,
+                                                                     monkeypatch):
+    monkeypatch.setenv("CONVQA_CACHE", str(embedded_cache))
+    promote = promote_reader
+    from convqa.models import ASSETS_DIR, SHIPPED_MODELS
+
+    decline = promote.parse_decline(promote.DECLINE_CHECK)
+    assert decline == ("What is the capital of Australia?", None)
+    with pytest.raises(promote.ConvQAError, match="expected a question"):
+        promote.parse_decline("  ")
+    shipped = ASSETS_DIR / SHIPPED_MODELS["convqa-reader"]
+    # the embedded collection names no capital of Australia: the shipped reader declines
+    assert promote.failed_checks(shipped, [decline]) == []
+    # a question it can answer, expected to be declined, fails and names what was said
+    wrong = promote.failed_checks(shipped, [(README_QUESTION[0], None)])
+    assert len(wrong) == 1 and "'Stanley Kubrick'" in wrong[0]
+    assert wrong[0].endswith("(expected no answer)")
+    # and a declined question expected to have an answer says it got none
+    missing = promote.failed_checks(shipped, [(decline[0], "Canberra")])
+    assert missing == ["'What is the capital of Australia?' -> no answer (expected 'Canberra')"]
+
+
 def test_a_better_reader_that_fails_a_check_is_not_promoted(run, tmp_path, embedded_cache,
                                                             monkeypatch):
     monkeypatch.setenv("CONVQA_CACHE", str(embedded_cache))

@@ -13,7 +13,9 @@ are better on the held-out questions.
    --per-source per source, a seeded sample), gold passage alone; the macro F1 over sources
    decides. Only when the export beats the shipped reader by more than --min-gain, and answers
    each --check question of the embedded default (`convqa answer`: dense retrieval, this reader)
-   with exactly its expected text (default: the README's question, "Stanley Kubrick"), is it copied
+   with exactly its expected text (default: the README's question, "Stanley Kubrick"), and
+   declines each --decline question, one the collection cannot answer (default: "What is the
+   capital of Australia?": no passage names Canberra), is it copied
    next to the assets folder and swapped in (two renames), with a model card (README.md:
    data, steps, examples seen, scores per source, the curve) whose "History" section keeps the
    previous card. Otherwise nothing under the assets folder changes.
@@ -57,6 +59,8 @@ BASES = {
                          "MiniLM: Apache-2.0."),
 }
 README_CHECK = "Who directed 2001: A Space Odyssey?=Stanley Kubrick"
+# The embedded collection names no capital of Australia: a reader must say it has no answer.
+DECLINE_CHECK = "What is the capital of Australia?"
 
 
 def latest_weights(run: Path) -> tuple[Path, dict[str, Any]]:
@@ -173,11 +177,19 @@ def parse_check(text: str) -> tuple[str, str]:
     return question.strip(), answer.strip()
 
 
-def failed_checks(folder: str | Path, checks: list[tuple[str, str]]) -> list[str]:
+def parse_decline(text: str) -> tuple[str, None]:
+    """'QUESTION' -> (question, None): None expects "no answer in the collection"."""
+    if not text.strip():
+        raise ConvQAError("--decline '': expected a question")
+    return text.strip(), None
+
+
+def failed_checks(folder: str | Path, checks: list[tuple[str, str | None]]) -> list[str]:
     """The checks whose answer by `convqa answer`'s default pipeline, with the reader of
-    `folder` in place of the shipped one, is not exactly the expected text (a sanity check
-    that held-out F1 does not make: a reader can gain F1 and still answer the README's
-    question with a clause too long)."""
+    `folder` in place of the shipped one, is not the expected one: exactly the expected text,
+    or no answer where the expected text is None (sanity checks that held-out F1 does not
+    make: a reader can gain F1 and still answer the README's question with a clause too
+    long, or name a city the collection never says is the capital)."""
     from convqa.front.embedded import DEFAULT_READER
     from convqa.front.paths import default_pipeline
 
@@ -187,10 +199,17 @@ def failed_checks(folder: str | Path, checks: list[tuple[str, str]]) -> list[str
                                 reader={**DEFAULT_READER, "model": str(folder)})
     failed = []
     for question, expected in checks:
-        result = pipeline.answer(question)
-        got = result.answer.text if result.answer is not None else ""
-        if got != expected:
-            failed.append(f"{question!r} -> {got!r} (expected {expected!r})")
+        answer = pipeline.answer(question).answer
+        declined = answer is None or answer.no_answer
+        if expected is None:
+            if not declined:
+                confidence = ("" if answer.confidence is None
+                              else f", confidence {answer.confidence:.3f}")
+                failed.append(f"{question!r} -> {answer.text!r}{confidence} "
+                              "(expected no answer)")
+        elif declined or answer.text != expected:
+            got = "no answer" if declined else repr(answer.text)
+            failed.append(f"{question!r} -> {got} (expected {expected!r})")
     return failed
 
 
@@ -351,7 +370,7 @@ def install(candidate: Path, assets: Path) -> None:
 
 def promote(run: Path, assets: Path, per_source: int, seed: int, rank: int, min_gain: float,
             curve: Path | None, dry_run: bool = False, say=print,
-            checks: list[tuple[str, str]] = (), baseline: str | Path | None = None,
+            checks: list[tuple[str, str | None]] = (), baseline: str | Path | None = None,
             alias: str = DEFAULT_ALIAS, int8: bool = False) -> dict[str, Any]:
     """Compare the run's export with `baseline` (default: the reader in `assets`) and install
     it into `assets` when it is better. `assets` need not exist yet: a first large reader
@@ -458,7 +477,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="a question the default `convqa answer` pipeline must answer with "
                         "exactly ANSWER using the candidate (repeatable; default the README's: "
                         f"{README_CHECK!r})")
-    parser.add_argument("--no-check", action="store_true", help="skip the --check questions")
+    parser.add_argument("--decline", action="append", metavar="QUESTION",
+                        help="a question the default `convqa answer` pipeline must answer with "
+                        "\"no answer in the collection\" using the candidate (repeatable; "
+                        f"default: {DECLINE_CHECK!r})")
+    parser.add_argument("--no-check", action="store_true",
+                        help="skip the --check and --decline questions")
     parser.add_argument("--baseline", metavar="READER",
                         help="the reader to beat (alias or folder; default: the one in --assets, "
                              "required when --assets holds none yet)")
@@ -470,7 +494,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="compare only")
     parser.add_argument("--out", help="write the comparison as JSON")
     args = parser.parse_args(argv)
-    checks = [] if args.no_check else [parse_check(c) for c in args.check or [README_CHECK]]
+    checks = [] if args.no_check else (
+        [parse_check(c) for c in args.check or [README_CHECK]]
+        + [parse_decline(q) for q in args.decline or [DECLINE_CHECK]])
     result = promote(Path(args.run), Path(args.assets), args.per_source, args.seed,
                      args.rank, args.min_gain, Path(args.curve) if args.curve else None,
                      args.dry_run, checks=checks, baseline=args.baseline, alias=args.alias,
