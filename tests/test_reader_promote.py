@@ -276,3 +276,38 @@ def test_card_of_a_continued_run_says_where_its_time_starts(run):
         assert "training time 2.0 h of optimizer steps" in card
         assert ("since step 1,400 (the run continued an earlier one" in card) == expected
         assert f"questions seen: {1600 * schedule['batch_size'] * 2:,}" in card
+
+
+def test_a_decoding_calibrated_for_the_same_weights_goes_with_the_candidate(run, tmp_path):
+    promote = promote_reader
+    from convqa.errors import DataError
+    from convqa.io import load_json, write_json
+    from readers.extractive.decoding import Decoding
+    from readers.extractive.model import write_decoding
+
+    block = {"fusion": {"selection": 0.0, "span": 0.1, "retriever": 0.25},
+             "no_answer": {"weights": {"selection": 0.7, "answerable": -0.7}, "bias": -1.0,
+                           "threshold": 0.3}}
+    calibrated = tmp_path / "calibrated"
+    export = promote.export_candidate(run / "model", calibrated, rank=4)
+    write_json(calibrated / "export_report.json", export)
+    write_decoding(calibrated, Decoding.from_dict(block, calibrated / "convqa_reader.json"))
+    candidate = tmp_path / "candidate"
+    fingerprint = promote.export_candidate(run / "model", candidate, rank=4)["tuned_fingerprint"]
+    assert fingerprint == export["tuned_fingerprint"]
+
+    said = []
+    promote.take_decoding(calibrated, candidate, fingerprint, say=said.append)
+    taken = Decoding.from_dict(load_json(candidate / "convqa_reader.json")["decoding"],
+                               candidate / "convqa_reader.json")
+    assert taken.to_dict() == Decoding.from_dict(block, calibrated).to_dict()
+    assert said == [f"candidate reads with the decoding calibrated in {calibrated}"]
+
+    with pytest.raises(DataError, match="calibrated for other weights"):
+        promote.take_decoding(calibrated, candidate, "0" * 24)
+    write_decoding(calibrated, Decoding.from_dict({"fusion": block["fusion"]}, calibrated))
+    with pytest.raises(DataError, match="no calibrated no-answer confidence"):
+        promote.take_decoding(calibrated, candidate, fingerprint)
+    (calibrated / "export_report.json").unlink()
+    with pytest.raises(DataError, match="no export_report.json"):
+        promote.take_decoding(calibrated, candidate, fingerprint)

@@ -18,7 +18,11 @@ are better on the held-out questions.
    capital of Australia?": no passage names Canberra), is it copied
    next to the assets folder and swapped in (two renames), with a model card (README.md:
    data, steps, examples seen, scores per source, the curve) whose "History" section keeps the
-   previous card. Otherwise nothing under the assets folder changes.
+   previous card. Otherwise nothing under the assets folder changes. The candidate reads with
+   the decoding its run carried from its initial reader, or with `--decoding FOLDER`'s: the
+   passage choice and no-answer confidence `convqa train reader-decoding --write` calibrated on
+   an export of the same weights, so the checks and the shipped folder use the new reader's
+   own confidence.
 4. The curve (--curve, default docs/results/reader-curve.png) is redrawn from RUN/log.jsonl
    merged with the curve's history beside it (reader-curve.jsonl: the earlier points of a run
    continued on other machines), which is updated.
@@ -151,6 +155,31 @@ def carry_passage_choice(assets: Path, candidate: Path, say=print) -> None:
     if kept.to_dict():
         write_decoding(candidate, kept)
         say(f"candidate reads with the shipped passage choice {kept.to_dict()}")
+
+
+def take_decoding(source: Path, candidate: Path, tuned_fingerprint: str, say=print) -> None:
+    """Give the candidate the decoding block (passage choice and no-answer confidence) that
+    `convqa train reader-decoding --write` calibrated in `source`, an export of the same
+    weights: a confidence fits one reader's logits, so the export report of `source` must name
+    the weights the candidate was exported from."""
+    from convqa.io import load_json
+    from readers.extractive.decoding import Decoding
+    from readers.extractive.model import META_FILE, write_decoding
+
+    report = source / "export_report.json"
+    if not report.exists():
+        raise DataError("no export_report.json: not an export of a run (export_lora), so the "
+                        "weights it was calibrated for are unknown", source)
+    calibrated_for = load_json(report).get("tuned_fingerprint")
+    if calibrated_for != tuned_fingerprint:
+        raise DataError(f"calibrated for other weights (fingerprint {calibrated_for}, the "
+                        f"candidate's {tuned_fingerprint})", source)
+    block = load_json(source / META_FILE).get("decoding")
+    if not block or "no_answer" not in block:
+        raise DataError("no calibrated no-answer confidence in its decoding block: run "
+                        "`convqa train reader-decoding --reader FOLDER --write` first", source)
+    write_decoding(candidate, Decoding.from_dict(block, source / META_FILE))
+    say(f"candidate reads with the decoding calibrated in {source}")
 
 
 def load_reader(folder: str | Path):
@@ -371,10 +400,14 @@ def install(candidate: Path, assets: Path) -> None:
 def promote(run: Path, assets: Path, per_source: int, seed: int, rank: int, min_gain: float,
             curve: Path | None, dry_run: bool = False, say=print,
             checks: list[tuple[str, str | None]] = (), baseline: str | Path | None = None,
-            alias: str = DEFAULT_ALIAS, int8: bool = False) -> dict[str, Any]:
+            alias: str = DEFAULT_ALIAS, int8: bool = False,
+            decoding: Path | None = None) -> dict[str, Any]:
     """Compare the run's export with `baseline` (default: the reader in `assets`) and install
     it into `assets` when it is better. `assets` need not exist yet: a first large reader
-    (`alias` convqa-reader-large) is compared with the shipped reader and becomes the folder."""
+    (`alias` convqa-reader-large) is compared with the shipped reader and becomes the folder.
+    `decoding`: an export of the same weights whose decoding was calibrated
+    (`take_decoding`); without it the candidate keeps the decoding its run carried from its
+    initial reader, or takes the shipped passage choice."""
     from convqa.io import load_json, write_json
     from convqa.models import resolve_model
     from readers.extractive.data import load_examples
@@ -397,7 +430,10 @@ def promote(run: Path, assets: Path, per_source: int, seed: int, rank: int, min_
         candidate = Path(tmp) / "reader"
         export = {**export_candidate(Path(tmp) / "weights", candidate, rank, int8),
                   "tuned": str(weights)}
-        carry_passage_choice(against_folder, candidate, say)
+        if decoding is not None:
+            take_decoding(decoding, candidate, export["tuned_fingerprint"], say)
+        else:
+            carry_passage_choice(against_folder, candidate, say)
         new = score(candidate, sample)
         say(f"candidate export: F1 {new['f1']:.2f} (mean over sources)")
         old = score(against_folder, sample)
@@ -491,6 +527,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--int8", action="store_true",
                         help="store the export's LoRA factors as int8 (a large reader's adapter "
                              "in about half the bytes of fp16)")
+    parser.add_argument("--decoding", metavar="FOLDER",
+                        help="an export of the run's same weights (export_lora) whose decoding "
+                             "`convqa train reader-decoding --write` calibrated: the candidate "
+                             "reads, is checked and ships with it (default: the decoding the run "
+                             "carried from its initial reader)")
     parser.add_argument("--dry-run", action="store_true", help="compare only")
     parser.add_argument("--out", help="write the comparison as JSON")
     args = parser.parse_args(argv)
@@ -500,7 +541,7 @@ def main(argv: list[str] | None = None) -> int:
     result = promote(Path(args.run), Path(args.assets), args.per_source, args.seed,
                      args.rank, args.min_gain, Path(args.curve) if args.curve else None,
                      args.dry_run, checks=checks, baseline=args.baseline, alias=args.alias,
-                     int8=args.int8)
+                     int8=args.int8, decoding=Path(args.decoding) if args.decoding else None)
     if args.out:
         from convqa.io import write_json
 
