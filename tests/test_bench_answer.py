@@ -66,3 +66,29 @@ def test_another_split_is_measured(bench, pipeline_yaml, tmp_path, capsys):
     assert numbers["turns"] == 4
     assert set(numbers["stages_ms"]) == {"history", "retrieve", "fetch"}
     assert 0 < numbers["stages_ms"]["retrieve"]["p50"] <= numbers["total_ms"]["p90"]
+
+
+def test_a_model_family_swaps_its_models_into_the_timed_pipeline(bench, pipeline_yaml, tmp_path,
+                                                                 capsys):
+    import argparse
+
+    config = yaml.safe_load(pipeline_yaml.read_text(encoding="utf-8"))
+    with_reader = tmp_path / "with-reader.yaml"
+    with_reader.write_text(yaml.safe_dump({**config, "reader": {"name": "extractive",
+                                                                "model": "convqa-reader"}}),
+                           encoding="utf-8")
+    args = argparse.Namespace(config=str(with_reader), model_family="large")
+    timed = bench.pipeline_config(args)
+    assert timed["reader"]["model"] == "convqa-reader-large"
+    assert timed["reranker"]["model"] == "convqa-reranker"
+    assert timed["reranker"]["top_n"] == 50
+    assert timed["retriever"] == config["retriever"] and timed["top_k"] == 3
+    default = bench.pipeline_config(argparse.Namespace(config=str(with_reader),
+                                                       model_family="default"))
+    assert default["reader"] == {"name": "extractive", "model": "convqa-reader"}
+    assert "reranker" not in default
+    # a path with no reader has none to swap: one line, before anything loads
+    assert bench.main(["--config", str(pipeline_yaml), "--benchmark", str(pipeline_yaml.parent),
+                       "--split", "train", "--turns", "2", "--model-family", "large"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("bench_answer: error: ")

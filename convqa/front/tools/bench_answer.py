@@ -4,11 +4,13 @@
     python -m convqa.front.tools.bench_answer --turns 100                    # embedded default pipeline
     python -m convqa.front.tools.bench_answer --retriever bm25 --turns 100
     python -m convqa.front.tools.bench_answer --config pipeline.yaml --benchmark /tmp/bench/vital [--split train]
+    python -m convqa.front.tools.bench_answer --model-family large --benchmark /tmp/bench/vital
 
 Questions and their conversations are the turns of one split (dev unless --split says otherwise)
 of a TopiOCQA x Wikipedia benchmark (--benchmark), or else the first turns of the shared TopiOCQA
 file. Each turn is answered once after 5 warm-up turns, in one process; the stages are the
-pipeline's own timings (history, retrieve, fetch, read). A split without enough turns is a
+pipeline's own timings (history, retrieve, rerank, fetch, read). `--model-family` swaps in a
+family's models as `convqa answer --model-family` does. A split without enough turns is a
 one-line error naming the file and the splits it holds.
 """
 from __future__ import annotations
@@ -67,6 +69,7 @@ def topiocqa_turns(data_dir: str, count: int):
 @reports_errors("bench_answer")
 def main(argv: list[str] | None = None) -> int:
     from convqa.front.embedded import DEFAULT_RETRIEVER, RETRIEVER_CHOICES
+    from convqa.front.families import add_family_argument
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", help="pipeline YAML (default: the embedded default)")
@@ -81,9 +84,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16", "int8"),
                         help="embedded default: the query encoder's and the reader's precision "
                              "(default auto: measured here)")
+    add_family_argument(parser)
     parser.add_argument("--json", help="also write the numbers here")
     args = parser.parse_args(argv)
     return run(args)
+
+
+def pipeline_config(args: argparse.Namespace) -> dict:
+    """The config to time: --config's, or the embedded default's with --precision on its query
+    encoder and reader (its indexes built when missing); either with --model-family's models."""
+    from convqa.front.families import family_named, with_family
+    from convqa.front.paths import configured_path, embedded_path
+
+    family = family_named(getattr(args, "model_family", "default"))
+    if args.config:
+        return with_family(configured_path(args.config), family).pipeline_config()
+    from convqa.front.embedded import ensure_embedded
+
+    ensure_embedded(progress=True, retriever=args.retriever)
+    path = embedded_path(args.retriever, None if args.no_reader else "default")
+    config = with_family(path, family).pipeline_config()
+    for part in (config["retriever"], config.get("reader")):
+        if part and part.get("name") in ("dense", "extractive"):
+            part["precision"] = args.precision
+    return config
 
 
 def run(args: argparse.Namespace) -> int:
@@ -99,18 +123,7 @@ def run(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     started = time.perf_counter()
-    if args.config:
-        pipeline = Pipeline.from_config(args.config)
-    else:
-        from convqa.front.embedded import default_config, ensure_embedded
-
-        ensure_embedded(progress=True, retriever=args.retriever)
-        config = default_config(retriever=args.retriever,
-                                reader=None if args.no_reader else "default")
-        for part in (config["retriever"], config.get("reader")):
-            if part and part.get("name") in ("dense", "extractive"):
-                part["precision"] = args.precision
-        pipeline = Pipeline.from_config(config)
+    pipeline = Pipeline.from_config(pipeline_config(args))
     load_s = time.perf_counter() - started
     for question, history in turns[:WARMUP_TURNS]:
         pipeline.answer(question, history)
@@ -125,7 +138,8 @@ def run(args: argparse.Namespace) -> int:
     from convqa.precision import cpu_capability
 
     choices = {name: getattr(part, "precision_choice", None) or getattr(part, "precision", None)
-               for name, part in (("retriever", pipeline.retriever), ("reader", pipeline.reader))}
+               for name, part in (("retriever", pipeline.retriever),
+                                  ("reranker", pipeline.reranker), ("reader", pipeline.reader))}
     report = {
         "turns": len(totals), "threads": torch.get_num_threads(), "load_seconds": round(load_s, 1),
         "cpu_capability": cpu_capability(),
