@@ -305,6 +305,13 @@ def test_a_decoding_calibrated_for_the_same_weights_goes_with_the_candidate(run,
 
     with pytest.raises(DataError, match="calibrated for other weights"):
         promote.take_decoding(calibrated, candidate, "0" * 24)
+    # a confidence calibrated behind a reranker only (after_reranker) is a calibration too
+    reranked = {"fusion": block["fusion"],
+                "after_reranker": {"fusion": block["fusion"], "no_answer": block["no_answer"]}}
+    write_decoding(calibrated, Decoding.from_dict(reranked, calibrated))
+    promote.take_decoding(calibrated, candidate, fingerprint, say=said.append)
+    assert (load_json(candidate / "convqa_reader.json")["decoding"]
+            == Decoding.from_dict(reranked, calibrated).to_dict())
     write_decoding(calibrated, Decoding.from_dict({"fusion": block["fusion"]}, calibrated))
     with pytest.raises(DataError, match="no calibrated no-answer confidence"):
         promote.take_decoding(calibrated, candidate, fingerprint)

@@ -96,7 +96,7 @@ def pipeline_config(args: argparse.Namespace) -> dict:
     from convqa.front.families import family_named, with_family
     from convqa.front.paths import configured_path, embedded_path
 
-    family = family_named(getattr(args, "model_family", "default"))
+    family = family_named(args.model_family)
     if args.config:
         return with_family(configured_path(args.config), family).pipeline_config()
     from convqa.front.embedded import ensure_embedded

@@ -174,11 +174,13 @@ def take_decoding(source: Path, candidate: Path, tuned_fingerprint: str, say=pri
     if calibrated_for != tuned_fingerprint:
         raise DataError(f"calibrated for other weights (fingerprint {calibrated_for}, the "
                         f"candidate's {tuned_fingerprint})", source)
-    block = load_json(source / META_FILE).get("decoding")
-    if not block or "no_answer" not in block:
+    decoding = Decoding.from_dict(load_json(source / META_FILE).get("decoding") or {},
+                                  source / META_FILE)
+    after = decoding.after_reranker
+    if decoding.no_answer is None and (after is None or after.no_answer is None):
         raise DataError("no calibrated no-answer confidence in its decoding block: run "
                         "`convqa train reader-decoding --reader FOLDER --write` first", source)
-    write_decoding(candidate, Decoding.from_dict(block, source / META_FILE))
+    write_decoding(candidate, decoding)
     say(f"candidate reads with the decoding calibrated in {source}")
 
 
