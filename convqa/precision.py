@@ -24,7 +24,8 @@ choice with the measured times once, and the caller records it (index manifests 
 
 A choice is remembered per machine (CPU capability and model, torch version, threads), kind of
 work and model fingerprint in `~/.cache/convqa/precision-choices.json`, so a one-shot command
-such as `convqa answer` probes once per machine, not at every run.
+such as `convqa answer` probes once per machine, not at every run. A training run keeps its
+choice in its own folder, so a resumed run on the same machine does not probe again.
 
 Tests inject `timer` to cover every outcome without depending on the test machine's CPU.
 """
@@ -165,6 +166,7 @@ class PrecisionChoice:
     threshold: float | None = None
     cpu: str = ""
     remembered: bool = False
+    source: str = ""  # the file a remembered choice came from
 
     @classmethod
     def forced(cls, precision: str, what: str = "") -> "PrecisionChoice":
@@ -180,7 +182,7 @@ class PrecisionChoice:
             return f"precision for {self.what or 'inference'}: {self.precision} (forced)"
         if self.remembered:
             return (f"precision for {self.what or 'inference'}: {self.precision} "
-                    f"(measured earlier on this machine, {choices_file()})")
+                    f"(measured earlier on this machine, {self.source or choices_file()})")
         parts = []
         for name, seconds in self.seconds.items():
             agree = self.agreement.get(name)
@@ -233,18 +235,18 @@ def choices_file() -> Path:
     return cache_dir() / "precision-choices.json"
 
 
-def _remembered(key: str) -> dict[str, Any] | None:
+def _remembered(key: str, path: Path | None = None) -> dict[str, Any] | None:
     try:
-        with open(choices_file(), encoding="utf-8") as handle:
+        with open(path or choices_file(), encoding="utf-8") as handle:
             entry = json.load(handle).get(key)
     except (OSError, ValueError, AttributeError):
         return None
     return entry if isinstance(entry, dict) else None
 
 
-def _remember(key: str, choice: "PrecisionChoice") -> None:
+def _remember(key: str, choice: "PrecisionChoice", path: Path | None = None) -> None:
     """Add `choice` to the choices file (atomic replace; a failure only costs a new probe)."""
-    path = choices_file()
+    path = path or choices_file()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -285,23 +287,25 @@ def choose_precision(run: Callable[[str], Any], agreement: Callable[[Any, Any], 
                      threshold: float, what: str, device: torch.device | str,
                      requested: str = AUTO, candidates: Sequence[str] | None = None,
                      timer: Timer | None = None, remember: str | None = None,
-                     inference: bool = True) -> PrecisionChoice:
+                     inference: bool = True, choices: Path | None = None) -> PrecisionChoice:
     """Resolve `requested`: a fixed precision is returned as is; `auto` times `run(p)` for every
     candidate, scores `agreement(fp32 output, output)` (higher is better; >= `threshold` agrees)
     and keeps the fastest candidate that agrees. A candidate that fails to run is skipped
     (logged). The outcome is logged once, at INFO, with the measured times. With `remember`
-    (the model's fingerprint) the choice is kept per machine and reused by later processes.
-    `inference=False` runs the probe with autograd on (training steps)."""
+    (the model's fingerprint) the choice is kept per machine and reused by later processes,
+    in `choices` (default: the cache's choices file). `inference=False` runs the probe with
+    autograd on (training steps)."""
     requested = normalize_precision(requested, f"precision for {what}")
     if requested != AUTO:
         return PrecisionChoice.forced(requested, what)
     pool = [FP32] + [c for c in (candidates or candidates_for(device)) if c != FP32]
     key = f"{machine_key()}|{torch.device(device).type}|{what}|{remember}" if remember else None
-    known = _remembered(key) if key else None
+    known = _remembered(key, choices) if key else None
     if known and known.get("precision") in pool:
         choice = PrecisionChoice(known["precision"], what, known.get("probe_seconds") or {},
                                  known.get("agreement") or {}, known.get("threshold"),
-                                 known.get("cpu", ""), remembered=True)
+                                 known.get("cpu", ""), remembered=True,
+                                 source=str(choices or choices_file()))
         log.info("%s", choice.summary())
         return choice
     timer = timer or time_run
@@ -328,9 +332,11 @@ def choose_precision(run: Callable[[str], Any], agreement: Callable[[Any, Any], 
     choice = PrecisionChoice(best, what, seconds, scores, threshold, cpu_capability())
     log.info("%s", choice.summary())
     if key:
-        _remember(key, choice)
+        _remember(key, choice, choices)
     return choice
 
+
+TRAINING_CHOICES = "precision-choice.json"  # in a run folder: the probe's outcome there
 
 # A training step agrees with fp32 when the loss of the probe batch is within 2% of fp32's:
 # bf16 autocast moves a MiniLM reader's loss by well under 1% (weights and optimizer stay fp32).
@@ -348,10 +354,14 @@ def training_precision_setting(precision: str, bf16: bool = False) -> str:
 
 def choose_training_precision(step: Callable[[str], float], *, what: str,
                               device: torch.device | str, requested: str = AUTO,
-                              timer: Timer | None = None) -> PrecisionChoice:
+                              timer: Timer | None = None,
+                              run_folder: Path | None = None) -> PrecisionChoice:
     """The precision of training steps: `step(p)` runs the forward and backward pass of one
     real batch in precision `p` (gradients discarded) and returns its loss; `auto` keeps the
-    faster of fp32 and bf16 whose loss agrees (`LOSS_AGREEMENT`). int8 cannot train."""
+    faster of fp32 and bf16 whose loss agrees (`LOSS_AGREEMENT`). int8 cannot train. With
+    `run_folder` the choice is kept there (TRAINING_CHOICES) and a resumed run on the same
+    machine reuses it: the probe of a slow candidate costs minutes (bf16 without native
+    kernels ran a reader step 20x slower than fp32), at every restart."""
     requested = normalize_precision(requested, f"precision for {what}")
     if requested == INT8:
         raise ConfigError(f"precision for {what}: int8 is for inference only; use auto, fp32 "
@@ -359,7 +369,10 @@ def choose_training_precision(step: Callable[[str], float], *, what: str,
     return choose_precision(step, loss_agreement, threshold=LOSS_AGREEMENT, what=what,
                             device=device, requested=requested,
                             candidates=[c for c in candidates_for(device) if c != INT8],
-                            timer=timer, inference=False)
+                            timer=timer, inference=False,
+                            remember="run" if run_folder is not None else None,
+                            choices=Path(run_folder) / TRAINING_CHOICES if run_folder is not None
+                            else None)
 
 
 def _run_in(run: Callable[[str], Any], precision: str, device) -> Any:

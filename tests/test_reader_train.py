@@ -185,6 +185,43 @@ def test_auto_precision_probe_changes_nothing_and_resume_may_switch(examples, tm
         config(precision="int8")
 
 
+def test_a_resumed_run_on_the_same_machine_reuses_its_precision_choice(examples, tmp_path,
+                                                                        monkeypatch):
+    """`auto`'s probe outcome is kept in the run folder: a resume on the same machine takes
+    it without probing (a slow candidate's probe costs minutes), a resume on another machine
+    (CPU, torch or thread count) probes again."""
+    from convqa import precision as P
+
+    probes = []
+
+    def timings(table):
+        def timer(name, run):
+            probes.append(name)
+            return table[name], run()
+        return timer
+
+    auto = config(epochs=1, batch_size=2, checkpoint_every=1, max_steps=4, precision="auto")
+    monkeypatch.setattr(P, "time_run", timings({"fp32": 1.0, "bf16": 6.0}))
+    with pytest.raises(Killed):
+        train_reader(tiny_reader(seed=1), examples, tmp_path / "run", auto,
+                     on_step=kill_after(2))
+    assert probes == ["fp32", "bf16"]
+    kept = json.loads((tmp_path / "run" / P.TRAINING_CHOICES).read_text())
+    assert [entry["precision"] for entry in kept.values()] == ["fp32"]
+
+    monkeypatch.setattr(P, "time_run", timings({"fp32": 1.0, "bf16": 0.5}))
+    with pytest.raises(Killed):
+        train_reader(tiny_reader(seed=1), examples, tmp_path / "run", auto,
+                     on_step=kill_after(3))
+    assert probes == ["fp32", "bf16"]  # same machine: no probe, the kept choice
+
+    monkeypatch.setattr(P, "machine_key", lambda: "another CPU|torch x|2 threads")
+    resumed = train_reader(tiny_reader(seed=1), examples, tmp_path / "run", auto)
+    assert resumed.resumed_from == 3 and resumed.steps == 4
+    assert probes == ["fp32", "bf16", "fp32", "bf16"]
+    assert resumed.info["precision"]["precision"] == "bf16"
+
+
 def test_lora_and_bf16_runs(examples, tmp_path):
     from reader_helpers import save_tiny_encoder
     from reader_helpers import reader_config

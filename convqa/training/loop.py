@@ -298,10 +298,11 @@ class StepTrainer:
         return nullcontext()
 
     def choose_precision(self, model) -> None:
-        """Set `self.precision`, the autocast of `compute_loss`. For `auto`, at every (re)start:
-        time a forward and backward pass of the first examples in fp32 and in bf16 (no update,
-        RNG restored) and keep the faster whose loss agrees (convqa/precision.py); the main
-        process decides for all. Recorded in `self.info["precision"]`."""
+        """Set `self.precision`, the autocast of `compute_loss`. For `auto`: time a forward and
+        backward pass of the first examples in fp32 and in bf16 (no update, RNG restored) and
+        keep the faster whose loss agrees (convqa/precision.py); the main process decides for
+        all and keeps the choice in OUT, so a restart on the same machine (CPU, torch,
+        threads) reuses it. Recorded in `self.info["precision"]`."""
         acc = self.accelerator
         requested = self.requested_precision()
         if requested != AUTO:
@@ -323,7 +324,8 @@ class StepTrainer:
             model.zero_grad(set_to_none=True)
             return float(loss.detach())
 
-        choice = choose_training_precision(step, what=self.precision_what, device=acc.device)
+        choice = choose_training_precision(step, what=self.precision_what, device=acc.device,
+                                           run_folder=self.out)
         torch.set_rng_state(rng)
         picked = [choice.precision]
         broadcast_object_list(picked)
