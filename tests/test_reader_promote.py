@@ -318,3 +318,54 @@ def test_a_decoding_calibrated_for_the_same_weights_goes_with_the_candidate(run,
     (calibrated / "export_report.json").unlink()
     with pytest.raises(DataError, match="no export_report.json"):
         promote.take_decoding(calibrated, candidate, fingerprint)
+
+
+def test_a_better_candidate_not_installed_is_kept_then_promoted_without_its_run(run, tmp_path):
+    """--keep: a dry run that finds a better reader writes it with its card and facts; the
+    kept folder is a reader, and promoting it later installs it as the run would have been,
+    on the same held-out sample, with the run's data and steps on the card."""
+    promote = promote_reader
+    from convqa.errors import DataError
+    from convqa.front.tools import reader_candidate
+
+    assets = shipped_copy(run, tmp_path / "reader-extractive")
+    before = {p.name: p.read_bytes() for p in assets.iterdir()}
+    kept = tmp_path / "candidates" / "reader"
+    said = []
+    equal = promote.promote(run, assets, per_source=8, seed=0, rank=4, min_gain=0.0,
+                            curve=None, dry_run=True, say=lambda _: None, keep=kept)
+    assert "kept" not in equal and not kept.exists()  # not better: nothing kept
+    result = promote.promote(run, assets, per_source=8, seed=0, rank=4, min_gain=-1.0,
+                             curve=None, dry_run=True, say=said.append, keep=kept)
+    assert not result["promoted"] and result["kept"] == str(kept)
+    assert {p.name: p.read_bytes() for p in assets.iterdir()} == before
+    record = json.loads((kept / reader_candidate.CANDIDATE_FILE).read_text())
+    assert record["facts"]["steps"] == 6 and record["not_installed"] == "dry run"
+    assert record["heldout"]["sha256"] == reader_candidate.file_sha256(
+        run / "data" / "heldout.jsonl")
+    card = (kept / "README.md").read_text()
+    assert card.startswith("# Candidate for convqa-reader")
+    assert "was not installed: dry run" in card and "squad:dev-v2.0" in card
+    assert ExtractiveReader.from_pretrained(kept).has_adapters
+
+    # promoted later from the kept folder alone (the run's held-out file named)
+    moved = tmp_path / "elsewhere" / "reader"
+    moved.parent.mkdir()
+    kept.rename(moved)
+    stale = json.loads((moved / reader_candidate.CANDIDATE_FILE).read_text())
+    stale["heldout"]["path"] = str(tmp_path / "gone" / "heldout.jsonl")
+    (moved / reader_candidate.CANDIDATE_FILE).write_text(json.dumps(stale))
+    with pytest.raises(DataError, match="held-out examples of this candidate's run are gone"):
+        promote.promote(moved, assets, per_source=8, seed=0, rank=4, min_gain=-1.0,
+                        curve=None, say=lambda _: None)
+    again = promote.promote(moved, assets, per_source=8, seed=0, rank=4, min_gain=-1.0,
+                            curve=None, say=lambda _: None,
+                            heldout=run / "data" / "heldout.jsonl")
+    assert again["promoted"] and again["candidate"]["f1"] == result["candidate"]["f1"]
+    assert again["candidate"]["sample"] == result["candidate"]["sample"]
+    installed = (assets / "README.md").read_text()
+    assert installed.startswith(promote.HEADER.format(alias="convqa-reader"))
+    assert "Steps: 6" in installed and "squad:dev-v2.0" in installed
+    assert not (assets / reader_candidate.CANDIDATE_FILE).exists()
+    assert ExtractiveReader.from_pretrained(assets).fingerprint() == \
+        ExtractiveReader.from_pretrained(moved).fingerprint()

@@ -26,6 +26,10 @@ are better on the held-out questions.
 4. The curve (--curve, default docs/results/reader-curve.png) is redrawn from RUN/log.jsonl
    merged with the curve's history beside it (reader-curve.jsonl: the earlier points of a run
    continued on other machines), which is updated.
+5. `--keep DIR`: a candidate that beats the reader to beat but is not installed (a dry run, or
+   a failed check) is written to DIR with a card and candidate.json (reader_candidate.py), to
+   commit: the run's compute outlives its machine. `promote_reader DIR --heldout FILE` later
+   compares and installs the kept folder as it would the run.
 
 A reader of another family gets its own folder and alias. The first large reader is compared
 with the shipped one and creates its folder only when it beats it (its curve left out, so the
@@ -310,7 +314,8 @@ def _base_lines(base: str) -> tuple[str, str]:
 def model_card(run: Path, facts: dict[str, Any], export: dict[str, Any],
                new: dict[str, Any], old: dict[str, Any], curve: Path | None,
                old_card: str, old_fingerprint: str, seconds: float,
-               alias: str = DEFAULT_ALIAS, baseline: str | None = None) -> str:
+               alias: str = DEFAULT_ALIAS, baseline: str | None = None,
+               data_lines: list[str] | None = None) -> str:
     """The card of a promoted reader. `baseline` names the reader a first version was
     compared with (its folder had no reader before); otherwise the previous card goes under
     History."""
@@ -353,7 +358,8 @@ def model_card(run: Path, facts: dict[str, Any], export: dict[str, Any],
         f"seed {schedule.get('seed')}, length-bucketed batches "
         f"(pool {schedule.get('length_pool', 0)}).",
         "- Data (`convqa train reader`, whole SQuAD articles held out per file; the benchmark's "
-        "dev conversations held out):", *_data_lines(run), "",
+        "dev conversations held out):",
+        *(data_lines if data_lines is not None else _data_lines(run)), "",
         "## Held-out scores", "",
         f"Gold passage alone, the same {new['count']} held-out questions for both readers "
         "(a seeded sample per source of the run's data/heldout.jsonl; SQuAD convention for "
@@ -403,21 +409,32 @@ def promote(run: Path, assets: Path, per_source: int, seed: int, rank: int, min_
             curve: Path | None, dry_run: bool = False, say=print,
             checks: list[tuple[str, str | None]] = (), baseline: str | Path | None = None,
             alias: str = DEFAULT_ALIAS, int8: bool = False,
-            decoding: Path | None = None) -> dict[str, Any]:
+            decoding: Path | None = None, keep: Path | None = None,
+            heldout: Path | None = None) -> dict[str, Any]:
     """Compare the run's export with `baseline` (default: the reader in `assets`) and install
     it into `assets` when it is better. `assets` need not exist yet: a first large reader
     (`alias` convqa-reader-large) is compared with the shipped reader and becomes the folder.
     `decoding`: an export of the same weights whose decoding was calibrated
     (`take_decoding`); without it the candidate keeps the decoding its run carried from its
-    initial reader, or takes the shipped passage choice."""
+    initial reader, or takes the shipped passage choice.
+    `run` may also be a candidate folder that `keep` wrote earlier (reader_candidate.py): it
+    is compared as it is, on `heldout` (default: the held-out file its run had).
+    `keep`: when the export beats the baseline but is not installed (a dry run or a failed
+    check), write it there with a card and candidate.json."""
+    from convqa.front.tools import reader_candidate as kept_candidate
     from convqa.io import load_json, write_json
     from convqa.models import resolve_model
     from readers.extractive.data import load_examples
     from readers.extractive.heldout import heldout_sample
 
-    heldout_path = run / "data" / "heldout.jsonl"
-    if not heldout_path.exists():
-        raise DataError("no held-out examples (data/heldout.jsonl)", run)
+    kept = kept_candidate.is_kept_candidate(run)
+    record = kept_candidate.candidate_record(run) if kept else None
+    if kept:
+        heldout_path = kept_candidate.heldout_file(run, heldout, say)
+    else:
+        heldout_path = heldout or run / "data" / "heldout.jsonl"
+        if not heldout_path.exists():
+            raise DataError("no held-out examples (data/heldout.jsonl)", run)
     sample = heldout_sample(load_examples(heldout_path), per_source, seed)
     first = not assets.exists()
     if not first and not (assets / "convqa_reader.json").exists():
@@ -427,14 +444,18 @@ def promote(run: Path, assets: Path, per_source: int, seed: int, rank: int, min_
     against = baseline if baseline is not None else assets
     against_folder = Path(resolve_model(str(against)))
     with tempfile.TemporaryDirectory(prefix="convqa-promote-") as tmp:
-        weights, facts = snapshot(run, Path(tmp) / "weights")
-        say(f"candidate: {weights} (step {facts['steps']}); {len(sample)} held-out questions")
         candidate = Path(tmp) / "reader"
-        export = {**export_candidate(Path(tmp) / "weights", candidate, rank, int8),
-                  "tuned": str(weights)}
+        if kept:
+            weights, facts, export = run, record["facts"], record["export"]
+            kept_candidate.prepare(run, candidate)
+        else:
+            weights, facts = snapshot(run, Path(tmp) / "weights")
+            export = {**export_candidate(Path(tmp) / "weights", candidate, rank, int8),
+                      "tuned": str(weights)}
+        say(f"candidate: {weights} (step {facts['steps']}); {len(sample)} held-out questions")
         if decoding is not None:
             take_decoding(decoding, candidate, export["tuned_fingerprint"], say)
-        else:
+        elif not kept:
             carry_passage_choice(against_folder, candidate, say)
         new = score(candidate, sample)
         say(f"candidate export: F1 {new['f1']:.2f} (mean over sources)")
@@ -447,21 +468,29 @@ def promote(run: Path, assets: Path, per_source: int, seed: int, rank: int, min_
                   "examples_seen": examples_seen(facts), "candidate": new, "shipped": old,
                   "min_gain": min_gain, "failed_checks": failed,
                   "promoted": bool(better and not failed and not dry_run)}
-        if curve is not None and (run / "log.jsonl").exists():
+        if curve is not None and not kept and (run / "log.jsonl").exists():
             curve = _draw_curve(run, curve)
+        elif kept:
+            curve = None
         if not result["promoted"]:
             why = (f"F1 {new['f1']:.2f} is not above {old['f1']:.2f} + {min_gain}" if not better
                    else "check failed: " + "; ".join(failed) if failed else "dry run")
             say(f"not promoted: {why}; {assets} unchanged")
+            if better and keep is not None and not kept:
+                _keep(candidate, Path(keep), run, facts, export, new, old, str(against),
+                      alias, heldout_path, why)
+                result["kept"] = str(keep)
+                say(f"kept: {keep} holds the candidate with its card")
             return result
-        seconds = _training_seconds(run)
+        seconds = record["training_seconds"] if kept else _training_seconds(run)
         old_meta = {} if first else load_json(assets / "convqa_reader.json")
         old_card = (assets / "README.md").read_text(encoding="utf-8") \
             if (assets / "README.md").exists() else ""
         (candidate / "README.md").write_text(
             model_card(run, facts, export, new, old, curve, old_card,
                        str(old_meta.get("fingerprint")), seconds, alias=alias,
-                       baseline=str(against) if first else None), encoding="utf-8")
+                       baseline=str(against) if first else None,
+                       data_lines=record["data_lines"] if kept else None), encoding="utf-8")
         write_json(candidate / "export_report.json", export)
         write_json(candidate / "heldout.json", {k: v for k, v in result.items()
                                                 if k not in ("promoted", "failed_checks")})
@@ -469,6 +498,31 @@ def promote(run: Path, assets: Path, per_source: int, seed: int, rank: int, min_
     say(f"promoted: {assets} now holds the reader of step {facts['steps']} "
         f"(F1 {new['f1']:.2f} > {old['f1']:.2f})")
     return result
+
+
+def _keep(candidate: Path, into: Path, run: Path, facts: dict[str, Any],
+          export: dict[str, Any], new: dict[str, Any], old: dict[str, Any], baseline: str,
+          alias: str, heldout_path: Path, why: str) -> None:
+    """Keep a candidate that beat `baseline` but was not installed (reader_candidate.py)."""
+    from convqa.front.tools import reader_candidate as kept_candidate
+    from convqa.io import write_json
+
+    record = {"alias": alias, "baseline": baseline, "run": str(run), "facts": facts,
+              "export": export, "data_lines": _data_lines(run),
+              "training_seconds": _training_seconds(run),
+              "heldout": {"path": str(heldout_path.resolve()),
+                          "sha256": kept_candidate.file_sha256(heldout_path)},
+              "scores": {"candidate": new["f1"], "baseline": old["f1"]},
+              "not_installed": why, "kept_on": kept_candidate.today()}
+    write_json(candidate / "export_report.json", export)
+    write_json(candidate / "heldout.json", {"candidate": new, "shipped": old,
+                                            "baseline": baseline})
+    try:
+        hint = str(into.resolve().relative_to(REPO))
+    except ValueError:
+        hint = str(into)
+    card = kept_candidate.candidate_card(alias, baseline, record, _table(new, old), hint)
+    kept_candidate.keep(candidate, into, record, card)
 
 
 def _training_seconds(run: Path) -> float:
@@ -500,7 +554,8 @@ def main(argv: list[str] | None = None) -> int:
     from convqa.models import ASSETS_DIR, SHIPPED_MODELS
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("run", help="reader training run folder (`convqa train reader --out`)")
+    parser.add_argument("run", help="reader training run folder (`convqa train reader --out`), "
+                        "or a candidate folder kept by --keep")
     parser.add_argument("--assets", default=str(ASSETS_DIR / SHIPPED_MODELS["convqa-reader"]),
                         help="the shipped reader's folder (default: convqa-reader's)")
     parser.add_argument("--per-source", type=int, default=300,
@@ -535,6 +590,13 @@ def main(argv: list[str] | None = None) -> int:
                              "reads, is checked and ships with it (default: the decoding the run "
                              "carried from its initial reader)")
     parser.add_argument("--dry-run", action="store_true", help="compare only")
+    parser.add_argument("--keep", metavar="DIR",
+                        help="when the candidate beats the reader to beat but is not installed "
+                             "(--dry-run or a failed check), write it to DIR with a card and "
+                             "candidate.json, to commit and promote later without the run")
+    parser.add_argument("--heldout", metavar="FILE",
+                        help="held-out examples to compare on (default: RUN/data/heldout.jsonl, "
+                             "or the file a kept candidate's run had)")
     parser.add_argument("--out", help="write the comparison as JSON")
     args = parser.parse_args(argv)
     checks = [] if args.no_check else (
@@ -543,7 +605,9 @@ def main(argv: list[str] | None = None) -> int:
     result = promote(Path(args.run), Path(args.assets), args.per_source, args.seed,
                      args.rank, args.min_gain, Path(args.curve) if args.curve else None,
                      args.dry_run, checks=checks, baseline=args.baseline, alias=args.alias,
-                     int8=args.int8, decoding=Path(args.decoding) if args.decoding else None)
+                     int8=args.int8, decoding=Path(args.decoding) if args.decoding else None,
+                     keep=Path(args.keep) if args.keep else None,
+                     heldout=Path(args.heldout) if args.heldout else None)
     if args.out:
         from convqa.io import write_json
 
