@@ -87,11 +87,9 @@ class BenchQuery:
 
 
 def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    from convqa.model_install import sha256_of
+
+    return sha256_of(path)
 
 
 def _turn_index(conversations) -> dict[tuple[tuple[str, ...], str], list[tuple[Any, int]]]:

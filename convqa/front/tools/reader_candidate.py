@@ -12,7 +12,6 @@ run folder: no machine's training is lost with the machine.
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import shutil
 from pathlib import Path
 from typing import Any
@@ -29,11 +28,9 @@ def is_kept_candidate(folder: Path) -> bool:
 
 
 def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    from convqa.model_install import sha256_of
+
+    return sha256_of(path)
 
 
 def candidate_record(folder: Path) -> dict[str, Any]:
