@@ -105,12 +105,19 @@ def test_reader_export_keeps_heads_and_reproduces_logits(tmp_path):
                     torch.randn(2, param.shape[1], generator=generator)
             elif name.endswith(".bias") or "LayerNorm" in name:
                 param += torch.randn(param.shape, generator=generator) * 0.05
+    from readers.extractive.decoding import Decoding
+    decoding = {"fusion": {"selection": 0.0, "span": 0.1, "retriever": 0.25},
+                "after_reranker": {"fusion": {"selection": 0.0, "span": 0.05, "retriever": 2.0}}}
+    tuned.decoding = Decoding.from_dict(decoding, tmp_path / "tuned")
     tuned.save_pretrained(tmp_path / "tuned")
     from convqa.front.tools import export_lora as module
     assert module.main(["--tuned", str(tmp_path / "tuned"), "--rank", "2",
                         "--out", str(tmp_path / "adapter")]) == 0
     adapter = ExtractiveReader.from_pretrained(tmp_path / "adapter").eval()
     assert adapter.has_adapters and adapter.has_selection_head
+    # the passage choice the tuned reader carries (from its initial reader) goes with it: an
+    # export without it reads its top k by selection alone, ~8-16 F1 lower end to end
+    assert adapter.decoding.to_dict() == Decoding.from_dict(decoding, tmp_path).to_dict()
     batch = tuned.tokenizer(["who wrote it?"], ["Hamlet was written by Shakespeare."],
                             return_tensors="pt")
     with torch.no_grad():

@@ -346,6 +346,7 @@ def test_a_better_candidate_not_installed_is_kept_then_promoted_without_its_run(
     card = (kept / "README.md").read_text()
     assert card.startswith("# Candidate for convqa-reader")
     assert "was not installed: dry run" in card and "squad:dev-v2.0" in card
+    assert "better than `convqa-reader`" in card  # the shipped reader by its alias
     assert ExtractiveReader.from_pretrained(kept).has_adapters
 
     # promoted later from the kept folder alone (the run's held-out file named)

@@ -88,8 +88,10 @@ def export_reader(tuned_path: str, rank: int, out: str, base_name: str | None,
     tuned = ExtractiveReader.from_pretrained(tuned_path)
     encoder, report = _encoder_as_adapter(tuned, tuned_path, "reader", rank, base_name, exact)
     config = _over_base(tuned.config, saved_as or base_name)
-    _save_adapter(ExtractiveReader(config, encoder, tuned.tokenizer, tuned.span_head,
-                                   tuned.selection_head), out, storage)
+    adapted = ExtractiveReader(config, encoder, tuned.tokenizer, tuned.span_head,
+                               tuned.selection_head)
+    adapted.decoding = tuned.decoding  # its passage choice and confidence go with the weights
+    _save_adapter(adapted, out, storage)
     return tuned.fingerprint(), report.to_dict()
 
 

@@ -477,8 +477,9 @@ def promote(run: Path, assets: Path, per_source: int, seed: int, rank: int, min_
                    else "check failed: " + "; ".join(failed) if failed else "dry run")
             say(f"not promoted: {why}; {assets} unchanged")
             if better and keep is not None and not kept:
-                _keep(candidate, Path(keep), run, facts, export, new, old, str(against),
-                      alias, heldout_path, why)
+                _keep(candidate, Path(keep), run, facts, export, new, old,
+                      str(baseline) if baseline is not None else alias, alias, heldout_path,
+                      why)
                 result["kept"] = str(keep)
                 say(f"kept: {keep} holds the candidate with its card")
             return result
