@@ -523,7 +523,9 @@ def _keep(candidate: Path, into: Path, run: Path, facts: dict[str, Any],
     except ValueError:
         hint = str(into)
     card = kept_candidate.candidate_card(alias, baseline, record, _table(new, old), hint)
-    kept_candidate.keep(candidate, into, record, card)
+    kept_candidate.write_records(candidate, record, card)
+    into.parent.mkdir(parents=True, exist_ok=True)
+    install(candidate, into)
 
 
 def _training_seconds(run: Path) -> float:

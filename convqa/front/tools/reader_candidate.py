@@ -99,16 +99,13 @@ def candidate_card(alias: str, baseline: str, record: dict[str, Any], table: str
         f"Kept by `convqa/front/tools/promote_reader.py --keep` on {record['kept_on']}.", ""])
 
 
-def keep(candidate: Path, into: Path, record: dict[str, Any], card: str) -> None:
-    """Write the candidate folder with its card and candidate.json into `into`, atomically
-    (a reader of `into` sees the previous candidate or this one)."""
+def write_records(candidate: Path, record: dict[str, Any], card: str) -> None:
+    """Give the candidate folder its card and candidate.json (promote_reader then swaps it in
+    where it is kept, atomically)."""
     from convqa.io import write_json
-    from convqa.front.tools.promote_reader import install
 
     write_json(candidate / CANDIDATE_FILE, record)
     (candidate / "README.md").write_text(card, encoding="utf-8")
-    into.parent.mkdir(parents=True, exist_ok=True)
-    install(candidate, into)
 
 
 def today() -> str:
