@@ -327,6 +327,7 @@ def test_a_better_candidate_not_installed_is_kept_then_promoted_without_its_run(
     promote = promote_reader
     from convqa.errors import DataError
     from convqa.front.tools import reader_candidate
+    from convqa.model_install import sha256_of
 
     assets = shipped_copy(run, tmp_path / "reader-extractive")
     before = {p.name: p.read_bytes() for p in assets.iterdir()}
@@ -341,8 +342,7 @@ def test_a_better_candidate_not_installed_is_kept_then_promoted_without_its_run(
     assert {p.name: p.read_bytes() for p in assets.iterdir()} == before
     record = json.loads((kept / reader_candidate.CANDIDATE_FILE).read_text())
     assert record["facts"]["steps"] == 6 and record["not_installed"] == "dry run"
-    assert record["heldout"]["sha256"] == reader_candidate.file_sha256(
-        run / "data" / "heldout.jsonl")
+    assert record["heldout"]["sha256"] == sha256_of(run / "data" / "heldout.jsonl")
     card = (kept / "README.md").read_text()
     assert card.startswith("# Candidate for convqa-reader")
     assert "was not installed: dry run" in card and "squad:dev-v2.0" in card

@@ -45,6 +45,7 @@ from typing import Any, Sequence
 
 from convqa.errors import ConfigError, ConvQAError, DataError, reports_errors
 from convqa.io import iter_jsonl, load_json, require, write_json, write_jsonl
+from convqa.model_install import sha256_of
 from convqa.types import Passage, Turn
 
 QUADRUPLES = "canard_convir_sample_quadruples_top3.jsonl"
@@ -84,12 +85,6 @@ class BenchQuery:
                 "question": self.question, "rewrite": self.rewrite,
                 "history": [{"question": t.question, "answer": t.answer} for t in self.history],
                 "relevant": self.relevant, "reranker_negatives": self.reranker_negatives}
-
-
-def _sha256(path: Path) -> str:
-    from convqa.model_install import sha256_of
-
-    return sha256_of(path)
 
 
 def _turn_index(conversations) -> dict[tuple[tuple[str, ...], str], list[tuple[Any, int]]]:
@@ -176,7 +171,7 @@ def build_orquac_benchmark(orquac_dir: str | os.PathLike, out: str | os.PathLike
     write_jsonl(out / QUERIES, (q.to_dict() for q in queries))
     meta = {"format": FORMAT, "version": VERSION, "labels": LABELS_NOTE,
             "inputs": {name: {"path": str((source / name).resolve()),
-                              "sha256": _sha256(source / name)}
+                              "sha256": sha256_of(source / name)}
                        for name in (QUADRUPLES, SAMPLE)},
             "orquac_splits_matched": splits,
             "counts": {**counts, "passages": len(store),

@@ -430,7 +430,7 @@ def promote(run: Path, assets: Path, per_source: int, seed: int, rank: int, min_
     kept = kept_candidate.is_kept_candidate(run)
     record = kept_candidate.candidate_record(run) if kept else None
     if kept:
-        heldout_path = kept_candidate.heldout_file(run, heldout, say)
+        heldout_path = kept_candidate.heldout_file(run, record, heldout, say)
     else:
         heldout_path = heldout or run / "data" / "heldout.jsonl"
         if not heldout_path.exists():
@@ -468,10 +468,10 @@ def promote(run: Path, assets: Path, per_source: int, seed: int, rank: int, min_
                   "examples_seen": examples_seen(facts), "candidate": new, "shipped": old,
                   "min_gain": min_gain, "failed_checks": failed,
                   "promoted": bool(better and not failed and not dry_run)}
-        if curve is not None and not kept and (run / "log.jsonl").exists():
+        if kept:
+            curve = None  # a kept folder has no run log to draw
+        elif curve is not None and (run / "log.jsonl").exists():
             curve = _draw_curve(run, curve)
-        elif kept:
-            curve = None
         if not result["promoted"]:
             why = (f"F1 {new['f1']:.2f} is not above {old['f1']:.2f} + {min_gain}" if not better
                    else "check failed: " + "; ".join(failed) if failed else "dry run")
@@ -507,14 +507,15 @@ def _keep(candidate: Path, into: Path, run: Path, facts: dict[str, Any],
     """Keep a candidate that beat `baseline` but was not installed (reader_candidate.py)."""
     from convqa.front.tools import reader_candidate as kept_candidate
     from convqa.io import write_json
+    from convqa.model_install import sha256_of
 
     record = {"alias": alias, "baseline": baseline, "run": str(run), "facts": facts,
               "export": export, "data_lines": _data_lines(run),
               "training_seconds": _training_seconds(run),
               "heldout": {"path": str(heldout_path.resolve()),
-                          "sha256": kept_candidate.file_sha256(heldout_path)},
+                          "sha256": sha256_of(heldout_path)},
               "scores": {"candidate": new["f1"], "baseline": old["f1"]},
-              "not_installed": why, "kept_on": kept_candidate.today()}
+              "not_installed": why, "kept_on": _dt.date.today().isoformat()}
     write_json(candidate / "export_report.json", export)
     write_json(candidate / "heldout.json", {"candidate": new, "shipped": old,
                                             "baseline": baseline})

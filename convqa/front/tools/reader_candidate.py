@@ -11,7 +11,6 @@ run folder: no machine's training is lost with the machine.
 """
 from __future__ import annotations
 
-import datetime as _dt
 import shutil
 from pathlib import Path
 from typing import Any
@@ -27,12 +26,6 @@ def is_kept_candidate(folder: Path) -> bool:
     return (folder / CANDIDATE_FILE).is_file() and (folder / "convqa_reader.json").is_file()
 
 
-def file_sha256(path: Path) -> str:
-    from convqa.model_install import sha256_of
-
-    return sha256_of(path)
-
-
 def candidate_record(folder: Path) -> dict[str, Any]:
     """The kept candidate's facts (candidate.json), checked for what promotion needs."""
     from convqa.io import load_json
@@ -46,18 +39,19 @@ def candidate_record(folder: Path) -> dict[str, Any]:
     return record
 
 
-def heldout_file(folder: Path, given: Path | None, say=print) -> Path:
+def heldout_file(folder: Path, record: dict[str, Any], given: Path | None, say=print) -> Path:
     """The held-out examples a kept candidate is compared on: `given`, else the file its run
     had (when it is still there). A file other than the recorded one is used as given (both
-    readers read the same sample of it), and said."""
-    record = candidate_record(folder)
+    readers read the same sample of it), and said. `record`: its candidate_record."""
+    from convqa.model_install import sha256_of
+
     recorded = Path(record["heldout"]["path"])
     path = given if given is not None else recorded
     if not path.is_file():
         raise DataError("the held-out examples of this candidate's run are gone: give "
                         "--heldout RUN/data/heldout.jsonl of a run built with the same data "
                         f"flags (its run recorded {recorded})", folder / CANDIDATE_FILE)
-    if file_sha256(path) != record["heldout"]["sha256"]:
+    if sha256_of(path) != record["heldout"]["sha256"]:
         say(f"note: {path} differs from the held-out file the candidate was kept with; both "
             "readers read the same sample of it")
     return path
@@ -106,7 +100,3 @@ def write_records(candidate: Path, record: dict[str, Any], card: str) -> None:
 
     write_json(candidate / CANDIDATE_FILE, record)
     (candidate / "README.md").write_text(card, encoding="utf-8")
-
-
-def today() -> str:
-    return _dt.date.today().isoformat()
