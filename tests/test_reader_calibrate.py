@@ -379,6 +379,61 @@ def folder_decoding(folder):
     return ExtractiveReader.from_pretrained(folder).decoding
 
 
+def test_taking_the_topic_article_away_leaves_what_a_collection_without_it_returns(tiny_setup):
+    from types import SimpleNamespace
+
+    from convqa.corpus import PassageStore
+    from convqa.types import Hit
+    from readers.extractive.calibration_data import without_topic_article
+
+    _, bench = tiny_setup
+    ids = ["A#0", "J#0", "B#0", "A#1", "C#0"]
+    hits = [Hit(pid, 5.0 - i, i + 1) for i, pid in enumerate(ids)]
+    with PassageStore.open(bench / "passages") as store:
+        # A's passages go (its article) and so does J#0, another article's passage that
+        # holds the answer; what stays keeps its order and score, renumbered
+        about_a = SimpleNamespace(gold_article_id="A", answers=["the largest planet"])
+        assert without_topic_article(about_a, hits, store) == [Hit("B#0", 3.0, 1),
+                                                                Hit("C#0", 1.0, 2)]
+        # a yes / no answer is never matched in a passage; only the article goes
+        about_c = SimpleNamespace(gold_article_id="C", answers=["yes"])
+        assert [h.passage_id for h in without_topic_article(about_c, hits, store)] == \
+            ["A#0", "J#0", "B#0", "A#1"]
+
+
+def test_turns_read_without_their_article_join_the_calibration_and_the_check(
+        tiny_setup, tmp_path, capsys):
+    from convqa.front.cli.main import main as convqa
+    from convqa.front.tools.reader_no_answer_check import main as check
+
+    root, bench = tiny_setup
+    reader_dir = tmp_path / "reader"
+    tiny_reader(seed=2).save_pretrained(reader_dir)
+    report = tmp_path / "report.json"
+    assert convqa(_calibrate_args(root, bench, reader_dir, "--absent-article", "3",
+                                  "--report", str(report))) == 0
+    result = json.loads(report.read_text())
+    # up to three answer-evaluable train turns read as retrieved and without their article
+    # (BM25 returns only passages sharing a word with the question: a turn whose retrieved
+    # passages are all of its article has nothing left to read and is dropped), each way
+    # weighing half; the benchmark's own turns are as before
+    absent = result["questions"]["bench-without-topic-article"]
+    assert 1 <= absent["answerable"] == absent["unanswerable"] <= 3
+    assert absent["unanswerable_share"] == 0.5
+    assert result["questions"]["bench"]["answerable"] == 7
+    assert "bench-without-topic-article:unanswerable" in result["no_answer"]["groups"]
+    checked = tmp_path / "check.json"
+    assert check(["--reader", str(reader_dir), "--benchmark", str(bench),
+                  "--retriever", json.dumps({"name": "bm25", "index": str(root / "bm25")}),
+                  "--history", "current_first", "--split", "train", "--ks", "1", "2",
+                  "--absent-article", "3", "--cache", str(root / "reads"), "--quiet",
+                  "--report", str(checked)]) == 0
+    rows = json.loads(checked.read_text())["sources"]["bench-without-topic-article-train"]
+    assert [row["k"] for row in rows] == [1, 2]
+    assert rows[0]["answerable"] == rows[0]["unanswerable"] == absent["answerable"]
+    assert 0.0 <= rows[0]["no_answer_f1"] <= 100.0
+
+
 def test_command_line_errors(tiny_setup, tmp_path, capsys):
     from convqa.front.cli.main import main as convqa
 

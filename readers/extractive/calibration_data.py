@@ -84,6 +84,26 @@ def benchmark_turns(turns: Sequence[Any], split: str, answerable_count: int | No
             seeded_sample(unanswerable, unanswerable_count, seed))
 
 
+def without_topic_article(turn: Any, hits: Sequence[Hit], store: Any) -> list[Hit]:
+    """`hits` less the passages of the turn's topic article (`gold_article_id`) and any other
+    passage that holds one of its gold answers (benchmark rules: convqa.benchmark), in their
+    order and renumbered: what the retriever returns from a collection that lacks the answer,
+    the case of "What is the capital of Australia?" against a collection without Canberra."""
+    from convqa.benchmark.labelled_turns import article_id_of, evaluable_answers, occurs
+    from convqa.metrics.answer import normalize_answer
+
+    answers = evaluable_answers(turn.answers)
+    kept: list[Hit] = []
+    for hit in hits:
+        if turn.gold_article_id and article_id_of(hit.passage_id) == turn.gold_article_id:
+            continue
+        text = normalize_answer(store.get(hit.passage_id).text)
+        if any(occurs(answer, text) for answer in answers):
+            continue
+        kept.append(Hit(hit.passage_id, float(hit.score), len(kept) + 1))
+    return kept
+
+
 def retrieve(turns: Sequence[Any], conversations: Mapping[str, Any], retriever: Any,
              history: Any, k: int, batch_size: int = 32, progress: bool = False
              ) -> dict[str, list[Hit]]:

@@ -51,6 +51,10 @@ def add_source_arguments(p: argparse.ArgumentParser, split: str, count: int | No
     p.add_argument("--unanswerable", type=int, default=count,
                    help=f"UNANSWERABLE turns per benchmark ({every}; 0: none)")
     p.add_argument("--k", type=int, default=k, help=f"passages read per turn (default {k})")
+    p.add_argument("--absent-article", type=int, default=0, metavar="N",
+                   help="also N answer-evaluable turns per benchmark read with and without "
+                        "their topic article, the second counted unanswerable (a collection "
+                        "that lacks the answer; default 0: none)")
     p.add_argument("--reranker", metavar="SPEC",
                    help="a reranker (a folder, the shipped alias, or inline YAML with top_n / "
                         "retriever_weight) that rescores the retrieved passages before they "
@@ -115,18 +119,13 @@ def reader_folder(name: str) -> Path:
     return folder
 
 
-def benchmark_sources(args: argparse.Namespace, reader: Any, say,
-                      unanswerable_k: int | None = None, reranking: Any = None) -> list:
-    """Every --benchmark's turns of --split, read through the cache: the answer-evaluable ones
-    at top --k, the unanswerable ones at top `unanswerable_k` (default --k); reranked first by
-    `reranking` (`open_reranking`) when given."""
-    from convqa.benchmark import load_labelled_turns
-    from convqa.front.evaluation.rerank import cached_rerank_turns
-    from convqa.specs import parse_spec
-    from readers.extractive.calibration_data import (Source, benchmark_share,
-                                                     benchmark_turns, read_benchmark_turns,
-                                                     retrieve, run_file_hits)
+# passages retrieved past the depth read, so that one is left after a topic article is taken
+# away (a full-collection article has ~78 passages on average)
+ABSENT_MARGIN = 100
 
+
+def _benchmarks(args: argparse.Namespace):
+    """(folder, run file, retriever spec, history spec) of each --benchmark, checked."""
     from .train_args import per_benchmark
 
     count = len(args.benchmark)
@@ -136,31 +135,66 @@ def benchmark_sources(args: argparse.Namespace, reader: Any, say,
     retrievers = per_benchmark(args.retriever, count, "--retriever", None) \
         if args.retriever else [None] * count
     histories = per_benchmark(args.history, count, "--history", "oldest_first")
-    depth_unanswerable = min(args.k, unanswerable_k or args.k)
-    sources = []
     for folder, run_file, retriever, history in zip(args.benchmark, runs, retrievers, histories):
         if run_file is None and retriever is None:
             raise ConfigError(f"{folder}: give its --retriever or --run")
+        yield folder, run_file, retriever, history
+
+
+def _turn_hits(args: argparse.Namespace, data: Any, turns: list, run_file: Any, retriever: Any,
+               history: Any, depth: int) -> dict:
+    """{qid: hits} of `turns`, `depth` deep, from the run file or the retriever."""
+    from convqa.specs import parse_spec
+    from readers.extractive.calibration_data import retrieve, run_file_hits
+
+    if run_file is not None:
+        return run_file_hits(run_file, turns)
+    return retrieve(turns, data.conversations, parse_spec(retriever, "retriever")[0],
+                    parse_spec(history, "history")[0], depth, progress=not args.quiet)
+
+
+def _reranked(args: argparse.Namespace, folder: str, data: Any, turns: list, hits: dict,
+              retriever: Any, reranking: Any, say) -> dict:
+    """`hits` rescored by `reranking` (`open_reranking`), or as they are without one."""
+    if reranking is None:
+        return hits
+    from convqa.front.evaluation.rerank import cached_rerank_turns
+    from convqa.specs import parse_spec
+
+    # a --run names no retriever: the reranker's own score, unless its spec sets a weight
+    reranking.model.for_retriever(parse_spec(retriever, "retriever")[0] if retriever else None)
+    reranked = cached_rerank_turns(reranking.model, turns, data.conversations, hits,
+                                   Path(folder) / "passages", reranking.top_n, args.cache,
+                                   progress=not args.quiet)
+    say(f"{folder}: {len(turns)} turns reranked" + (" (cached)" if reranked.cached else ""))
+    return reranked.hits
+
+
+def _depth(args: argparse.Namespace, reranking: Any) -> int:
+    return max(args.k, reranking.top_n) if reranking is not None else args.k
+
+
+def benchmark_sources(args: argparse.Namespace, reader: Any, say,
+                      unanswerable_k: int | None = None, reranking: Any = None) -> list:
+    """Every --benchmark's turns of --split, read through the cache: the answer-evaluable ones
+    at top --k, the unanswerable ones at top `unanswerable_k` (default --k); reranked first by
+    `reranking` (`open_reranking`) when given."""
+    from convqa.benchmark import load_labelled_turns
+    from readers.extractive.calibration_data import (Source, benchmark_share,
+                                                     benchmark_turns, read_benchmark_turns)
+
+    depth_unanswerable = min(args.k, unanswerable_k or args.k)
+    sources = []
+    for folder, run_file, retriever, history in _benchmarks(args):
         data = load_labelled_turns(folder)
         answerable, unanswerable = benchmark_turns(data.turns, args.split, args.turns,
                                                    args.unanswerable, args.seed)
         if not answerable:
             raise ConfigError(f"{folder}: no answer-evaluable turns in split {args.split!r}")
         turns = answerable + unanswerable
-        depth = max(args.k, reranking.top_n) if reranking is not None else args.k
-        retriever_spec = parse_spec(retriever, "retriever")[0] if retriever else None
-        hits = run_file_hits(run_file, turns) if run_file is not None else retrieve(
-            turns, data.conversations, retriever_spec, parse_spec(history, "history")[0],
-            depth, progress=not args.quiet)
-        if reranking is not None:
-            # a --run names no retriever: the reranker's own score, unless its spec sets a weight
-            reranking.model.for_retriever(retriever_spec)
-            reranked = cached_rerank_turns(reranking.model, turns, data.conversations, hits,
-                                           Path(folder) / "passages", reranking.top_n,
-                                           args.cache, progress=not args.quiet)
-            say(f"{folder}: {len(turns)} turns reranked" + (" (cached)" if reranked.cached
-                                                            else ""))
-            hits = reranked.hits
+        hits = _turn_hits(args, data, turns, run_file, retriever, history,
+                          _depth(args, reranking))
+        hits = _reranked(args, folder, data, turns, hits, retriever, reranking, say)
         name = f"{data.meta.get('corpus') or Path(folder).name}"
         reads = []
         for group, depth in ((answerable, args.k), (unanswerable, depth_unanswerable)):
@@ -173,6 +207,51 @@ def benchmark_sources(args: argparse.Namespace, reader: Any, say,
                 + (" (cached reads)" if cached else ""))
         sources.append(Source(name, "topiocqa", reads[0], reads[1],
                               benchmark_share(data.turns, args.split)))
+    return sources
+
+
+def absent_article_sources(args: argparse.Namespace, reader: Any, say, k: int,
+                           reranking: Any = None) -> list:
+    """--absent-article N: per --benchmark, N answer-evaluable turns of --split read twice at
+    top `k`, as retrieved and with their topic article (and any passage holding their answer)
+    taken out of the collection (`calibration_data.without_topic_article`), the second read
+    counted unanswerable: the case of a collection that lacks the answer, which TopiOCQA's
+    UNANSWERABLE turns do not show. The two reads of a question weigh the same (share 0.5).
+    Run files (--run) must rank deep enough to leave passages once the article is out."""
+    from convqa.benchmark import load_labelled_turns
+    from convqa.corpus import PassageStore
+    from readers.extractive.calibration_data import (Source, benchmark_turns,
+                                                     read_benchmark_turns,
+                                                     without_topic_article)
+
+    count = getattr(args, "absent_article", 0) or 0
+    if count <= 0:
+        return []
+    sources = []
+    for folder, run_file, retriever, history in _benchmarks(args):
+        data = load_labelled_turns(folder)
+        turns, _ = benchmark_turns(data.turns, args.split, count, 0, args.seed)
+        hits = _turn_hits(args, data, turns, run_file, retriever, history,
+                          _depth(args, reranking) + ABSENT_MARGIN)
+        with PassageStore.open(Path(folder) / "passages") as store:
+            absent = {t.qid: without_topic_article(t, hits[t.qid], store) for t in turns}
+        left = [t for t in turns if absent[t.qid]]
+        if len(left) < len(turns):
+            say(f"{folder}: {len(turns) - len(left)} of {len(turns)} turns have no passage "
+                "left once their topic article is out")
+        turns = left
+        if not turns:
+            raise ConfigError(f"{folder}: no passage is left once the topic articles are "
+                              "taken out (rank deeper)")
+        present = _reranked(args, folder, data, turns, hits, retriever, reranking, say)
+        absent = _reranked(args, folder, data, turns, absent, retriever, reranking, say)
+        reads = [read_benchmark_turns(reader, turns, data.conversations, run,
+                                      Path(folder) / "passages", k, args.cache,
+                                      not args.quiet)[0] for run in (present, absent)]
+        name = f"{data.meta.get('corpus') or Path(folder).name}-without-topic-article"
+        say(f"{name}: {len(turns)} {args.split} turns read with and without their topic "
+            f"article, top {k}")
+        sources.append(Source(name, "topiocqa", reads[0], reads[1], 0.5))
     return sources
 
 
@@ -271,9 +350,10 @@ def calibrate(args: argparse.Namespace, say=print) -> dict[str, Any]:
     reranking = open_reranking(reranker, args.k) if reranker else None
     sources = benchmark_sources(args, reader, say, max(args.no_answer_ks), reranking)
     squad = [squad_source(args, reader, "train", say)] if args.squad else []
+    absent = absent_article_sources(args, reader, say, max(args.no_answer_ks), reranking)
     read_seconds = time.perf_counter() - started
     decoding, passage_choice, no_answer = calibrated_decoding(
-        sources, squad, after_reranker(existing) if args.reranker else existing, args.ks,
+        sources, squad + absent, after_reranker(existing) if args.reranker else existing, args.ks,
         args.no_answer_ks, args.tolerance, args.keep_fusion, args.prevalence,
         reader.config.null_option, args.keep_no_answer)
     if args.reranker:  # only the after_reranker block changes
@@ -287,7 +367,7 @@ def calibrate(args: argparse.Namespace, say=print) -> dict[str, Any]:
         "questions": {s.name: {"answerable": len(s.answerable),
                                "unanswerable": len(s.unanswerable),
                                "unanswerable_share": s.unanswerable_share}
-                      for s in sources + squad},
+                      for s in sources + squad + absent},
         "settings": {k: v for k, v in vars(args).items()
                      if k not in ("func", "quiet", "reranker")},
         "read_seconds": round(read_seconds, 1), "threads": torch.get_num_threads(),

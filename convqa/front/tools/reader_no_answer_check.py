@@ -8,8 +8,10 @@
 
 SQuAD v2.0's held-out articles (HasAns / NoAns / overall F1) and the benchmarks' dev turns (the
 share of UNANSWERABLE turns answered "no answer", what the answer-evaluable turns lose), with
-the reader folder's threshold or --threshold (readers/extractive/no_answer_check.py). The
-reads share `convqa train reader-decoding`'s cache.
+the reader folder's threshold or --threshold (readers/extractive/no_answer_check.py); with
+--absent-article N, also N answer-evaluable dev turns read with and without their topic
+article (the share of the second answered "no answer": a collection that lacks the answer).
+The reads share `convqa train reader-decoding`'s cache.
 """
 from __future__ import annotations
 
@@ -19,9 +21,9 @@ import sys
 from typing import Any
 
 from convqa.errors import ConfigError, reports_errors
-from convqa.front.cli.train_decoding import (add_source_arguments, benchmark_sources,
-                                             build_reader, open_reranking, reader_folder,
-                                             reranker_spec, squad_source)
+from convqa.front.cli.train_decoding import (absent_article_sources, add_source_arguments,
+                                             benchmark_sources, build_reader, open_reranking,
+                                             reader_folder, reranker_spec, squad_source)
 
 
 def check(args: argparse.Namespace, say=print) -> dict[str, Any]:
@@ -44,6 +46,10 @@ def check(args: argparse.Namespace, say=print) -> dict[str, Any]:
         result["sources"]["squad-v2-heldout-articles"] = source_scores(reader, source, 1)
     reranking = open_reranking(reranker_spec(args.reranker), args.k) if args.reranker else None
     for source in benchmark_sources(args, reader, say, reranking=reranking):
+        result["sources"][f"{source.name}-{args.split}"] = [
+            source_scores(reader, source, k, bool(args.reranker))
+            for k in sorted(set(args.ks))]
+    for source in absent_article_sources(args, reader, say, args.k, reranking):
         result["sources"][f"{source.name}-{args.split}"] = [
             source_scores(reader, source, k, bool(args.reranker))
             for k in sorted(set(args.ks))]
