@@ -349,6 +349,23 @@ def test_a_better_candidate_not_installed_is_kept_then_promoted_without_its_run(
     assert "better than `convqa-reader`" in card  # the shipped reader by its alias
     assert ExtractiveReader.from_pretrained(kept).has_adapters
 
+    # a candidate that reads no better than the one kept, on the same held-out file, leaves it
+    kept_bytes = (kept / reader_candidate.CANDIDATE_FILE).read_bytes()
+    said.clear()
+    same = promote.promote(run, assets, per_source=8, seed=0, rank=4, min_gain=-1.0,
+                           curve=None, dry_run=True, say=said.append, keep=kept)
+    assert "kept" not in same and any(line.startswith("not kept:") for line in said)
+    assert (kept / reader_candidate.CANDIDATE_FILE).read_bytes() == kept_bytes
+    # one that reads better than the kept one replaces it
+    lower = json.loads(kept_bytes)
+    lower["scores"]["candidate"] = result["candidate"]["f1"] - 1.0
+    (kept / reader_candidate.CANDIDATE_FILE).write_text(json.dumps(lower))
+    assert promote.promote(run, assets, per_source=8, seed=0, rank=4, min_gain=-1.0,
+                           curve=None, dry_run=True, say=lambda _: None,
+                           keep=kept)["kept"] == str(kept)
+    assert json.loads((kept / reader_candidate.CANDIDATE_FILE).read_text())["scores"] == \
+        record["scores"]
+
     # promoted later from the kept folder alone (the run's held-out file named)
     moved = tmp_path / "elsewhere" / "reader"
     moved.parent.mkdir()

@@ -28,7 +28,8 @@ are better on the held-out questions.
    continued on other machines), which is updated.
 5. `--keep DIR`: a candidate that beats the reader to beat but is not installed (a dry run, or
    a failed check) is written to DIR with a card and candidate.json (reader_candidate.py), to
-   commit: the run's compute outlives its machine. `promote_reader DIR --heldout FILE` later
+   commit: the run's compute outlives its machine. A candidate already kept there that reads
+   at least as well on the same held-out file stays. `promote_reader DIR --heldout FILE` later
    compares and installs the kept folder as it would the run.
 
 A reader of another family gets its own folder and alias. The first large reader is compared
@@ -477,6 +478,13 @@ def promote(run: Path, assets: Path, per_source: int, seed: int, rank: int, min_
                    else "check failed: " + "; ".join(failed) if failed else "dry run")
             say(f"not promoted: {why}; {assets} unchanged")
             if better and keep is not None and not kept:
+                from convqa.front.tools.reader_candidate import kept_score
+
+                held = kept_score(Path(keep), heldout_path)
+                if held is not None and held >= new["f1"]:
+                    say(f"not kept: {keep} holds a candidate that reads F1 {held:.2f} on the "
+                        "same held-out file")
+                    return result
                 _keep(candidate, Path(keep), run, facts, export, new, old,
                       str(baseline) if baseline is not None else alias, alias, heldout_path,
                       why)

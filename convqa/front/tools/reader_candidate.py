@@ -39,6 +39,21 @@ def candidate_record(folder: Path) -> dict[str, Any]:
     return record
 
 
+def kept_score(folder: Path, heldout: Path) -> float | None:
+    """The held-out F1 of the candidate kept in `folder` when it was scored on the same
+    held-out file as `heldout` (by sha256); None when the folder holds none, or its score was
+    taken on other questions and compares with nothing."""
+    from convqa.model_install import sha256_of
+
+    if not is_kept_candidate(folder):
+        return None
+    record = candidate_record(folder)
+    score = (record.get("scores") or {}).get("candidate")
+    if score is None or record["heldout"].get("sha256") != sha256_of(heldout):
+        return None
+    return float(score)
+
+
 def heldout_file(folder: Path, record: dict[str, Any], given: Path | None, say=print) -> Path:
     """The held-out examples a kept candidate is compared on: `given`, else the file its run
     had (when it is still there). A file other than the recorded one is used as given (both
