@@ -395,6 +395,7 @@ def test_taking_the_topic_article_away_leaves_what_a_collection_without_it_retur
         about_a = SimpleNamespace(gold_article_id="A", answers=["the largest planet"])
         assert without_topic_article(about_a, hits, store) == [Hit("B#0", 3.0, 1),
                                                                 Hit("C#0", 1.0, 2)]
+        assert without_topic_article(about_a, hits, store, keep=1) == [Hit("B#0", 3.0, 1)]
         # a yes / no answer is never matched in a passage; only the article goes
         about_c = SimpleNamespace(gold_article_id="C", answers=["yes"])
         assert [h.passage_id for h in without_topic_article(about_c, hits, store)] == \

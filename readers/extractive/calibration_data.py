@@ -84,17 +84,21 @@ def benchmark_turns(turns: Sequence[Any], split: str, answerable_count: int | No
             seeded_sample(unanswerable, unanswerable_count, seed))
 
 
-def without_topic_article(turn: Any, hits: Sequence[Hit], store: Any) -> list[Hit]:
+def without_topic_article(turn: Any, hits: Sequence[Hit], store: Any,
+                          keep: int | None = None) -> list[Hit]:
     """`hits` less the passages of the turn's topic article (`gold_article_id`) and any other
     passage that holds one of its gold answers (benchmark rules: convqa.benchmark), in their
-    order and renumbered: what the retriever returns from a collection that lacks the answer,
-    the case of "What is the capital of Australia?" against a collection without Canberra."""
+    order and renumbered, at most `keep` of them (None: all; the passages after are not
+    fetched): what the retriever returns from a collection that lacks the answer, the case of
+    "What is the capital of Australia?" against a collection without Canberra."""
     from convqa.benchmark.labelled_turns import article_id_of, evaluable_answers, occurs
     from convqa.metrics.answer import normalize_answer
 
     answers = evaluable_answers(turn.answers)
     kept: list[Hit] = []
     for hit in hits:
+        if keep is not None and len(kept) >= keep:
+            break
         if turn.gold_article_id and article_id_of(hit.passage_id) == turn.gold_article_id:
             continue
         text = normalize_answer(store.get(hit.passage_id).text)

@@ -224,17 +224,18 @@ def absent_article_sources(args: argparse.Namespace, reader: Any, say, k: int,
                                                      read_benchmark_turns,
                                                      without_topic_article)
 
-    count = getattr(args, "absent_article", 0) or 0
-    if count <= 0:
+    if args.absent_article <= 0:
         return []
+    depth = _depth(args, reranking)
     sources = []
     for folder, run_file, retriever, history in _benchmarks(args):
         data = load_labelled_turns(folder)
-        turns, _ = benchmark_turns(data.turns, args.split, count, 0, args.seed)
+        turns, _ = benchmark_turns(data.turns, args.split, args.absent_article, 0, args.seed)
         hits = _turn_hits(args, data, turns, run_file, retriever, history,
-                          _depth(args, reranking) + ABSENT_MARGIN)
+                          depth + ABSENT_MARGIN)
         with PassageStore.open(Path(folder) / "passages") as store:
-            absent = {t.qid: without_topic_article(t, hits[t.qid], store) for t in turns}
+            absent = {t.qid: without_topic_article(t, hits[t.qid], store, depth)
+                      for t in turns}
         left = [t for t in turns if absent[t.qid]]
         if len(left) < len(turns):
             say(f"{folder}: {len(turns) - len(left)} of {len(turns)} turns have no passage "

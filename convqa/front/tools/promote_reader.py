@@ -478,9 +478,7 @@ def promote(run: Path, assets: Path, per_source: int, seed: int, rank: int, min_
                    else "check failed: " + "; ".join(failed) if failed else "dry run")
             say(f"not promoted: {why}; {assets} unchanged")
             if better and keep is not None and not kept:
-                from convqa.front.tools.reader_candidate import kept_score
-
-                held = kept_score(Path(keep), heldout_path)
+                held = kept_candidate.kept_score(Path(keep), heldout_path)
                 if held is not None and held >= new["f1"]:
                     say(f"not kept: {keep} holds a candidate that reads F1 {held:.2f} on the "
                         "same held-out file")

@@ -45,11 +45,8 @@ def check(args: argparse.Namespace, say=print) -> dict[str, Any]:
         source = squad_source(args, reader, "heldout", say)
         result["sources"]["squad-v2-heldout-articles"] = source_scores(reader, source, 1)
     reranking = open_reranking(reranker_spec(args.reranker), args.k) if args.reranker else None
-    for source in benchmark_sources(args, reader, say, reranking=reranking):
-        result["sources"][f"{source.name}-{args.split}"] = [
-            source_scores(reader, source, k, bool(args.reranker))
-            for k in sorted(set(args.ks))]
-    for source in absent_article_sources(args, reader, say, args.k, reranking):
+    for source in (benchmark_sources(args, reader, say, reranking=reranking)
+                   + absent_article_sources(args, reader, say, args.k, reranking)):
         result["sources"][f"{source.name}-{args.split}"] = [
             source_scores(reader, source, k, bool(args.reranker))
             for k in sorted(set(args.ks))]
