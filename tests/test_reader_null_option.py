@@ -299,7 +299,48 @@ def test_answerable_feature_by_hand_and_only_with_the_option():
     assert tuple(plain) == BASE_FEATURES
     with_option = confidence_features(choice, spans, passages, null_option=True)
     assert with_option["answerable"] == pytest.approx(lse(1.0, -2.0))
-    assert {k: v for k, v in with_option.items() if k != "answerable"} == plain
+    # the null option's 0 counts against the answer only for a reader trained with it
+    assert with_option["answer_odds"] == pytest.approx(1.0 - lse(-2.0, 0.0))
+    assert plain["answer_odds"] == pytest.approx(3.0)
+    assert {k: v for k, v in with_option.items() if k not in ("answerable", "answer_odds")} \
+        == {k: v for k, v in plain.items() if k != "answer_odds"}
+
+
+def test_answer_odds_weigh_the_passages_that_back_the_answer_against_the_rest():
+    """Four passages each as sure they answer, each with another city, back the chosen one far
+    less than one sure passage among unsure ones: the case of a collection without the answer."""
+    from readers.extractive.decode import Choice, PassageSpan
+    from readers.extractive.decoding import ODDS_LIMIT, answer_log_odds, confidence_features
+
+    cities = ["Melbourne", "Sydney", "Adelaide", "Hobart"]
+    passages = [Passage(f"p{i}", f"{city} is a capital.", "T") for i, city in enumerate(cities)]
+
+    def spans(selections):
+        return [PassageSpan(i, i, 0, 0, 9.0, sel, 0, len(city))
+                for i, (city, sel) in enumerate(zip(cities, selections))]
+
+    split = spans([3.0, 4.3, 3.5, 2.6])
+    sure = spans([4.0, -3.6, -2.1, -3.9])
+    for case, null_option in ((split, True), (split, False), (sure, True)):
+        odds = confidence_features(Choice(case[0], 1.0, 0.0), case, passages,
+                                   null_option)["answer_odds"]
+        others = [s.selection for s in case[1:]] + ([0.0] if null_option else [])
+        assert odds == pytest.approx(case[0].selection - lse(*others))
+    low = confidence_features(Choice(split[0], 1.0, 0.0), split, passages, True)["answer_odds"]
+    high = confidence_features(Choice(sure[0], 1.0, 0.0), sure, passages, True)["answer_odds"]
+    assert low < -1.5 and high > 3.5
+
+    # two passages with the same answer (as normalised) add up; a lone passage is sure without
+    # the null option; a reader without a selection head has no such evidence
+    twice = [PassageSpan(0, 0, 0, 0, 9.0, 1.0, 0, 9), PassageSpan(1, 1, 0, 0, 9.0, 1.0, 0, 9)]
+    same = [Passage("a", "Melbourne, Victoria", "T"), Passage("b", "melbourne.", "T")]
+    assert confidence_features(Choice(twice[0], 1.0, 0.0), twice, same, True)["answer_odds"] \
+        == pytest.approx(lse(1.0, 1.0))
+    assert answer_log_odds([True], twice[:1]) == ODDS_LIMIT
+    assert answer_log_odds([True, False], [PassageSpan(0, 0, 0, 0, 9.0, None, 0, 9), None],
+                           True) == 0.0
+    assert answer_log_odds([True, False], [PassageSpan(0, 0, 0, 0, 9.0, -30.0, 0, 9),
+                                           PassageSpan(1, 1, 0, 0, 9.0, 0.0, 0, 9)]) == -ODDS_LIMIT
 
 
 def test_calibration_weighs_the_feature_and_the_reader_uses_it(tmp_path):
@@ -325,7 +366,7 @@ def test_calibration_weighs_the_feature_and_the_reader_uses_it(tmp_path):
     result = calibrate_no_answer(sources, Fusion(1, 0, 0), ks=(1,), null_option=True)
     weights = result["no_answer"]["weights"]
     assert set(weights) == {"selection", "span", "evidence", "words", "agreement", "several",
-                            "answerable"}
+                            "answer_odds", "answerable"}
     assert result["f1"] == 100.0
     # a reader folder whose confidence weighs the feature: fine with the option, refused
     # (one line) without it

@@ -387,3 +387,36 @@ def test_a_better_candidate_not_installed_is_kept_then_promoted_without_its_run(
     assert not (assets / reader_candidate.CANDIDATE_FILE).exists()
     assert ExtractiveReader.from_pretrained(assets).fingerprint() == \
         ExtractiveReader.from_pretrained(moved).fingerprint()
+
+
+def test_the_kept_candidate_passes_the_readme_questions_on_answer_odds(embedded_cache,
+                                                                      monkeypatch):
+    """On the embedded collection the capital of Australia draws passages of four state
+    capitals, each as likely to answer: `answer_odds` is low for the candidate's best answer
+    ("Melbourne") and high for "Stanley Kubrick"; its calibration weighs it and declines the
+    first, answers the second."""
+    from convqa.front.paths import default_pipeline
+    from readers.extractive.decode import choose_span
+    from readers.extractive.decoding import confidence_features
+
+    candidate = Path(__file__).resolve().parents[1] / "candidates" / "convqa-reader"
+    if not (candidate / "candidate.json").is_file():
+        pytest.skip("no reader candidate kept in candidates/convqa-reader")
+    monkeypatch.setenv("CONVQA_CACHE", str(embedded_cache))
+    promote = promote_reader
+    decline = promote.parse_decline(promote.DECLINE_CHECK)
+    assert promote.failed_checks(candidate, [decline, README_QUESTION]) == []
+
+    pipeline = default_pipeline(embedded_cache, progress=False,
+                                reader={"name": "extractive", "model": str(candidate)})
+    reader = pipeline.reader
+    assert reader.no_answer.weights.get("answer_odds", 0.0) > 0
+    odds = {}
+    for question in (decline[0], README_QUESTION[0]):
+        result = pipeline.answer(question)
+        spans = reader.passage_spans(reader.history.format(question, []), result.passages)
+        choice = choose_span(spans, reader.strategy, reader.fusion,
+                             [hit.score for hit in result.hits])
+        odds[question] = confidence_features(choice, spans, result.passages,
+                                             reader.config.null_option)["answer_odds"]
+    assert odds[decline[0]] < 0 < 2 < odds[README_QUESTION[0]]

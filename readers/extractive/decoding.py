@@ -16,7 +16,10 @@ the way it was calibrated to (`convqa answer`, an eval row, `convqa serve` alike
 - no_answer: a logistic calibration of the chosen answer's features (`CONFIDENCE_FEATURES`: its
   passage's selection logit, its span score, the retriever's standardised evidence of its
   passage, log(1 + its words), the share of the passages read whose best span is the same
-  answer, and whether more than one passage had a span) into the probability that the answer
+  answer, whether more than one passage had a span, and `answer_odds`: the log-odds that the
+  passages read back this answer rather than another, their selection logits as a softmax,
+  with the null option's constant 0 among the others for a reader trained with it) into the
+  probability that the answer
   is right, and the threshold under which the reader answers that the collection holds no
   answer (still showing its best evidence). Both are chosen on training questions by
   readers/extractive/calibrate.py; a block may weigh any subset of the features.
@@ -42,7 +45,9 @@ from convqa.types import Passage
 
 from .decode import STRATEGIES, Choice, Fusion, PassageSpan
 
-BASE_FEATURES = ("selection", "span", "evidence", "words", "agreement", "several")
+BASE_FEATURES = ("selection", "span", "evidence", "words", "agreement", "several",
+                 "answer_odds")
+ODDS_LIMIT = 20.0  # |answer_odds| is clipped here: one-sided evidence is "sure", not infinite
 CONFIDENCE_FEATURES = BASE_FEATURES + ("answerable",)
 _KEYS = ("fusion", "strategy", "max_answer_length", "no_answer", "after_reranker")
 _AFTER_RERANKER_KEYS = ("fusion", "no_answer")
@@ -63,10 +68,33 @@ def answerable_log_odds(spans: Sequence[PassageSpan | None]) -> float:
     option's softmax, the log-odds that one of them answers rather than none (-inf: none read
     with a selection logit, clipped to -1e4 to stay finite)."""
     logits = [s.selection for s in spans if s is not None and s.selection is not None]
-    if not logits:
-        return -1e4
-    top = max(logits)
-    return max(-1e4, top + math.log(sum(math.exp(v - top) for v in logits)))
+    return max(-1e4, _logsumexp(logits)) if logits else -1e4
+
+
+def _logsumexp(values: Sequence[float]) -> float:
+    top = max(values)
+    return top + math.log(sum(math.exp(v - top) for v in values))
+
+
+def answer_log_odds(chosen: Sequence[bool], spans: Sequence[PassageSpan | None],
+                    null_option: bool = False) -> float:
+    """log(mass of the passages whose best span is the answer) - log(mass of the others), the
+    mass of a passage exp(its selection logit), the null option's exp(0) among the others when
+    the reader has it; `chosen[i]`: span i gives the chosen answer. Several passages that each
+    look as likely to answer but answer differently (a collection that lacks the answer: the
+    capitals of Australia's states for its capital) make it low even when each is confident.
+    0 for a reader without a selection head."""
+    same = [s.selection for s, hit in zip(spans, chosen)
+            if s is not None and s.selection is not None and hit]
+    other = [s.selection for s, hit in zip(spans, chosen)
+             if s is not None and s.selection is not None and not hit]
+    if null_option:
+        other.append(0.0)
+    if not same:
+        return 0.0
+    if not other:
+        return ODDS_LIMIT
+    return max(-ODDS_LIMIT, min(ODDS_LIMIT, _logsumexp(same) - _logsumexp(other)))
 
 
 def confidence_features(choice: Choice, spans: Sequence[PassageSpan | None],
@@ -85,11 +113,13 @@ def confidence_features(choice: Choice, spans: Sequence[PassageSpan | None],
     answer = passages[span.passage].text[span.start:span.end]
     read = [s for s in spans if s is not None]
     chosen = text(span)
+    backs = [s is not None and text(s) == chosen for s in spans]
     features = {"selection": span.selection if span.selection is not None else 0.0,
                 "span": span.span_score, "evidence": choice.evidence,
                 "words": math.log1p(len(answer.split())),
                 "agreement": sum(text(s) == chosen for s in read) / len(read),
-                "several": float(len(read) > 1)}
+                "several": float(len(read) > 1),
+                "answer_odds": answer_log_odds(backs, spans, null_option)}
     if null_option:
         features["answerable"] = answerable_log_odds(spans)
     return features
