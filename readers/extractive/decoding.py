@@ -19,10 +19,10 @@ the way it was calibrated to (`convqa answer`, an eval row, `convqa serve` alike
   answer, whether more than one passage had a span, and `answer_odds`: the log-odds that the
   passages read back this answer rather than another, their selection logits as a softmax,
   with the null option's constant 0 among the others for a reader trained with it) into the
-  probability that the answer
-  is right, and the threshold under which the reader answers that the collection holds no
-  answer (still showing its best evidence). Both are chosen on training questions by
-  readers/extractive/calibrate.py; a block may weigh any subset of the features.
+  probability that the answer is right, and the threshold under which the reader answers that
+  the collection holds no answer (still showing its best evidence). Both are chosen on
+  training questions by readers/extractive/calibrate.py; a block may weigh any subset of the
+  features.
   A reader trained with the null option (model.py `null_option`) has one more feature,
   `answerable`: the log-odds that some passage read answers rather than none, the logsumexp
   of the read passages' selection logits against the null option's constant 0. A reader
@@ -63,17 +63,17 @@ def feature_names(null_option: bool) -> tuple[str, ...]:
     return CONFIDENCE_FEATURES if null_option else BASE_FEATURES
 
 
+def _logsumexp(values: Sequence[float]) -> float:
+    top = max(values)
+    return top + math.log(sum(math.exp(v - top) for v in values))
+
+
 def answerable_log_odds(spans: Sequence[PassageSpan | None]) -> float:
     """log(sum of exp(selection logit) over the passages read) - log(exp(0)): under the null
     option's softmax, the log-odds that one of them answers rather than none (-inf: none read
     with a selection logit, clipped to -1e4 to stay finite)."""
     logits = [s.selection for s in spans if s is not None and s.selection is not None]
     return max(-1e4, _logsumexp(logits)) if logits else -1e4
-
-
-def _logsumexp(values: Sequence[float]) -> float:
-    top = max(values)
-    return top + math.log(sum(math.exp(v - top) for v in values))
 
 
 def answer_log_odds(chosen: Sequence[bool], spans: Sequence[PassageSpan | None],
@@ -113,11 +113,11 @@ def confidence_features(choice: Choice, spans: Sequence[PassageSpan | None],
     answer = passages[span.passage].text[span.start:span.end]
     read = [s for s in spans if s is not None]
     chosen = text(span)
-    backs = [s is not None and text(s) == chosen for s in spans]
+    backs = [s is not None and text(s) == chosen for s in spans]  # each span's text once
     features = {"selection": span.selection if span.selection is not None else 0.0,
                 "span": span.span_score, "evidence": choice.evidence,
                 "words": math.log1p(len(answer.split())),
-                "agreement": sum(text(s) == chosen for s in read) / len(read),
+                "agreement": sum(backs) / len(read),
                 "several": float(len(read) > 1),
                 "answer_odds": answer_log_odds(backs, spans, null_option)}
     if null_option:
