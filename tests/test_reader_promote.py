@@ -389,26 +389,24 @@ def test_a_better_candidate_not_installed_is_kept_then_promoted_without_its_run(
         ExtractiveReader.from_pretrained(moved).fingerprint()
 
 
-def test_the_kept_candidate_passes_the_readme_questions_on_answer_odds(embedded_cache,
-                                                                      monkeypatch):
+def test_the_shipped_reader_passes_the_readme_questions_on_answer_odds(embedded_cache,
+                                                                     monkeypatch):
     """On the embedded collection the capital of Australia draws passages of four state
-    capitals, each as likely to answer: `answer_odds` is low for the candidate's best answer
-    ("Melbourne") and high for "Stanley Kubrick"; its calibration weighs it and declines the
-    first, answers the second."""
+    capitals, each as likely to answer: `answer_odds` is low for the shipped reader's best
+    answer ("Melbourne") and high for "Stanley Kubrick"; its calibration weighs it and declines
+    the first, answers the second."""
     from convqa.front.paths import default_pipeline
     from readers.extractive.decode import choose_span
     from readers.extractive.decoding import confidence_features
 
-    candidate = Path(__file__).resolve().parents[1] / "candidates" / "convqa-reader"
-    if not (candidate / "candidate.json").is_file():
-        pytest.skip("no reader candidate kept in candidates/convqa-reader")
+    shipped = Path(__file__).resolve().parents[1] / "convqa" / "assets" / "reader-extractive"
     monkeypatch.setenv("CONVQA_CACHE", str(embedded_cache))
     promote = promote_reader
     decline = promote.parse_decline(promote.DECLINE_CHECK)
-    assert promote.failed_checks(candidate, [decline, README_QUESTION]) == []
+    assert promote.failed_checks(shipped, [decline, README_QUESTION]) == []
 
     pipeline = default_pipeline(embedded_cache, progress=False,
-                                reader={"name": "extractive", "model": str(candidate)})
+                                reader={"name": "extractive", "model": str(shipped)})
     reader = pipeline.reader
     assert reader.no_answer.weights.get("answer_odds", 0.0) > 0
     odds = {}
