@@ -22,8 +22,8 @@ from readers.extractive.calibrate import (Samples, Table, calibrate_no_answer, c
                                           meets_constraint, table)
 from readers.extractive.calibration_data import (Source, cached_reads, is_unanswerable,
                                                  squad_questions, unanswerable_share)
-from readers.extractive.decode import Fusion, PassageSpan
-from readers.extractive.decoding import Decoding, NoAnswer
+from readers.extractive.decode import Fusion, PassageSpan, choose_span
+from readers.extractive.decoding import Decoding, NoAnswer, confidence_features
 from readers.extractive.fusion_tuning import ReadTurn, scores_at
 from readers.extractive.reader import SpanReader
 from reader_helpers import tiny_reader
@@ -496,3 +496,44 @@ def test_squad_v2_training_articles_calibrate_the_confidence(tmp_path):
 
 def _titles(path) -> list[str]:
     return [article["title"] for article in json.loads(path.read_text())["data"]]
+
+
+def test_one_passage_gets_a_fit_of_its_own_that_the_reader_uses():
+    """Read five deep, a confident answer has other passages to agree with; read one deep it
+    has none. With `one_passage` the calibration fits the one-passage reads separately: the
+    block reads both ways, and the reader picks the fit by how many passages it read."""
+    from readers.extractive.calibrate import calibrated_decoding
+
+    answerable = [turn(f"a{n}_1", ["Paris"], ["Paris", "Paris", "Lyon"],
+                       [1.0 + n % 3, 3.0, 0.5], scores=[3.0, 2.0, 1.0]) for n in range(12)]
+    unanswerable = [turn(f"u{n}_1", ["UNANSWERABLE"], ["Lyon", "Rome", "Oslo"],
+                         [1.5 + n % 2, 1.0, 0.5], scores=[3.0, 2.0, 1.0]) for n in range(12)]
+    sources = [Source("bench", "topiocqa", answerable, unanswerable, 0.5)]
+    fusion = Fusion(0, 1, 0)
+    plain, _, report = calibrated_decoding(sources, keep_fusion=True,
+                                           existing=Decoding(fusion=fusion), no_answer_ks=(3,))
+    assert plain.no_answer.one_passage is None and "one_passage" not in report
+    both, _, report = calibrated_decoding(sources, keep_fusion=True,
+                                          existing=Decoding(fusion=fusion), no_answer_ks=(3,),
+                                          one_passage=True)
+    assert both.no_answer.weights == plain.no_answer.weights  # the top-3 fit is unchanged
+    one = both.no_answer.one_passage
+    assert one is not None and report["no_answer"] == both.no_answer.to_dict()
+    assert report["one_passage"]["groups"]["bench:answerable"]["answers"] == 12
+    assert NoAnswer.from_dict(both.no_answer.to_dict(), "x") == both.no_answer
+
+    model = tiny_reader()
+    model.decoding = both
+    reader = SpanReader.from_model(model)
+    read = answerable[0]
+    for count, fit in ((1, one), (3, both.no_answer)):
+        answer = reader.answer_from(read.spans[:count], read.passages[:count],
+                                    read.scores[:count])
+        chosen = choose_span(read.spans[:count], "best_passage", fusion, read.scores[:count])
+        features = confidence_features(chosen, read.spans[:count], read.passages[:count],
+                                       False)
+        assert answer.confidence == pytest.approx(fit.confidence(features))
+    # a threshold the user sets holds for both fits
+    strict = SpanReader.from_model(model, no_answer_threshold=1.0)
+    assert strict.no_answer.threshold == strict.no_answer.one_passage.threshold == 1.0
+    assert strict.answer_from(read.spans[:1], read.passages[:1], read.scores[:1]).no_answer

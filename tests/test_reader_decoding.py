@@ -299,3 +299,32 @@ def test_promotion_carries_the_passage_choice_not_the_confidence(tmp_path):
     own = _save(tmp_path / "own", Decoding(strategy="global"), seed=5)
     promote.carry_passage_choice(shipped, own, say=lambda _: None)
     assert ExtractiveReader.from_pretrained(own).decoding == Decoding(strategy="global")
+
+
+def test_a_one_passage_fit_is_read_back_and_checked(tmp_path):
+    one = NoAnswer({"span": 2.0}, -1.0, 0.6)
+    decoding = Decoding(no_answer=NoAnswer({"span": 1.0}, 0.0, 0.3, one))
+    folder = _save(tmp_path / "one", decoding)
+    assert ExtractiveReader.from_pretrained(folder).decoding == decoding
+    meta = json.loads((folder / META_FILE).read_text())
+    for bad, field in (({"weights": {"span": 1}, "bias": 0, "threshold": 2},
+                        "decoding.no_answer.one_passage.threshold"),
+                       ({"weights": {"span": 1}, "bias": 0, "threshold": 0.5,
+                         "one_passage": {}}, "decoding.no_answer.one_passage.one_passage")):
+        meta["decoding"]["no_answer"]["one_passage"] = bad
+        (folder / META_FILE).write_text(json.dumps(meta))
+        with pytest.raises(DataError) as error:
+            ExtractiveReader.from_pretrained(folder)
+        assert f"field '{field}'" in str(error.value)
+
+
+def test_one_passage_read_uses_its_own_fit(tmp_path):
+    """The folder's fit answers everything (threshold 0), its one-passage fit nothing
+    (threshold 1): one passage read gets no answer, several get the answer."""
+    folder = tmp_path / "split"
+    _save(folder, Decoding(no_answer=NoAnswer({"span": 1.0}, 0.0, 0.0,
+                                              NoAnswer({"span": 1.0}, 0.0, 1.0))))
+    reader = READERS.build({"name": "extractive", "model": str(folder), "precision": "fp32"})
+    assert not reader.read(QUESTION, [], PASSAGES).no_answer
+    assert reader.read(QUESTION, [], PASSAGES[:1]).no_answer
+    assert reader.read(QUESTION, [], PASSAGES[:1], always_answer=True).text

@@ -39,6 +39,7 @@ turns and the SQuAD v2.0 questions of the articles the reader was trained on.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -318,7 +319,7 @@ def calibrated_decoding(sources: Sequence[Source], extra: Sequence[Source] = (),
                         no_answer_ks: Sequence[int] = NO_ANSWER_KS,
                         tolerance: float = TOLERANCE, keep_fusion: bool = False,
                         prevalence: str = "natural", null_option: bool = False,
-                        keep_no_answer: bool = False
+                        keep_no_answer: bool = False, one_passage: bool = False
                         ) -> tuple[Decoding, dict[str, Any] | None, dict[str, Any] | None]:
     """(the decoding, the passage choice's report, the no-answer calibration's report):
     the fusion chosen on the benchmark `sources` (kept from `existing` with `keep_fusion` or
@@ -326,7 +327,9 @@ def calibrated_decoding(sources: Sequence[Source], extra: Sequence[Source] = (),
     `extra` (SQuAD) with that fusion. What is not calibrated is kept from `existing`; without
     unanswerable questions there is no threshold (a kept one was fitted to another choice).
     `null_option`: the reader was trained with it, and its `answerable` feature is weighed.
-    `keep_no_answer`: the confidence is not calibrated; `existing`'s stays."""
+    `keep_no_answer`: the confidence is not calibrated; `existing`'s stays. `one_passage`: a
+    second confidence is fitted on the same questions read one passage deep, for readers of a
+    single passage (its report under the no-answer report's "one_passage")."""
     existing = existing or Decoding()
     if keep_fusion or not sources:
         fusion, strategy = existing.fusion, existing.strategy or "best_passage"
@@ -344,6 +347,11 @@ def calibrated_decoding(sources: Sequence[Source], extra: Sequence[Source] = (),
     else:
         confidence = NoAnswer.from_dict(no_answer["no_answer"], "calibration") \
             if no_answer is not None else None
+    if confidence is not None and one_passage and not keep_no_answer:
+        one = calibrate_no_answer(everything, fusion, (1,), strategy, prevalence, null_option)
+        confidence = dataclasses.replace(
+            confidence, one_passage=NoAnswer.from_dict(one["no_answer"], "calibration"))
+        no_answer = {**no_answer, "no_answer": confidence.to_dict(), "one_passage": one}
     decoding = Decoding(fusion, existing.strategy if fusion is None else None,
                         existing.max_answer_length, confidence)
     return decoding, passage_choice, no_answer

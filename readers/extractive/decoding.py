@@ -22,7 +22,8 @@ the way it was calibrated to (`convqa answer`, an eval row, `convqa serve` alike
   probability that the answer is right, and the threshold under which the reader answers that
   the collection holds no answer (still showing its best evidence). Both are chosen on
   training questions by readers/extractive/calibrate.py; a block may weigh any subset of the
-  features.
+  features. Its optional `one_passage` block is the same kind of fit for reads of a single
+  passage (`convqa train reader-decoding --one-passage`), used when the reader reads one.
   A reader trained with the null option (model.py `null_option`) has one more feature,
   `answerable`: the log-odds that some passage read answers rather than none, the logsumexp
   of the read passages' selection logits against the null option's constant 0. A reader
@@ -127,29 +128,54 @@ def confidence_features(choice: Choice, spans: Sequence[PassageSpan | None],
 
 @dataclass(frozen=True)
 class NoAnswer:
-    """confidence = sigmoid(bias + sum(weights[f] * feature f)); below `threshold`: no answer."""
+    """confidence = sigmoid(bias + sum(weights[f] * feature f)); below `threshold`: no answer.
+    `one_passage`: another fit for reads of a single passage, where the features that weigh
+    how the passages read agree (`agreement`, `several`, `answer_odds`) have nothing to
+    compare, so the fit for several passages misjudges them."""
 
     weights: dict[str, float]
     bias: float
     threshold: float
+    one_passage: "NoAnswer | None" = None
 
     def confidence(self, features: dict[str, float]) -> float:
         z = self.bias + sum(w * features[name] for name, w in self.weights.items())
         z = max(-700.0, min(700.0, z))
         return 1.0 / (1.0 + math.exp(-z)) if z >= 0 else math.exp(z) / (1.0 + math.exp(z))
 
+    def for_passages(self, count: int) -> "NoAnswer":
+        """The fit for a read of `count` passages."""
+        return self.one_passage if count == 1 and self.one_passage is not None else self
+
+    def with_threshold(self, threshold: float) -> "NoAnswer":
+        """The same fits with one threshold for every read (a user's option)."""
+        one = self.one_passage
+        return NoAnswer(self.weights, self.bias, threshold,
+                        None if one is None else NoAnswer(one.weights, one.bias, threshold))
+
+    def weighs(self, feature: str) -> bool:
+        return feature in self.weights or (self.one_passage is not None
+                                           and feature in self.one_passage.weights)
+
     def to_dict(self) -> dict[str, Any]:
-        return {"weights": dict(self.weights), "bias": self.bias, "threshold": self.threshold}
+        data: dict[str, Any] = {"weights": dict(self.weights), "bias": self.bias,
+                                "threshold": self.threshold}
+        if self.one_passage is not None:
+            data["one_passage"] = self.one_passage.to_dict()
+        return data
 
     @classmethod
-    def from_dict(cls, data: Any, where: str, block: str = "decoding") -> "NoAnswer":
+    def from_dict(cls, data: Any, where: str, block: str = "decoding",
+                  key: str = "no_answer") -> "NoAnswer":
         def fail(message: str, field: str) -> DataError:
-            name = f"{block}.no_answer.{field}" if field else f"{block}.no_answer"
+            name = f"{block}.{key}.{field}" if field else f"{block}.{key}"
             return DataError(message, where, None, name)
 
+        nested = key == "one_passage"
+        known = {"weights", "bias", "threshold"} | (set() if nested else {"one_passage"})
         if not isinstance(data, dict):
             raise fail("expected a mapping {weights, bias, threshold}", "")
-        unknown = sorted(set(data) - {"weights", "bias", "threshold"})
+        unknown = sorted(set(data) - known)
         if unknown:
             raise fail(f"unknown key {unknown[0]!r}", unknown[0])
         weights = data.get("weights")
@@ -167,8 +193,11 @@ class NoAnswer:
                 raise fail(f"expected a number, got {data.get(name)!r}", name)
         if not 0.0 <= data["threshold"] <= 1.0:
             raise fail(f"a probability in [0, 1], got {data['threshold']!r}", "threshold")
+        one = data.get("one_passage")
         return cls({k: float(v) for k, v in weights.items()}, float(data["bias"]),
-                   float(data["threshold"]))
+                   float(data["threshold"]),
+                   None if one is None else cls.from_dict(one, where, f"{block}.{key}",
+                                                          "one_passage"))
 
 
 @dataclass(frozen=True)

@@ -103,7 +103,7 @@ def _no_answer(options: ExtractiveReaderOptions, defaults: Decoding, null_option
     """The folder's calibrated confidence with the options' threshold, if any (None: the
     reader always answers, whatever the threshold)."""
     if defaults.no_answer is not None and not null_option \
-            and "answerable" in defaults.no_answer.weights:
+            and defaults.no_answer.weighs("answerable"):
         raise ConfigError("reader 'extractive': the no-answer confidence weighs 'answerable', "
                           "which only a reader trained with the null option has "
                           "(`convqa train reader --unanswerable`)")
@@ -114,8 +114,7 @@ def _no_answer(options: ExtractiveReaderOptions, defaults: Decoding, null_option
         return None
     if options.no_answer_threshold is None:
         return defaults.no_answer
-    return dataclasses.replace(defaults.no_answer,
-                               threshold=float(options.no_answer_threshold))
+    return defaults.no_answer.with_threshold(float(options.no_answer_threshold))
 
 
 @READERS.register("extractive", config=ExtractiveReaderOptions)
@@ -222,6 +221,7 @@ class SpanReader(MeasuredPrecision):
             return None
         answer = choice_answer(choice, passages)
         if no_answer is not None:
+            no_answer = no_answer.for_passages(len(passages))
             answer.confidence = no_answer.confidence(
                 confidence_features(choice, spans, passages, self.config.null_option))
             abstains = not (always_answer or self.options.always_answer)

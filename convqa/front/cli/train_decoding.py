@@ -87,6 +87,9 @@ def add_decoding_parser(jobs) -> argparse.ArgumentParser:
     p.add_argument("--no-answer-ks", type=int, nargs="+", default=list(NO_ANSWER_KS),
                    help="ks the confidence is calibrated at (default 5, the pipeline's top k); "
                         "unanswerable turns are read this deep")
+    p.add_argument("--one-passage", action="store_true",
+                   help="also fit a confidence for reads of a single passage (top 1), which "
+                        "the reader uses when it reads one")
     p.add_argument("--tolerance", type=float, default=TOLERANCE,
                    help="F1 the second k may lose against the first (default 0.5)")
     p.add_argument("--keep-fusion", action="store_true",
@@ -356,7 +359,7 @@ def calibrate(args: argparse.Namespace, say=print) -> dict[str, Any]:
     decoding, passage_choice, no_answer = calibrated_decoding(
         sources, squad + absent, after_reranker(existing) if args.reranker else existing, args.ks,
         args.no_answer_ks, args.tolerance, args.keep_fusion, args.prevalence,
-        reader.config.null_option, args.keep_no_answer)
+        reader.config.null_option, args.keep_no_answer, args.one_passage)
     if args.reranker:  # only the after_reranker block changes
         decoding = dataclasses.replace(existing, after_reranker=Decoding(
             decoding.fusion, no_answer=decoding.no_answer))
@@ -402,11 +405,18 @@ def summary(report: dict[str, Any]) -> str:
         na = report["no_answer"]
         lines.append(f"no answer under confidence {na['no_answer']['threshold']:.3f}: F1 "
                      f"{na['f1']:.1f} (always answering: {na['f1_always_answer']:.1f})")
-        for group, entry in na["groups"].items():
-            extra = (f", F1 {entry['f1']:.1f} (always {entry['f1_always']:.1f})"
-                     if "f1" in entry else "")
-            lines.append(f"  {group}: {entry['answers']} answers, no answer "
-                         f"{entry['no_answer_share']:.1f}%{extra}")
+        for title, fit in (("", na), ("one passage: ", na.get("one_passage"))):
+            if fit is None:
+                continue
+            if title:
+                lines.append(f"{title}no answer under confidence "
+                             f"{fit['no_answer']['threshold']:.3f}: F1 {fit['f1']:.1f} "
+                             f"(always answering: {fit['f1_always_answer']:.1f})")
+            for group, entry in fit["groups"].items():
+                extra = (f", F1 {entry['f1']:.1f} (always {entry['f1_always']:.1f})"
+                         if "f1" in entry else "")
+                lines.append(f"  {group}: {entry['answers']} answers, no answer "
+                             f"{entry['no_answer_share']:.1f}%{extra}")
     lines.append("written into " + report["folder"] if report["written"]
                  else "not written (--write writes it)")
     return "\n".join(lines)
