@@ -154,6 +154,7 @@ class NoAnswer:
                         None if one is None else NoAnswer(one.weights, one.bias, threshold))
 
     def weighs(self, feature: str) -> bool:
+        """Whether either fit uses `feature` (a reader must be able to compute it)."""
         return feature in self.weights or (self.one_passage is not None
                                            and feature in self.one_passage.weights)
 
