@@ -249,6 +249,31 @@ def test_decline_checks_want_no_answer_where_the_collection_has_none(embedded_ca
     assert missing == ["'What is the capital of Australia?' -> no answer (expected 'Canberra')"]
 
 
+def test_checks_can_run_through_a_model_family_pipeline(embedded_cache, monkeypatch):
+    """--family large asks the questions as `convqa answer --model-family large` does: the
+    family's reranker before the candidate reader (a large reader's confidence is calibrated
+    for reranked passages only)."""
+    monkeypatch.setenv("CONVQA_CACHE", str(embedded_cache))
+    import convqa.front.paths as paths
+    from convqa.errors import ConfigError
+    from convqa.front.families import FAMILIES
+    from convqa.models import ASSETS_DIR, SHIPPED_MODELS
+
+    built = []
+    real_build = paths.build
+    monkeypatch.setattr(paths, "build", lambda path, progress=True: (
+        built.append(path), real_build(path, progress))[1])
+    shipped = ASSETS_DIR / SHIPPED_MODELS["convqa-reader"]
+    assert promote_reader.failed_checks(shipped, [README_QUESTION], family="large") == []
+    assert built[-1].reader["model"] == str(shipped)
+    assert built[-1].reranker.options == {"model": FAMILIES["large"].reranker,
+                                          "top_n": FAMILIES["large"].rerank_top_n}
+    assert promote_reader.failed_checks(shipped, [README_QUESTION]) == []
+    assert built[-1].reranker is None
+    with pytest.raises(ConfigError, match="--model-family must be one of"):
+        promote_reader.failed_checks(shipped, [README_QUESTION], family="huge")
+
+
 def test_a_better_reader_that_fails_a_check_is_not_promoted(run, tmp_path, embedded_cache,
                                                             monkeypatch):
     monkeypatch.setenv("CONVQA_CACHE", str(embedded_cache))

@@ -39,6 +39,9 @@ shipped reader's stays):
     python -m convqa.front.tools.promote_reader RUN --assets convqa/assets/reader-extractive-large \
         --alias convqa-reader-large --baseline convqa-reader --int8 --curve '' --per-source 30
 
+Its checks go through the family's own pipeline with `--family large` (the reranker its
+confidence is calibrated behind), as `convqa answer --model-family large` answers.
+
 Exit status 0 either way; the last line says whether the reader was promoted.
 """
 from __future__ import annotations
@@ -220,19 +223,28 @@ def parse_decline(text: str) -> tuple[str, None]:
     return text.strip(), None
 
 
-def failed_checks(folder: str | Path, checks: list[tuple[str, str | None]]) -> list[str]:
+def failed_checks(folder: str | Path, checks: list[tuple[str, str | None]],
+                  family: str | None = None) -> list[str]:
     """The checks whose answer by `convqa answer`'s default pipeline, with the reader of
     `folder` in place of the shipped one, is not the expected one: exactly the expected text,
     or no answer where the expected text is None (sanity checks that held-out F1 does not
     make: a reader can gain F1 and still answer the README's question with a clause too
-    long, or name a city the collection never says is the capital)."""
+    long, or name a city the collection never says is the capital). `family`: the pipeline
+    of `convqa answer --model-family FAMILY` (its reranker before the reader), where a
+    reader of that family is used and calibrated."""
+    from dataclasses import replace
+
     from convqa.front.embedded import DEFAULT_READER
-    from convqa.front.paths import default_pipeline
+    from convqa.front.families import family_named, with_family
+    from convqa.front.paths import build, embedded_path
 
     if not checks:
         return []
-    pipeline = default_pipeline(progress=False,
-                                reader={**DEFAULT_READER, "model": str(folder)})
+    path = embedded_path(reader=dict(DEFAULT_READER))
+    if family is not None:
+        path = with_family(path, family_named(family))
+    pipeline = build(replace(path, reader={**path.reader, "model": str(folder)}),
+                     progress=False)
     failed = []
     for question, expected in checks:
         answer = pipeline.answer(question).answer
@@ -411,7 +423,7 @@ def promote(run: Path, assets: Path, per_source: int, seed: int, rank: int, min_
             checks: list[tuple[str, str | None]] = (), baseline: str | Path | None = None,
             alias: str = DEFAULT_ALIAS, int8: bool = False,
             decoding: Path | None = None, keep: Path | None = None,
-            heldout: Path | None = None) -> dict[str, Any]:
+            heldout: Path | None = None, family: str | None = None) -> dict[str, Any]:
     """Compare the run's export with `baseline` (default: the reader in `assets`) and install
     it into `assets` when it is better. `assets` need not exist yet: a first large reader
     (`alias` convqa-reader-large) is compared with the shipped reader and becomes the folder.
@@ -421,7 +433,8 @@ def promote(run: Path, assets: Path, per_source: int, seed: int, rank: int, min_
     `run` may also be a candidate folder that `keep` wrote earlier (reader_candidate.py): it
     is compared as it is, on `heldout` (default: the held-out file its run had).
     `keep`: when the export beats the baseline but is not installed (a dry run or a failed
-    check), write it there with a card and candidate.json."""
+    check), write it there with a card and candidate.json.
+    `family`: the checks run through that model family's pipeline (`failed_checks`)."""
     from convqa.front.tools import reader_candidate as kept_candidate
     from convqa.io import load_json, write_json
     from convqa.models import resolve_model
@@ -463,7 +476,7 @@ def promote(run: Path, assets: Path, per_source: int, seed: int, rank: int, min_
         old = score(against_folder, sample)
         say(f"reader to beat ({against}): F1 {old['f1']:.2f}")
         better = new["f1"] > old["f1"] + min_gain
-        failed = failed_checks(candidate, checks) if better else []
+        failed = failed_checks(candidate, checks, family) if better else []
         result = {"run": str(run), "alias": alias, "baseline": str(against),
                   "weights": str(weights), "steps": facts["steps"],
                   "examples_seen": examples_seen(facts), "candidate": new, "shipped": old,
@@ -586,6 +599,10 @@ def main(argv: list[str] | None = None) -> int:
                         f"default: {DECLINE_CHECK!r})")
     parser.add_argument("--no-check", action="store_true",
                         help="skip the --check and --decline questions")
+    parser.add_argument("--family", metavar="NAME",
+                        help="ask the --check and --decline questions through `convqa answer "
+                             "--model-family NAME`'s pipeline (e.g. large: its reranker before "
+                             "the reader; default: the default pipeline)")
     parser.add_argument("--baseline", metavar="READER",
                         help="the reader to beat (alias or folder; default: the one in --assets, "
                              "required when --assets holds none yet)")
@@ -617,7 +634,8 @@ def main(argv: list[str] | None = None) -> int:
                      args.dry_run, checks=checks, baseline=args.baseline, alias=args.alias,
                      int8=args.int8, decoding=Path(args.decoding) if args.decoding else None,
                      keep=Path(args.keep) if args.keep else None,
-                     heldout=Path(args.heldout) if args.heldout else None)
+                     heldout=Path(args.heldout) if args.heldout else None,
+                     family=args.family)
     if args.out:
         from convqa.io import write_json
 
