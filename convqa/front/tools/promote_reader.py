@@ -574,6 +574,7 @@ def _draw_curve(run: Path, curve: Path) -> Path | None:
 
 @reports_errors("promote_reader")
 def main(argv: list[str] | None = None) -> int:
+    from convqa.front.families import FAMILIES
     from convqa.models import ASSETS_DIR, SHIPPED_MODELS
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -599,7 +600,7 @@ def main(argv: list[str] | None = None) -> int:
                         f"default: {DECLINE_CHECK!r})")
     parser.add_argument("--no-check", action="store_true",
                         help="skip the --check and --decline questions")
-    parser.add_argument("--family", metavar="NAME",
+    parser.add_argument("--family", metavar="NAME", choices=tuple(FAMILIES),
                         help="ask the --check and --decline questions through `convqa answer "
                              "--model-family NAME`'s pipeline (e.g. large: its reranker before "
                              "the reader; default: the default pipeline)")
