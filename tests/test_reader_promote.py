@@ -250,7 +250,7 @@ def test_decline_checks_want_no_answer_where_the_collection_has_none(embedded_ca
 
 
 def test_checks_can_run_through_a_model_family_pipeline(embedded_cache, monkeypatch):
-    """--family large asks the questions as `convqa answer --model-family large` does: the
+    """--model-family large asks the questions as `convqa answer --model-family large` does: the
     family's reranker before the candidate reader (a large reader's confidence is calibrated
     for reranked passages only)."""
     monkeypatch.setenv("CONVQA_CACHE", str(embedded_cache))

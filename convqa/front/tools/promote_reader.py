@@ -39,7 +39,7 @@ shipped reader's stays):
     python -m convqa.front.tools.promote_reader RUN --assets convqa/assets/reader-extractive-large \
         --alias convqa-reader-large --baseline convqa-reader --int8 --curve '' --per-source 30
 
-Its checks go through the family's own pipeline with `--family large` (the reranker its
+Its checks go through the family's own pipeline with `--model-family large` (the reranker its
 confidence is calibrated behind), as `convqa answer --model-family large` answers.
 
 Exit status 0 either way; the last line says whether the reader was promoted.
@@ -235,14 +235,13 @@ def failed_checks(folder: str | Path, checks: list[tuple[str, str | None]],
     from dataclasses import replace
 
     from convqa.front.embedded import DEFAULT_READER
-    from convqa.front.families import family_named, with_family
+    from convqa.front.families import DEFAULT_FAMILY, family_named, with_family
     from convqa.front.paths import build, embedded_path
 
     if not checks:
         return []
-    path = embedded_path(reader=dict(DEFAULT_READER))
-    if family is not None:
-        path = with_family(path, family_named(family))
+    path = with_family(embedded_path(reader=dict(DEFAULT_READER)),
+                       family_named(family or DEFAULT_FAMILY))
     pipeline = build(replace(path, reader={**path.reader, "model": str(folder)}),
                      progress=False)
     failed = []
@@ -574,7 +573,7 @@ def _draw_curve(run: Path, curve: Path) -> Path | None:
 
 @reports_errors("promote_reader")
 def main(argv: list[str] | None = None) -> int:
-    from convqa.front.families import FAMILIES
+    from convqa.front.families import add_family_argument
     from convqa.models import ASSETS_DIR, SHIPPED_MODELS
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -600,10 +599,7 @@ def main(argv: list[str] | None = None) -> int:
                         f"default: {DECLINE_CHECK!r})")
     parser.add_argument("--no-check", action="store_true",
                         help="skip the --check and --decline questions")
-    parser.add_argument("--family", metavar="NAME", choices=tuple(FAMILIES),
-                        help="ask the --check and --decline questions through `convqa answer "
-                             "--model-family NAME`'s pipeline (e.g. large: its reranker before "
-                             "the reader; default: the default pipeline)")
+    add_family_argument(parser)  # the pipeline the --check and --decline questions go through
     parser.add_argument("--baseline", metavar="READER",
                         help="the reader to beat (alias or folder; default: the one in --assets, "
                              "required when --assets holds none yet)")
@@ -636,7 +632,7 @@ def main(argv: list[str] | None = None) -> int:
                      int8=args.int8, decoding=Path(args.decoding) if args.decoding else None,
                      keep=Path(args.keep) if args.keep else None,
                      heldout=Path(args.heldout) if args.heldout else None,
-                     family=args.family)
+                     family=args.model_family)
     if args.out:
         from convqa.io import write_json
 
