@@ -7,7 +7,9 @@
 # and covidqa_200423, and every BENCH_ROOT subfolder with a turns.jsonl. Settings: MAX_EXAMPLES
 # (training questions per source, a seeded sample), MAX_HELDOUT (held-out questions per
 # source), DENSE_INDEX (a dense index of convqa-dpr-ihn over a benchmark's collection: its
-# turns' mined negatives come from it rather than BM25).
+# turns' mined negatives come from it rather than BM25), EXAMPLE_FLAGS (more `convqa train
+# reader` data flags, e.g. "--unanswerable --absent-article 0.3": the examples then teach the
+# null option, "no passage answers", from the first step).
 build_examples() {
   local bench_root=$1 data=$2 work=$3 name folder
   local sources=() dense=()
@@ -27,7 +29,7 @@ build_examples() {
   $PY -m convqa.front.cli.main train reader --data-only --out "$work/reader-data" \
       "${sources[@]}" "${dense[@]}" --negatives 23 --article-negatives 12 \
       --passages-per-question 24 --max-examples "$MAX_EXAMPLES" --max-heldout "$MAX_HELDOUT" \
-      --quiet
+      ${EXAMPLE_FLAGS:-} --quiet
 }
 
 # repo_bytes [PATH...]: bytes of the repository's tracked files, those under PATHs left out

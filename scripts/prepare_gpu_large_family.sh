@@ -18,9 +18,10 @@
 # folder's SQuAD-format files (scripts/gpu_prepare_lib.sh lists them); WORK_DIR (default
 # /tmp/convqa-gpu-large-prepare): the examples as built and the base's transport form
 # (rerunning reuses both; another BASE_MODEL needs a new WORK_DIR); CARRY_DIR (default
-# .gpu-large, ignored by git). Settings, as variables: MAX_EXAMPLES (training questions per source; default 1500), MAX_HELDOUT (default 100),
-# DENSE_INDEX (see gpu_prepare_lib.sh), LIMIT_MIB (per call, repository without its assets +
-# carry; default 63), BASE_MODEL (default all-mpnet-base-v2, installed into the convqa cache
+# .gpu-large, ignored by git). Settings, as variables: MAX_EXAMPLES (training questions per
+# source; default 1500), MAX_HELDOUT (default 100), DENSE_INDEX and EXAMPLE_FLAGS (see
+# gpu_prepare_lib.sh), LIMIT_MIB (per call, repository without its assets + carry; default
+# 63), BASE_MODEL (default all-mpnet-base-v2, installed into the convqa cache
 # first if it is not there; or an encoder folder).
 set -euo pipefail
 BENCH_ROOT=${1:?usage: prepare_gpu_large_family.sh BENCH_ROOT [DATA_DIR] [WORK_DIR] [CARRY_DIR]}

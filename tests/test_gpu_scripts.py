@@ -174,3 +174,29 @@ def test_gpu_assets_untracks_the_shipped_models_for_the_calls_and_restores_them(
     refused = assets("untrack")
     assert refused.returncode == 1 and "staged changes" in refused.stderr
     assert git("ls-files", "convqa/assets") == "convqa/assets/model/weights.bin\n"
+
+
+def test_prepared_examples_take_extra_reader_flags(tmp_path):
+    """EXAMPLE_FLAGS reach `convqa train reader --data-only`: with --absent-article the carried
+    examples hold unanswerable copies of train turns (the large reader then trains with the
+    null option from its first step); without them, none."""
+    from readers.extractive.data import load_examples
+
+    make_benchmark(tmp_path / "bench" / "tiny")
+
+    def build(work, **env):
+        done = subprocess.run(
+            ["bash", "-c", 'source scripts/gpu_prepare_lib.sh && build_examples "$@"', "-",
+             str(tmp_path / "bench"), str(tmp_path / "no-data"), str(work)],
+            cwd=ROOT, capture_output=True, text=True, timeout=600,
+            env={**os.environ, "PY": sys.executable, "PYTHONPATH": str(ROOT),
+                 "OMP_NUM_THREADS": "1", "MAX_EXAMPLES": "50", "MAX_HELDOUT": "2", **env})
+        assert done.returncode == 0, done.stderr[-2000:]
+        return load_examples(work / "reader-data" / "data" / "train.jsonl")
+
+    plain = build(tmp_path / "plain")
+    absent = build(tmp_path / "absent", EXAMPLE_FLAGS="--unanswerable --absent-article 0.9")
+    assert not any(e.unanswerable for e in plain)
+    copies = [e for e in absent if e.id.endswith("/absent-article")]
+    assert copies and all(e.unanswerable and not e.positives for e in copies)
+    assert {e.id for e in absent} - {e.id for e in copies} == {e.id for e in plain}
