@@ -139,3 +139,10 @@ def test_answer_flags_put_a_reranker_on_the_path(film_yaml):
 
     with pytest.raises(ConvQAError, match="--rerank-top-n goes with --rerank"):
         answer.answering_path(parser.parse_args(["answer", "q", "--rerank-top-n", "5"]))
+    # a second stage reorders the reranker's best 5
+    two = answer.answering_path(parser.parse_args(["answer", "q", "--config", str(film_yaml),
+                                                   "--rerank", "RR", "--rerank-then", "BIG"]))
+    assert two.pipeline_config()["reranker"] == {"name": "cross_encoder", "model": "RR",
+                                                 "second_stage": {"model": "BIG"}}
+    with pytest.raises(ConvQAError, match="--rerank-then goes with --rerank"):
+        answer.answering_path(parser.parse_args(["answer", "q", "--rerank-then", "BIG"]))

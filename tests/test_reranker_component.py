@@ -133,3 +133,45 @@ def test_bad_input_is_a_one_line_error():
         reranker.rerank(["q"], HITS, PASSAGES)
     with pytest.raises(DataError, match="expected a Passage for hit 'p0', got str"):
         reranker.rerank("q", HITS[:1], ["p0 text"])
+
+
+def test_a_second_stage_reorders_the_first_stages_top_n_by_its_own_logit(tmp_path):
+    """A cascade: the first stage keeps its top_n, the second reads only its own top_n of those
+    and returns them by its logit (ties in the first stage's order); both stages count in the
+    fingerprint, and a bad second stage is a one-line error."""
+    first_folder, second_folder = tmp_path / "first", tmp_path / "second"
+    tiny_cross_encoder(seed=4).save_pretrained(first_folder)
+    tiny_cross_encoder(seed=9).save_pretrained(second_folder)
+    spec = {"name": "cross_encoder", "model": str(first_folder), "top_n": 5,
+            "precision": "fp32", "device": "cpu"}
+    alone = RERANKERS.build(spec)
+    cascade = RERANKERS.build({**spec, "second_stage": {"model": str(second_folder),
+                                                        "top_n": 3, "precision": "fp32"}})
+    judge = RERANKERS.build({**spec, "model": str(second_folder), "top_n": 3})
+    history = [Turn("what is a port?", "a harbour")]
+    question = "where is the harbour?"
+    first = alone.rerank_turn(question, history, HITS, PASSAGES)
+    out = cascade.rerank_turn(question, history, HITS, PASSAGES)
+    kept = [h.passage_id for h in first[:3]]
+    assert len(out) == 3 and sorted(h.passage_id for h in out) == sorted(kept)
+    by_id = {p.id: p for p in PASSAGES}
+    logits = judge.score(judge.query_text(question, history), [by_id[i] for i in kept])
+    expected = sorted(range(3), key=lambda i: (-logits[i], i))
+    assert [h.passage_id for h in out] == [kept[i] for i in expected]
+    assert [h.score for h in out] == pytest.approx([logits[i] for i in expected])
+    original = {h.passage_id: (h.score, h.rank) for h in HITS}
+    assert all((h.retriever_score, h.retriever_rank) == original[h.passage_id] for h in out)
+    assert [h.rank for h in out] == [1, 2, 3]
+    assert cascade.fingerprint() != alone.fingerprint()
+    # a plain query (no conversation) goes through both stages too
+    assert [h.passage_id for h in cascade.rerank(question, HITS, PASSAGES)] and \
+        len(cascade.rerank(question, HITS, PASSAGES)) == 3
+    # the model's name alone is a spec with the default top_n of 5
+    short = RERANKERS.build({**spec, "second_stage": str(second_folder)})
+    assert short.second.options.top_n == 5
+    for bad, message in [({"model": str(second_folder), "second_stage": "x"},
+                          "cannot have a second_stage"),
+                         ({"model": str(second_folder), "top_k": 2}, "unexpected keyword"),
+                         ([1, 2], "second_stage")]:
+        with pytest.raises(ConfigError, match=message):
+            RERANKERS.build({**spec, "second_stage": bad})

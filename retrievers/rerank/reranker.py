@@ -17,6 +17,11 @@ The final score keeps some of the retriever's (retrievers/rerank/fusion.py): log
 retriever's standardised score, w the `retriever_weight` option, else the weight the model's
 folder records for the retriever it follows (`for_retriever`, told by the pipeline and eval
 rows), else 0 (the reranker alone).
+
+A `second_stage` (another cross-encoder's spec, e.g. `{model: convqa-reranker-large, top_n:
+5}`) reorders this stage's first `top_n` by its own logit, and only those come out: a slow
+model reads the few passages a fast one kept out of many (a cascade). Their `score` is the
+second stage's logit; ties keep the first stage's order.
 """
 from __future__ import annotations
 
@@ -50,6 +55,8 @@ class CrossEncoderRerankerOptions:
     precision: str = "auto"             # auto (measured on the first pairs) | fp32 | bf16 | int8
     device: str = "auto"                # auto (GPU if there is one) | cpu | cuda | cuda:N
     retriever_weight: float | None = None  # None: the folder's weight for the retriever, else 0
+    second_stage: str | dict | None = None  # a cross_encoder spec (or model) that reorders
+    #                                         this stage's first top_n of its own; None: none
 
     def __post_init__(self) -> None:
         weight = self.retriever_weight
@@ -61,6 +68,19 @@ class CrossEncoderRerankerOptions:
                                       or value < 1):
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         self.precision = normalize_precision(self.precision, "reranker precision")
+        if isinstance(self.second_stage, str):
+            self.second_stage = {"model": self.second_stage}
+        if self.second_stage is not None:
+            if not isinstance(self.second_stage, dict):
+                raise ValueError("second_stage must be a reranker spec (a mapping with 'model') "
+                                 f"or a model, got {self.second_stage!r}")
+            spec = {k: v for k, v in self.second_stage.items() if k != "name"}
+            if self.second_stage.get("name", "cross_encoder") != "cross_encoder":
+                raise ValueError("second_stage must be a cross_encoder, got "
+                                 f"{self.second_stage.get('name')!r}")
+            if "second_stage" in spec:
+                raise ValueError("second_stage cannot have a second_stage of its own")
+            self.second_stage = {"top_n": 5, **spec}
 
 
 def order_agreement(reference: torch.Tensor, other: torch.Tensor) -> float:
@@ -94,6 +114,7 @@ class CrossEncoderReranker(MeasuredPrecision):
                                               or DEFAULT_HISTORY, model)
         self._precision = PrecisionOnFirstUse(self.options.precision)
         self.retriever: str | None = None
+        self.second: CrossEncoderReranker | None = None   # the second_stage, built by from_config
 
     @property
     def retriever_weight(self) -> float:
@@ -115,7 +136,16 @@ class CrossEncoderReranker(MeasuredPrecision):
             raise ConfigError("reranker 'cross_encoder': option 'model' (a folder made by "
                               "`convqa train reranker`) is required")
         model = CrossEncoder.from_pretrained(options.model)
-        return cls(model.for_inference(options.device, "reranker 'cross_encoder'"), options)
+        built = cls(model.for_inference(options.device, "reranker 'cross_encoder'"), options)
+        if options.second_stage is not None:
+            try:
+                second = CrossEncoderRerankerOptions(**{"device": options.device,
+                                                        **options.second_stage,
+                                                        "retriever_weight": 0.0})
+            except (TypeError, ValueError) as exc:
+                raise ConfigError(f"reranker 'cross_encoder': second_stage: {exc}") from None
+            built.second = cls.from_config(second)
+        return built
 
     @classmethod
     def from_model(cls, model: CrossEncoder, **options: Any) -> "CrossEncoderReranker":
@@ -131,7 +161,8 @@ class CrossEncoderReranker(MeasuredPrecision):
                     "history": self.history.to_dict(), "top_n": self.options.top_n,
                     "precision": self.options.precision,
                     **({"retriever_weight": self.retriever_weight}
-                       if self.retriever_weight else {})}
+                       if self.retriever_weight else {}),
+                    **({"second_stage": self.second.fingerprint()} if self.second else {})}
         text = json.dumps(settings, sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:24]
 
@@ -141,14 +172,37 @@ class CrossEncoderReranker(MeasuredPrecision):
 
     def rerank_turn(self, question: str, history: Sequence[Turn], hits: Sequence[Hit],
                     passages: Any) -> list[RerankedHit]:
-        """`rerank` with the query formatted from the conversation."""
-        return self.rerank(self.query_text(question, history), hits, passages)
+        """`rerank` with the query formatted from the conversation (each stage its way)."""
+        first = self._rerank_first(self.query_text(question, history), hits, passages)
+        if self.second is None:
+            return first
+        return self.second.reorder(self.second.query_text(question, history), first,
+                                   _by_id(hits, passages))
+
+    def reorder(self, query: str, ranked: Sequence[RerankedHit], passages: Any
+                ) -> list[RerankedHit]:
+        """The first `top_n` of `ranked` (a first stage's output) by this model's logit alone,
+        ties in their order; `score` becomes the logit, the retriever's score and rank stay."""
+        top = list(ranked)[:self.options.top_n]
+        if not top:
+            return []
+        scores = self.score(query, _passages_of(top, passages, len(top)))
+        order = sorted(range(len(top)), key=lambda i: (-scores[i], i))
+        return [RerankedHit(top[i].passage_id, scores[i], rank, top[i].retriever_score,
+                            top[i].retriever_rank) for rank, i in enumerate(order, start=1)]
 
     def rerank(self, query: str, hits: Sequence[Hit], passages: Any) -> list[RerankedHit]:
         """The first `top_n` of `hits` rescored on (query, passage) (and fused with their
-        retriever scores, `retriever_weight`), best first. `passages`:
-        the hits' passages in the same order, a mapping from passage id, or a passage store
-        (anything with `get(passage_id)`)."""
+        retriever scores, `retriever_weight`), best first, then reordered by the second stage
+        if there is one (on the same query). `passages`: the hits' passages in the same order,
+        a mapping from passage id, or a passage store (anything with `get(passage_id)`)."""
+        first = self._rerank_first(query, hits, passages)
+        if self.second is None:
+            return first
+        return self.second.reorder(query, first, _by_id(hits, passages))
+
+    def _rerank_first(self, query: str, hits: Sequence[Hit], passages: Any
+                      ) -> list[RerankedHit]:
         if not isinstance(query, str):
             raise DataError(f"expected the query text, got {type(query).__name__}",
                             field="query")
@@ -210,6 +264,14 @@ class CrossEncoderReranker(MeasuredPrecision):
             lambda precision: self._logits(queries, passages, precision), order_agreement,
             threshold=ORDER_AGREEMENT, what="cross-encoder reranker", device=self.model.device,
             remember=self.model.fingerprint())
+
+
+def _by_id(hits: Sequence[Hit], passages: Any) -> Any:
+    """`passages` as something a later stage can look its hits up in: a list in hit order
+    becomes a mapping from passage id (a mapping or store is kept)."""
+    if isinstance(passages, (list, tuple)):
+        return {hit.passage_id: passage for hit, passage in zip(hits, passages)}
+    return passages
 
 
 def _passages_of(hits: Sequence[Hit], passages: Any, total: int) -> list[Passage]:

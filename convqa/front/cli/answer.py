@@ -48,6 +48,10 @@ def add_parser(subparsers) -> None:
                         "the retriever's top --rerank-top-n and the reader reads its best --top-k")
     p.add_argument("--rerank-top-n", type=int, default=None, metavar="N",
                    help="retriever hits the reranker rescores (default: the model's, 20)")
+    p.add_argument("--rerank-then", metavar="MODEL",
+                   help="a second, slower cross-encoder that reorders the reranker's best 5 by "
+                        "its own score (the reranker's `second_stage`), e.g. "
+                        "convqa-reranker-large")
     add_family_argument(p)
     p.add_argument("--always-answer", action="store_true",
                    help="always give the reader's best answer, never 'no answer in the "
@@ -67,8 +71,10 @@ def answering_path(args: argparse.Namespace):
     from convqa.front.paths import (PhraseIndexPath, RerankerConfig, configured_path,
                                     embedded_path)
 
-    if args.rerank_top_n is not None and not args.rerank:
-        raise ConvQAError("--rerank-top-n goes with --rerank")
+    for flag, value in (("--rerank-top-n", args.rerank_top_n),
+                        ("--rerank-then", args.rerank_then)):
+        if value is not None and not args.rerank:
+            raise ConvQAError(f"{flag} goes with --rerank")
     if args.phrase_index:
         if args.config or args.overrides or args.rerank or args.model_family != DEFAULT_FAMILY:
             raise ConvQAError("--phrase-index does not go with --config, --set, --rerank or "
@@ -91,6 +97,8 @@ def answering_path(args: argparse.Namespace):
         options = {"model": args.rerank}
         if args.rerank_top_n is not None:
             options["top_n"] = args.rerank_top_n
+        if args.rerank_then:
+            options["second_stage"] = {"model": args.rerank_then}
         path = replace(path, reranker=RerankerConfig("cross_encoder", options))
     if args.always_answer and isinstance(getattr(path, "reader", None), dict):
         path = replace(path, reader={**path.reader, "always_answer": True})
