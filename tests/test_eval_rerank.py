@@ -295,3 +295,33 @@ def test_cached_rerank_turns_keeps_one_file_per_model_and_retrieved_hits(bench, 
     assert len(list(cache.glob("rerank-*.json"))) == 3
     assert cached_rerank_turns(reranker, turns, data.conversations, hits, bench / "passages",
                                TOP_N, None, progress=False).cached is False
+
+
+def test_after_a_second_stage_the_reader_reads_only_what_it_returns(bench, model_dir, tmp_path):
+    """The second stage keeps 2 of the first stage's 4: k = 3 and 10 read those 2, as
+    `convqa answer --rerank-then` does."""
+    second = tmp_path / "second"
+    tiny_cross_encoder(seed=5).save_pretrained(second)
+    cascade = {**spec(model_dir), "second_stage": {"model": str(second), "top_n": 2,
+                                                   "precision": "fp32"}}
+    built = RERANKERS.build(cascade)
+    data = load_labelled_turns(bench)
+    by_id = {p.id: p for p in passages()}
+    reader = Recording()
+    result = evaluate_answers(bench, Everything(), reader, split="all", top_ks=(1, 3, 10),
+                              cache_dir=tmp_path, progress=False, reranker=cascade)
+    assert result["top_n"] == TOP_N and result["reads"] == 2
+    answerable = [t for t in data.turns if t.answer_evaluable]
+    for turn in answerable:
+        history = data.conversations[turn.conversation_id].history(turn.turn)
+        hits = [Hit(pid, 100.0 - i, i + 1) for i, pid in enumerate(IDS[:TOP_N])]
+        kept = [h.passage_id for h in built.rerank_turn(turn.question, history, hits,
+                                                         [by_id[pid] for pid in IDS[:TOP_N]])]
+        assert len(kept) == 2
+        assert reader.read_ids[(turn.question, turn.turn - 1)] == kept
+    def predicted(k):
+        return [json.loads(line)["passage_id"] for line in
+                open(result["by_k"][k]["predictions"], encoding="utf-8")]
+
+    assert predicted("3") == predicted("10")
+    assert result["by_k"]["3"]["groups"] == result["by_k"]["10"]["groups"]

@@ -124,6 +124,14 @@ class CrossEncoderReranker(MeasuredPrecision):
         weights = getattr(self.model, "retriever_weights", None) or {}
         return float(weights.get(self.retriever, 0.0)) if self.retriever else 0.0
 
+    @property
+    def returned(self) -> int:
+        """How many hits a turn gets back at most: `top_n`, or the second stage's when it
+        keeps fewer (what a reader after it can read)."""
+        if self.second is None:
+            return int(self.options.top_n)
+        return min(int(self.options.top_n), int(self.second.options.top_n))
+
     def for_retriever(self, spec: Any) -> "CrossEncoderReranker":
         """Follow the retriever `spec` (a name or spec; `fusion.retriever_key`): its calibrated
         weight applies unless the options set one. Returns self."""

@@ -124,12 +124,13 @@ def read_run_and_score(retrieval: Mapping[str, Any], turns: Sequence[Any],
         "turns": len(turns), "retrieval_run": retrieval["run_file"] if use_cache else None}
     if retrieval.get("top_n") is not None:  # a reranked row
         out.update({"reranker": retrieval.get("reranker"), "top_n": retrieval["top_n"],
+                    "reads": retrieval.get("reads", retrieval["top_n"]),
                     "rerank": retrieval["rerank"]})
     with PassageStore.open(passages) as store:
         out["by_k"] = read_and_score(turns, conversations, run, retrieval["run_file"], store,
                                      model, top_ks, _reader_key(reader, model), progress,
                                      fields.get("convention", CONVENTION),
-                                     retrieval.get("top_n"))
+                                     retrieval.get("reads", retrieval.get("top_n")))
     return out
 
 
@@ -139,7 +140,7 @@ def read_and_score(turns: Sequence[Any], conversations: Mapping[str, Any],
                    progress: bool = True, convention: str = CONVENTION,
                    top_n: int | None = None) -> dict[str, Any]:
     """For each k: the reader reads the top k passages of `run` for every turn and is scored
-    (the top min(k, top_n) of a run reranked at `top_n`).
+    (the top min(k, top_n) of a run whose reranker returns `top_n` per turn).
 
     `turns` have `qid`, `conversation_id`, `turn`, `question`, `answers` and `question_type`
     (a benchmark's LabelledTurn or an official file's turn). With a `key` (what the predictions
@@ -150,6 +151,7 @@ def read_and_score(turns: Sequence[Any], conversations: Mapping[str, Any],
     types = {t.qid: t.question_type for t in turns}
     by_k: dict[str, Any] = {}
     for k in top_ks:
+        depth = read_depth(k, top_n)
         cache = Path(f"{run_file}.answers-{key}-k{k}.jsonl") if key is not None else None
         predictions = _cached_predictions(cache, turns) if cache is not None else None
         cached = predictions is not None
@@ -157,7 +159,7 @@ def read_and_score(turns: Sequence[Any], conversations: Mapping[str, Any],
             predictions = {}
             for turn in tqdm(turns, desc=f"read top-{k}", unit=" q", disable=not progress):
                 conversation = conversations[turn.conversation_id]
-                hits = run.get(turn.qid, [])[:read_depth(k, top_n)]
+                hits = run.get(turn.qid, [])[:depth]
                 passages = [_passage(store, hit.passage_id, run_file) for hit in hits]
                 started = time.perf_counter()
                 answer = read_passages(model, turn.question, conversation.history(turn.turn),

@@ -10,8 +10,9 @@ retrievers/rerank/), kept as a run of its own that the row is scored and read on
 - Order: per turn, the reranker's order of the retriever's first `top_n` hits (scored by its
   logits), then the retriever's other hits in the retriever's order, scored 1, 2, 3, ... below
   the last reranked one, so Hits@100 and MRR still count passages the reranker never saw and
-  score order stays rank order. The reader reads the first min(k, top_n) (`read_depth`): like
-  `convqa answer --rerank`, it reads only passages the reranker scored.
+  score order stays rank order. The reader reads the first min(k, top_n) (`read_depth`; after
+  a `second_stage`, its top_n): like `convqa answer --rerank`, it reads only passages the
+  reranker returns.
 - Cache: next to the retriever's run, RUN.rerank-KEY.jsonl and RUN.rerank-KEY.json (what it
   depends on, and the timing); KEY hashes the retriever run's key and the reranker's spec and
   fingerprint (weights, pair length, query format, top_n, precision). A rerun reads the file;
@@ -53,7 +54,7 @@ class RerankedRun(NamedTuple):
         """What a result row says about the stage: the reranked run replaces the retriever's
         as `run_file` (what the row is scored and read on), which stays as `retriever_run_*`."""
         return {"reranker": reranking.spec or type(reranking.model).__name__,
-                "top_n": reranking.top_n,
+                "top_n": reranking.top_n, "reads": reranking.reads,
                 "retriever_weight": getattr(reranking.model, "retriever_weight", None),
                 "run_key": self.key, "run_file": str(self.path) if self.path else None,
                 "cached": source.cached and self.cached, "retriever_run_key": source.key,
@@ -71,6 +72,11 @@ class Reranking:
     @property
     def top_n(self) -> int:
         return int(self.model.options.top_n)
+
+    @property
+    def reads(self) -> int:
+        """Passages a reader after it can read: `top_n`, fewer after a `second_stage`."""
+        return int(getattr(self.model, "returned", self.top_n))
 
     def run(self, source: CachedRun, turns: Sequence[Any], conversations: Mapping[str, Any],
             passages: str | Path, progress: bool = True, label: str | None = None
@@ -95,7 +101,7 @@ class Reranking:
         hits, timing = self._rerank_all(source, turns, conversations, passages, progress, label)
         if path is not None:
             write_run(path, hits)
-            write_json(meta, {"config": config, "timing": timing})
+            write_json(meta, {"config": config, "reads": self.reads, "timing": timing})
         return RerankedRun(hits, key, path, False, timing)
 
     def _rerank_all(self, source: CachedRun, turns: Sequence[Any],
@@ -209,7 +215,7 @@ def reranked_order(reranked: Sequence[Hit], hits: Sequence[Hit]) -> list[Hit]:
 
 
 def read_depth(k: int, top_n: int | None) -> int:
-    """Passages the reader reads at k after a reranker of `top_n` (None: no reranker)."""
+    """Passages the reader reads at k after a reranker that returns `top_n` (None: none)."""
     return k if top_n is None else min(k, top_n)
 
 

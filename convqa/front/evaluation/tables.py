@@ -223,7 +223,8 @@ def rerank_note(results: Sequence[dict[str, Any]]) -> list[str]:
         if r["rerank"].get("ms_per_turn"))
     cpu = reranked[0]["rerank"].get("cpu")
     return [f"Rows with a reranker read its best k of the retriever's top_n (at most top_n "
-            f"passages). Reranker ms per turn p50 / p90 ({cpu}): {times}.", ""]
+            f"passages; after a second stage, at most its top_n). Reranker ms per turn p50 / "
+            f"p90 ({cpu}): {times}.", ""]
 
 
 def render_answers(all_results: dict[str, list[dict[str, Any]]], top_ks: Sequence[int],

@@ -10,8 +10,8 @@ Each cached retrieval run (DIR/RUN.jsonl; a reranked one, DIR/RUN.rerank-KEY.jso
 answer files (DIR/RUN.jsonl.answers-*-kK.jsonl) are read; `--run FILE` (repeatable) takes those
 runs only. Per k: turns whose answer passage was read, their F1, how often the answer came from
 an answer passage, and the F1 of the other turns (TopiOCQA scoring). After a reranker of
-`top_n` (its RUN.rerank-KEY.json says) the reader read the first min(k, top_n) passages, so
-those are what "read" counts.
+`top_n` (its RUN.rerank-KEY.json says; after a second stage, that stage's top_n) the reader
+read the first min(k, top_n) passages, so those are what "read" counts.
 """
 from __future__ import annotations
 
@@ -55,13 +55,17 @@ def breakdown(turns: dict[str, dict], hits: dict[str, list[str]], answers: list[
 
 
 def reranked_top_n(run: Path) -> int | None:
-    """The `top_n` of a reranked run (from the RUN.json beside it), None for a retriever's."""
+    """How many passages a reranked run's reranker returned per turn (its `reads`, else its
+    `top_n`, from the RUN.json beside it), None for a retriever's run."""
     meta = run.with_suffix(".json")
     if not meta.is_file():
         return None
     from convqa.io import load_json
 
-    config = load_json(meta).get("config", {})
+    facts = load_json(meta)
+    config = facts.get("config", {})
+    if facts.get("reads") is not None:
+        return int(facts["reads"])
     return config.get("top_n") if isinstance(config, dict) else None
 
 
