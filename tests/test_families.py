@@ -35,6 +35,8 @@ def test_every_family_names_shipped_models():
     for family in FAMILIES.values():
         assert family.reader in SHIPPED_MODELS
         assert family.reranker is None or family.reranker in SHIPPED_MODELS
+        assert (family.rerank_second_stage is None
+                or family.rerank_second_stage["model"] in SHIPPED_MODELS)
     assert FAMILIES[DEFAULT_FAMILY].reader == "convqa-reader"
     with pytest.raises(ConfigError, match="--model-family must be one of default, large"):
         family_named("huge")
@@ -43,8 +45,9 @@ def test_every_family_names_shipped_models():
 def test_the_large_family_swaps_the_reader_and_puts_a_reranker_before_it(tmp_path, film_yaml):
     path = with_family(embedded_path("dense", cache_dir=tmp_path), LARGE)
     assert path.reader == {"name": "extractive", "model": LARGE.reader}
-    assert path.reranker == RerankerConfig("cross_encoder", {"model": LARGE.reranker,
-                                                             "top_n": LARGE.rerank_top_n})
+    assert path.reranker == RerankerConfig("cross_encoder", {
+        "model": LARGE.reranker, "top_n": LARGE.rerank_top_n,
+        "second_stage": {"model": "convqa-reranker-large", "top_n": 5}})
     assert path.retriever == embedded_path("dense", cache_dir=tmp_path).retriever
     configured = with_family(configured_path(film_yaml), LARGE)
     assert configured.reader["always_answer"] is True  # the file's reader options stay

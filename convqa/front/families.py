@@ -11,6 +11,8 @@ the path already names is kept.
 >>> path = with_family(embedded_path("dense"), family_named("large"))
 >>> path.reader["model"], path.reranker.options["model"]
 ('convqa-reader-large', 'convqa-reranker')
+>>> path.reranker.options["second_stage"]
+{'model': 'convqa-reranker-large', 'top_n': 5}
 """
 from __future__ import annotations
 
@@ -25,12 +27,14 @@ from .paths import PathConfig, RerankerConfig, RetrieverReaderPath
 @dataclass(frozen=True)
 class ModelFamily:
     """The models of a family: an extractive reader, and a reranker to put before it when
-    the path has none (None: no reranker)."""
+    the path has none (None: no reranker), with its second stage if any."""
 
     name: str
     reader: str
     reranker: str | None = None
     rerank_top_n: int | None = None
+    # a slower reranker that reorders the first one's best few (the reranker's `second_stage`)
+    rerank_second_stage: Mapping[str, Any] | None = None
     summary: str = ""
 
 
@@ -39,12 +43,14 @@ FAMILIES: Mapping[str, ModelFamily] = {
     family.name: family for family in (
         ModelFamily(DEFAULT_FAMILY, reader="convqa-reader",
                     summary="MiniLM-L6 models: the fast default"),
-        # the best measured full-collection row: the reranker over the top 50, the large
-        # reader over its best 5 (docs/readers.md, "The large reader")
+        # the best measured row on both collections: the reranker over the top 50, the large
+        # reranker reordering its best 5, the large reader over those (docs/reranker.md, "Two
+        # stages")
         ModelFamily("large", reader="convqa-reader-large", reranker="convqa-reranker",
                     rerank_top_n=50,
-                    summary="the all-mpnet-base-v2 reader behind the reranker "
-                            "(needs `convqa models install all-mpnet-base-v2`)"),
+                    rerank_second_stage={"model": "convqa-reranker-large", "top_n": 5},
+                    summary="the all-mpnet-base-v2 reader behind the reranker and the large "
+                            "reranker (needs `convqa models install all-mpnet-base-v2`)"),
     )}
 
 
@@ -79,5 +85,7 @@ def with_family(path: PathConfig, family: ModelFamily) -> PathConfig:
         options: dict[str, Any] = {"model": family.reranker}
         if family.rerank_top_n is not None:
             options["top_n"] = family.rerank_top_n
+        if family.rerank_second_stage is not None:
+            options["second_stage"] = dict(family.rerank_second_stage)
         changed = replace(changed, reranker=RerankerConfig("cross_encoder", options))
     return changed
