@@ -43,9 +43,9 @@ FAMILIES: Mapping[str, ModelFamily] = {
     family.name: family for family in (
         ModelFamily(DEFAULT_FAMILY, reader="convqa-reader",
                     summary="MiniLM-L6 models: the fast default"),
-        # the best measured row on both collections: the reranker over the top 50, the large
-        # reranker reordering its best 5, the large reader over those (docs/reranker.md, "Two
-        # stages")
+        # the best measured full-collection row (and above one reranker on vital): the
+        # reranker over the top 50, the large reranker reordering its best 5, the large reader
+        # over those (docs/reranker.md, "Two stages")
         ModelFamily("large", reader="convqa-reader-large", reranker="convqa-reranker",
                     rerank_top_n=50,
                     rerank_second_stage={"model": "convqa-reranker-large", "top_n": 5},
