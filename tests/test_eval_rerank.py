@@ -312,13 +312,14 @@ def test_after_a_second_stage_the_reader_reads_only_what_it_returns(bench, model
                               cache_dir=tmp_path, progress=False, reranker=cascade)
     assert result["top_n"] == TOP_N and result["reads"] == 2
     answerable = [t for t in data.turns if t.answer_evaluable]
+    hits = [Hit(pid, 100.0 - i, i + 1) for i, pid in enumerate(IDS[:TOP_N])]
+    texts = [by_id[pid] for pid in IDS[:TOP_N]]
     for turn in answerable:
         history = data.conversations[turn.conversation_id].history(turn.turn)
-        hits = [Hit(pid, 100.0 - i, i + 1) for i, pid in enumerate(IDS[:TOP_N])]
-        kept = [h.passage_id for h in built.rerank_turn(turn.question, history, hits,
-                                                         [by_id[pid] for pid in IDS[:TOP_N]])]
+        kept = [h.passage_id for h in built.rerank_turn(turn.question, history, hits, texts)]
         assert len(kept) == 2
         assert reader.read_ids[(turn.question, turn.turn - 1)] == kept
+
     def predicted(k):
         return [json.loads(line)["passage_id"] for line in
                 open(result["by_k"][k]["predictions"], encoding="utf-8")]

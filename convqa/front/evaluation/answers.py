@@ -122,15 +122,14 @@ def read_run_and_score(retrieval: Mapping[str, Any], turns: Sequence[Any],
         **fields, "retriever": retrieval["retriever"], "history": retrieval["history"],
         "reader": reader if isinstance(reader, (str, dict)) else type(model).__name__,
         "turns": len(turns), "retrieval_run": retrieval["run_file"] if use_cache else None}
+    reads = retrieval.get("reads", retrieval.get("top_n"))  # what a reranker returns per turn
     if retrieval.get("top_n") is not None:  # a reranked row
         out.update({"reranker": retrieval.get("reranker"), "top_n": retrieval["top_n"],
-                    "reads": retrieval.get("reads", retrieval["top_n"]),
-                    "rerank": retrieval["rerank"]})
+                    "reads": reads, "rerank": retrieval["rerank"]})
     with PassageStore.open(passages) as store:
         out["by_k"] = read_and_score(turns, conversations, run, retrieval["run_file"], store,
                                      model, top_ks, _reader_key(reader, model), progress,
-                                     fields.get("convention", CONVENTION),
-                                     retrieval.get("reads", retrieval.get("top_n")))
+                                     fields.get("convention", CONVENTION), reads)
     return out
 
 

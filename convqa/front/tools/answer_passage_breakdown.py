@@ -63,9 +63,9 @@ def reranked_top_n(run: Path) -> int | None:
     from convqa.io import load_json
 
     facts = load_json(meta)
-    config = facts.get("config", {})
     if facts.get("reads") is not None:
         return int(facts["reads"])
+    config = facts.get("config", {})
     return config.get("top_n") if isinstance(config, dict) else None
 
 
