@@ -31,6 +31,7 @@ from convqa.towers import (ADAPTER_CONFIG, adapted_encoder, hash_state, hash_tow
 from convqa.types import Passage
 
 from .card import CARD_FILE, model_card
+from .cascade import MARGINS_KEY, margins_from_block
 from .fusion import WEIGHTS_KEY, weights_from_block
 
 META_FILE = "convqa_reranker.json"
@@ -107,6 +108,9 @@ class CrossEncoder(ModelBase):
         self.source: str | None = None
         # calibrated weight of each retriever's score in the final score (fusion.py)
         self.retriever_weights: dict[str, float] = {}
+        # calibrated first-stage lead that skips a second stage (cascade.py), by cascade key
+        self.cascade_margins: dict[str, float] = {}
+        self.saved_fingerprint: str | None = None  # the one its folder records, when loaded
         self.card_facts: dict[str, Any] = {}  # training facts written into the model card
 
     # -- construction -----------------------------------------------------------------------
@@ -147,6 +151,10 @@ class CrossEncoder(ModelBase):
         model.source = str(folder)
         model.retriever_weights = weights_from_block(meta.get(WEIGHTS_KEY) or {},
                                                      folder / META_FILE)
+        model.cascade_margins = margins_from_block(meta.get(MARGINS_KEY) or {},
+                                                   folder / META_FILE)
+        saved = meta.get("fingerprint")
+        model.saved_fingerprint = saved if isinstance(saved, str) and saved else None
         return model
 
     # -- inputs and computation -------------------------------------------------------------
@@ -191,6 +199,11 @@ class CrossEncoder(ModelBase):
         return {k: v.to(device) for k, v in tensors.items() if k in _MODEL_INPUTS}
 
     # -- identity -------------------------------------------------------------------------
+    def known_fingerprint(self) -> str:
+        """The fingerprint its folder records (read, not hashed: a large model's weights take
+        seconds to hash), else computed."""
+        return self.saved_fingerprint or self.fingerprint()
+
     def fingerprint_settings(self) -> dict:
         return {"pooling": self.config.pooling}
 
@@ -216,6 +229,9 @@ class CrossEncoder(ModelBase):
         if self.retriever_weights:
             meta[WEIGHTS_KEY] = {key: {"weight": weight}
                                  for key, weight in self.retriever_weights.items()}
+        if self.cascade_margins:
+            meta[MARGINS_KEY] = {key: {"skip_margin": margin}
+                                 for key, margin in self.cascade_margins.items()}
         return meta
 
 
@@ -231,13 +247,27 @@ def write_weight(folder: str | os.PathLike, key: str, weight: float,
                  provenance: Mapping[str, Any]) -> Path:
     """Record `weight` for retriever `key` in the folder's convqa_reranker.json (atomically;
     the rest of the file and the other retrievers' weights are kept)."""
+    return _write_entry(folder, WEIGHTS_KEY, key, {"weight": float(weight), **provenance},
+                        weights_from_block)
+
+
+def write_margin(folder: str | os.PathLike, key: str, margin: float,
+                 provenance: Mapping[str, Any]) -> Path:
+    """Record the cascade's skip `margin` for `key` (cascade.cascade_key) in the first stage's
+    convqa_reranker.json (atomically; everything else in the file is kept)."""
+    return _write_entry(folder, MARGINS_KEY, key, {"skip_margin": float(margin), **provenance},
+                        margins_from_block)
+
+
+def _write_entry(folder: str | os.PathLike, block_key: str, key: str, entry: dict,
+                 check) -> Path:
     from convqa.io import load_format_json, write_json
 
     path = Path(folder) / META_FILE
     meta = load_format_json(path, FORMAT, VERSION, "convqa cross-encoder reranker")
-    block = dict(meta.get(WEIGHTS_KEY) or {})
-    block[key] = {"weight": float(weight), **provenance}
-    weights_from_block(block, path)
-    meta[WEIGHTS_KEY] = block
+    block = dict(meta.get(block_key) or {})
+    block[key] = entry
+    check(block, path)
+    meta[block_key] = block
     write_json(path, meta)
     return path

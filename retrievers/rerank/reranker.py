@@ -21,7 +21,11 @@ rows), else 0 (the reranker alone).
 A `second_stage` (another cross-encoder's spec, e.g. `{model: convqa-reranker-large, top_n:
 5}`) reorders this stage's first `top_n` by its own logit, and only those come out: a slow
 model reads the few passages a fast one kept out of many (a cascade). Their `score` is the
-second stage's logit; ties keep the first stage's order.
+second stage's logit; ties keep the first stage's order. A turn whose first stage leads by at
+least the second stage's `skip_margin` skips it (retrievers/rerank/cascade.py): its first
+`top_n` come out in the first stage's order, with its scores. `skip_margin: auto` (the default)
+is the margin the first stage's folder records for this second stage and retriever (`convqa
+train reranker-cascade`; none recorded: never skip), `never` always runs it, a number sets it.
 """
 from __future__ import annotations
 
@@ -37,6 +41,7 @@ from convqa.precision import (MeasuredPrecision, PrecisionChoice, PrecisionOnFir
 from convqa.registry import RERANKERS
 from convqa.types import Hit, Passage, RerankedHit, Turn
 
+from .cascade import AUTO, NEVER, cascade_key, check_skip_margin, skips
 from .fusion import fuse, is_weight, retriever_key
 from .model import CrossEncoder
 
@@ -57,6 +62,8 @@ class CrossEncoderRerankerOptions:
     retriever_weight: float | None = None  # None: the folder's weight for the retriever, else 0
     second_stage: str | dict | None = None  # a cross_encoder spec (or model) that reorders
     #                                         this stage's first top_n of its own; None: none
+    skip_margin: float | str = AUTO     # as a second stage: the first stage's lead at which a
+    #                                     turn skips it; auto (calibrated) | never | a number
 
     def __post_init__(self) -> None:
         weight = self.retriever_weight
@@ -68,6 +75,7 @@ class CrossEncoderRerankerOptions:
                                       or value < 1):
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         self.precision = normalize_precision(self.precision, "reranker precision")
+        self.skip_margin = check_skip_margin(self.skip_margin)
         if isinstance(self.second_stage, str):
             self.second_stage = {"model": self.second_stage}
         if self.second_stage is not None:
@@ -115,6 +123,7 @@ class CrossEncoderReranker(MeasuredPrecision):
         self._precision = PrecisionOnFirstUse(self.options.precision)
         self.retriever: str | None = None
         self.second: CrossEncoderReranker | None = None   # the second_stage, built by from_config
+        self._second_fingerprint: str | None = None
 
     @property
     def retriever_weight(self) -> float:
@@ -131,6 +140,24 @@ class CrossEncoderReranker(MeasuredPrecision):
         if self.second is None:
             return int(self.options.top_n)
         return min(int(self.options.top_n), int(self.second.options.top_n))
+
+    @property
+    def skip_margin(self) -> float | None:
+        """The first stage's lead at which a turn skips the second stage (None: never; also
+        None without a second stage)."""
+        if self.second is None:
+            return None
+        option = self.second.options.skip_margin
+        if option == NEVER:
+            return None
+        if option != AUTO:
+            return float(option)
+        margins = getattr(self.model, "cascade_margins", None) or {}
+        if not margins:
+            return None
+        if self._second_fingerprint is None:
+            self._second_fingerprint = self.second.model.known_fingerprint()
+        return margins.get(cascade_key(self.retriever, self._second_fingerprint))
 
     def for_retriever(self, spec: Any) -> "CrossEncoderReranker":
         """Follow the retriever `spec` (a name or spec; `fusion.retriever_key`): its calibrated
@@ -170,7 +197,9 @@ class CrossEncoderReranker(MeasuredPrecision):
                     "precision": self.options.precision,
                     **({"retriever_weight": self.retriever_weight}
                        if self.retriever_weight else {}),
-                    **({"second_stage": self.second.fingerprint()} if self.second else {})}
+                    **({"second_stage": self.second.fingerprint()} if self.second else {}),
+                    **({"skip_margin": self.skip_margin}
+                       if self.skip_margin is not None else {})}
         text = json.dumps(settings, sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:24]
 
@@ -184,6 +213,8 @@ class CrossEncoderReranker(MeasuredPrecision):
         first = self._rerank_first(self.query_text(question, history), hits, passages)
         if self.second is None:
             return first
+        if skips(first, self.skip_margin):
+            return first[:self.second.options.top_n]
         return self.second.reorder(self.second.query_text(question, history), first,
                                    _by_id(hits, passages))
 
@@ -202,11 +233,14 @@ class CrossEncoderReranker(MeasuredPrecision):
     def rerank(self, query: str, hits: Sequence[Hit], passages: Any) -> list[RerankedHit]:
         """The first `top_n` of `hits` rescored on (query, passage) (and fused with their
         retriever scores, `retriever_weight`), best first, then reordered by the second stage
-        if there is one (on the same query). `passages`: the hits' passages in the same order,
-        a mapping from passage id, or a passage store (anything with `get(passage_id)`)."""
+        if there is one (on the same query) and the first stage's lead is under its margin.
+        `passages`: the hits' passages in the same order, a mapping from passage id, or a
+        passage store (anything with `get(passage_id)`)."""
         first = self._rerank_first(query, hits, passages)
         if self.second is None:
             return first
+        if skips(first, self.skip_margin):
+            return first[:self.second.options.top_n]
         return self.second.reorder(query, first, _by_id(hits, passages))
 
     def _rerank_first(self, query: str, hits: Sequence[Hit], passages: Any

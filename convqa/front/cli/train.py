@@ -16,6 +16,8 @@
                           [--mined-run DIR=RUN] [--negatives 7] [--lora 16] ...
     convqa train reranker-examples --out FILE.jsonl.xz [--benchmark DIR]... [--squad FILE]...
     convqa train reranker-fusion --reranker DIR --benchmark DIR --retriever SPEC [--write]
+    convqa train reranker-cascade --reranker DIR --then DIR --benchmark DIR --retriever SPEC
+                                  [--write]
 
 `dpr` runs DPR-IHN (retrievers/training/ihn.py): warm-up with in-batch negatives, then for each
 further iteration encode -> mine -> retrain from the initial checkpoint; rerunning the same
@@ -28,7 +30,8 @@ examples -> teacher targets -> mining -> training -> held-out fidelity); rerunni
 `convdr-fidelity` measures student(conversation) vs teacher(rewrite) on any examples.
 `reranker` trains the cross-encoder reranker (retrievers/rerank/run.py: examples -> training ->
 held-out MRR / Hits@1), `reranker-examples` writes its examples into one file,
-`reranker-fusion` chooses on training turns how much of a retriever's score the reranker keeps.
+`reranker-fusion` chooses on training turns how much of a retriever's score the reranker keeps,
+`reranker-cascade` when a two-stage reranker's first stage is sure enough to skip the second.
 """
 from __future__ import annotations
 
@@ -58,6 +61,7 @@ def add_parser(subparsers) -> None:
     _add_convdr(jobs)
     _add_convdr_fidelity(jobs)
     _add_phrase(jobs)
+    from .train_cascade import add_cascade_parser
     from .train_decoding import add_decoding_parser
     from .train_fid import add_fid_parser
     from .train_fusion import add_fusion_parser
@@ -67,6 +71,7 @@ def add_parser(subparsers) -> None:
     add_fid_parser(jobs)
     add_reranker_parsers(jobs)
     add_fusion_parser(jobs)
+    add_cascade_parser(jobs)
     add_decoding_parser(jobs)
     add_teacher_parser(jobs)
     for job in jobs.choices.values():  # other libraries' bars and warnings only with --verbose

@@ -97,7 +97,8 @@ def export_reader(tuned_path: str, rank: int, out: str, base_name: str | None,
 
 def export_reranker(tuned_path: str, rank: int, out: str, base_name: str | None,
                     exact: tuple[str, ...], storage: str = FP32, saved_as: str | None = None):
-    """A cross-encoder's encoder as an adapter; its head, retriever weights and card exactly."""
+    """A cross-encoder's encoder as an adapter; its head, calibrated weights and margins and card
+    exactly."""
     from convqa.io import load_json
     from retrievers.rerank.card import CARD_FILE, fingerprint_line
     from retrievers.rerank.model import META_FILE, CrossEncoder
@@ -108,6 +109,7 @@ def export_reranker(tuned_path: str, rank: int, out: str, base_name: str | None,
     adapted = CrossEncoder(_over_base(tuned.config, saved_as or base_name), encoder,
                            tuned.tokenizer, tuned.head)
     adapted.retriever_weights = dict(tuned.retriever_weights)
+    adapted.cascade_margins = dict(tuned.cascade_margins)
     _save_adapter(adapted, out, storage)
     card = Path(tuned_path) / CARD_FILE
     if card.exists():  # the trained model's card, with how this folder was made from it
