@@ -15,7 +15,9 @@ collection; the margin whose worst gain is largest (on a tie the smallest, which
 so that no collection the margin serves ranks worse for it, and never skipping when every
 margin loses somewhere. (The best *mean* Hits@1 lets a collection where the second stage is of
 little use decide for the others: on the vital and full training turns it chose 0.5, which cost
-the full collection's dev turns 2.7 F1.) It is recorded in the **first** stage's folder (`convqa_reranker.json`,
+the full collection's dev turns 2.7 F1.)
+
+The margin is recorded in the **first** stage's folder (`convqa_reranker.json`,
 "cascade_margins"; its scores are the ones compared), keyed by `cascade_key`: the retriever the
 first stage follows (its score is in the fused one) and the second stage's fingerprint.
 """

@@ -51,7 +51,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--rerank-then", metavar="MODEL",
                    help="a second, slower cross-encoder that reorders the reranker's best 5 by "
                         "its own score (the reranker's `second_stage`), e.g. "
-                        "convqa-reranker-large")
+                        "convqa-reranker-large; skipped on turns where the reranker leads by "
+                        "the margin its folder records for the retriever (docs/reranker.md)")
     add_family_argument(p)
     p.add_argument("--always-answer", action="store_true",
                    help="always give the reader's best answer, never 'no answer in the "

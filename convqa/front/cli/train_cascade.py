@@ -14,7 +14,8 @@ stage (with the retriever weight its folder records for that retriever) and its 
 nothing twice. Every margin of cascade.MARGINS is scored by the answer passages' Hits@1 when the
 turns that lead by at least it keep the first stage's order; the margin whose smallest gain over
 never skipping, across the benchmarks, is largest (on a tie the smallest) is written, for the
-retriever's key and the second stage's fingerprint. Wired into `convqa train` by `add_cascade_parser(jobs)`.
+retriever's key and the second stage's fingerprint. Wired into `convqa train` by
+`add_cascade_parser(jobs)`.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from .train_fusion import Source, reranker_folder, sources
+from .train_fusion import Source, add_turn_arguments, reranker_folder, sources, write_report
 
 
 def add_cascade_parser(jobs) -> argparse.ArgumentParser:
@@ -33,8 +34,8 @@ def add_cascade_parser(jobs) -> argparse.ArgumentParser:
                     "best few, and choose the first stage's lead (its best score minus its "
                     "second best) at which a turn keeps the first stage's order and skips the "
                     "second: the one whose smallest Hits@1 gain over never skipping, across "
-                    "the benchmarks, is largest (on a tie the smallest). --write records it in the first "
-                    "stage's folder.")
+                    "the benchmarks, is largest (on a tie the smallest). --write records it "
+                    "in the first stage's folder.")
     p.add_argument("--reranker", default="convqa-reranker",
                    help="the first stage: folder or shipped alias (default convqa-reranker)")
     p.add_argument("--then", default="convqa-reranker-large", metavar="MODEL",
@@ -44,23 +45,7 @@ def add_cascade_parser(jobs) -> argparse.ArgumentParser:
                    help="hits the first stage rescores (default 50)")
     p.add_argument("--then-top-n", type=int, default=5,
                    help="of those, how many the second stage reorders (default 5)")
-    p.add_argument("--benchmark", required=True, action="append", metavar="DIR",
-                   help="`convqa data topiocqa-wiki` folder (repeat for several collections)")
-    p.add_argument("--retriever", required=True, action="append", metavar="SPEC",
-                   help="the retriever the first stage follows, one per --benchmark in order or "
-                        "one for all (the same key for every --benchmark)")
-    p.add_argument("--history", action="append", default=[], metavar="SPEC",
-                   help="the retriever's query formatting, one per --benchmark or one for all "
-                        "(default oldest_first)")
-    p.add_argument("--split", default="train", help="benchmark turns to use (default train)")
-    p.add_argument("--turns", type=int, default=300,
-                   help="answer-evaluable turns per benchmark, a seeded sample (default 300)")
-    p.add_argument("--seed", type=int, default=0, help="sampling seed")
-    p.add_argument("--cache", metavar="DIR", help="keep both stages' scores here")
-    p.add_argument("--report", metavar="FILE", help="write the scores of every margin as JSON")
-    p.add_argument("--write", action="store_true",
-                   help="record the chosen margin in the first stage's folder")
-    p.add_argument("--quiet", action="store_true", help="no progress")
+    add_turn_arguments(p, "both stages' scores", "margin", "the first stage's folder")
     p.set_defaults(func=run)
     return p
 
@@ -152,11 +137,7 @@ def calibrate(args: argparse.Namespace, say=print) -> dict[str, Any]:
             "hits@1_never_skipping": round(scores[None]["hits@1"], 4),
             "skipped": round(scores[margin]["skipped"], 4)})
         report["written"] = True
-    if args.report:
-        from convqa.io import write_json
-
-        write_json(args.report, report)
-    return report
+    return write_report(args.report, report)
 
 
 def summary(report: dict[str, Any]) -> str:

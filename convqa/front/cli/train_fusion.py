@@ -33,6 +33,18 @@ def add_fusion_parser(jobs) -> argparse.ArgumentParser:
                     "in the reranker's folder for that retriever.")
     p.add_argument("--reranker", default="convqa-reranker",
                    help="reranker folder or shipped alias (default convqa-reranker)")
+    add_turn_arguments(p, "the reranker's scores", "weight", "the reranker's folder")
+    p.add_argument("--top-n", type=int, default=None,
+                   help="hits rescored (default the reranker's top_n, 20)")
+    p.set_defaults(func=run)
+    return p
+
+
+def add_turn_arguments(p: argparse.ArgumentParser, cached: str, chosen: str,
+                       folder: str) -> None:
+    """The options of a job that chooses a reranker setting on sampled benchmark turns
+    (`reranker-fusion`, `reranker-cascade`): the turns, their retriever, the cache, the report
+    and --write."""
     p.add_argument("--benchmark", required=True, action="append", metavar="DIR",
                    help="`convqa data topiocqa-wiki` folder (repeat for several collections)")
     p.add_argument("--retriever", required=True, action="append", metavar="SPEC",
@@ -46,16 +58,21 @@ def add_fusion_parser(jobs) -> argparse.ArgumentParser:
     p.add_argument("--split", default="train", help="benchmark turns to use (default train)")
     p.add_argument("--turns", type=int, default=300,
                    help="answer-evaluable turns per benchmark, a seeded sample (default 300)")
-    p.add_argument("--top-n", type=int, default=None,
-                   help="hits rescored (default the reranker's top_n, 20)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
-    p.add_argument("--cache", metavar="DIR", help="keep the reranker's scores here")
-    p.add_argument("--report", metavar="FILE", help="write the scores of every weight as JSON")
+    p.add_argument("--cache", metavar="DIR", help=f"keep {cached} here")
+    p.add_argument("--report", metavar="FILE", help=f"write the scores of every {chosen} as JSON")
     p.add_argument("--write", action="store_true",
-                   help="record the chosen weight in the reranker's folder")
+                   help=f"record the chosen {chosen} in {folder}")
     p.add_argument("--quiet", action="store_true", help="no progress")
-    p.set_defaults(func=run)
-    return p
+
+
+def write_report(path: str | None, report: dict[str, Any]) -> dict[str, Any]:
+    """`report` written as JSON to `path` (None: not written); returns it."""
+    if path:
+        from convqa.io import write_json
+
+        write_json(path, report)
+    return report
 
 
 def reranker_folder(name: str) -> Path:
@@ -169,11 +186,7 @@ def calibrate(args: argparse.Namespace, say=print) -> dict[str, Any]:
             "mrr": round(scores[weight]["mrr"], 4),
             "mrr_reranker_alone": round(scores[0.0]["mrr"], 4)})
         report["written"] = True
-    if args.report:
-        from convqa.io import write_json
-
-        write_json(args.report, report)
-    return report
+    return write_report(args.report, report)
 
 
 def summary(report: dict[str, Any]) -> str:
