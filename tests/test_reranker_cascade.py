@@ -125,6 +125,9 @@ def test_bad_margins_are_one_line_errors(folders):
     for bad in (-1, "sometimes", True, float("nan")):
         with pytest.raises(ConfigError, match="skip_margin must be 'auto', 'never' or a number"):
             build(first, second, skip_margin=bad)
+    with pytest.raises(ConfigError, match="skip_margin belongs in second_stage"):
+        RERANKERS.build({"name": "cross_encoder", "model": str(first), "skip_margin": 1,
+                         "second_stage": str(second)})
     meta = json.loads((first / META_FILE).read_text())
     meta["cascade_margins"] = {"bm25 > x": {"skip_margin": -2}}
     (first / META_FILE).write_text(json.dumps(meta))

@@ -170,6 +170,9 @@ class CrossEncoderReranker(MeasuredPrecision):
         if not options.model:
             raise ConfigError("reranker 'cross_encoder': option 'model' (a folder made by "
                               "`convqa train reranker`) is required")
+        if options.second_stage is not None and options.skip_margin != AUTO:
+            raise ConfigError("reranker 'cross_encoder': skip_margin belongs in second_stage "
+                              "(the stage a turn skips), not beside it")
         model = CrossEncoder.from_pretrained(options.model)
         built = cls(model.for_inference(options.device, "reranker 'cross_encoder'"), options)
         if options.second_stage is not None:
