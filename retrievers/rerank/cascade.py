@@ -29,6 +29,8 @@ from typing import Any, Iterable, Mapping, Sequence
 from convqa.errors import ConfigError
 from convqa.types import Hit
 
+from .fusion import is_weight as is_margin  # the same test: a finite number >= 0, not a bool
+
 MARGINS_KEY = "cascade_margins"
 # the margins `choose_margin` tries, in the first stage's score (logits: a few units apart)
 MARGINS = tuple(m / 4 for m in range(0, 25))
@@ -52,12 +54,6 @@ def lead(hits: Sequence[Hit]) -> float:
 def skips(hits: Sequence[Hit], margin: float | None) -> bool:
     """Whether a turn whose first stage ranked `hits` skips the second stage (None: never)."""
     return margin is not None and lead(hits) >= margin
-
-
-def is_margin(value: Any) -> bool:
-    """A margin: a finite number >= 0 (not a bool)."""
-    return (not isinstance(value, bool) and isinstance(value, (int, float))
-            and math.isfinite(value) and value >= 0)
 
 
 def check_skip_margin(value: Any) -> float | str:
