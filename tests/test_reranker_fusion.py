@@ -117,8 +117,8 @@ def test_a_bad_weight_in_the_folder_names_the_file(folder):
     meta = json.loads((folder / META_FILE).read_text())
     meta["retriever_weights"] = {"bm25": {"weight": -1}}
     (folder / META_FILE).write_text(json.dumps(meta))
-    with pytest.raises(ConfigError, match=r"convqa_reranker.json: 'retriever_weights.bm25' "
-                                          r"must be a weight >= 0, got -1"):
+    with pytest.raises(ConfigError, match=r"convqa_reranker.json: 'retriever_weights.bm25.weight' "
+                                          r"must be a number >= 0, got -1"):
         RERANKERS.build({"name": "cross_encoder", "model": str(folder)})
     with pytest.raises(ConfigError, match="retriever_weight must be a number >= 0"):
         RERANKERS.build({"name": "cross_encoder", "model": str(folder),

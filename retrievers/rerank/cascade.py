@@ -30,6 +30,7 @@ from convqa.errors import ConfigError
 from convqa.types import Hit
 
 from .fusion import is_weight as is_margin  # the same test: a finite number >= 0, not a bool
+from .fusion import numbers_from_block
 
 MARGINS_KEY = "cascade_margins"
 # the margins `choose_margin` tries, in the first stage's score (logits: a few units apart)
@@ -103,13 +104,4 @@ def choose_margin(benchmarks: Sequence[Mapping[float | None, Mapping[str, float]
 
 def margins_from_block(block: Any, where: Any) -> dict[str, float]:
     """{cascade key: margin} of a folder's block, checked (a bad entry names the file)."""
-    if not isinstance(block, Mapping):
-        raise ConfigError(f"{where}: '{MARGINS_KEY}' must be a mapping")
-    out = {}
-    for key, entry in block.items():
-        margin = entry.get("skip_margin") if isinstance(entry, Mapping) else entry
-        if not is_margin(margin):
-            raise ConfigError(f"{where}: '{MARGINS_KEY}.{key}.skip_margin' must be a number "
-                              f">= 0, got {margin!r}")
-        out[str(key)] = float(margin)
-    return out
+    return numbers_from_block(block, where, MARGINS_KEY, "skip_margin")

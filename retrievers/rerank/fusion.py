@@ -113,15 +113,21 @@ def choose_weight(scores: Mapping[float, Mapping[str, float]]) -> float:
     return min(scores, key=lambda w: (-round(scores[w]["mrr"], 9), w))
 
 
-def weights_from_block(block: Any, where: Any) -> dict[str, float]:
-    """{retriever key: weight} of a folder's block, checked (a bad entry names the file)."""
+def numbers_from_block(block: Any, where: Any, block_key: str, field: str) -> dict[str, float]:
+    """{key: number} of a folder's block of entries (`{key: {field: number, ...}}`, or bare
+    numbers), each a number >= 0, checked: a bad entry names the file and the entry."""
     if not isinstance(block, Mapping):
-        raise ConfigError(f"{where}: '{WEIGHTS_KEY}' must be a mapping")
+        raise ConfigError(f"{where}: '{block_key}' must be a mapping")
     out = {}
     for key, entry in block.items():
-        weight = entry.get("weight") if isinstance(entry, Mapping) else entry
-        if not is_weight(weight):
-            raise ConfigError(f"{where}: '{WEIGHTS_KEY}.{key}' must be a weight >= 0, "
-                              f"got {weight!r}")
-        out[str(key)] = float(weight)
+        value = entry.get(field) if isinstance(entry, Mapping) else entry
+        if not is_weight(value):
+            raise ConfigError(f"{where}: '{block_key}.{key}.{field}' must be a number >= 0, "
+                              f"got {value!r}")
+        out[str(key)] = float(value)
     return out
+
+
+def weights_from_block(block: Any, where: Any) -> dict[str, float]:
+    """{retriever key: weight} of a folder's block, checked (a bad entry names the file)."""
+    return numbers_from_block(block, where, WEIGHTS_KEY, "weight")
