@@ -172,6 +172,19 @@ def test_command_line_chooses_and_writes_the_margin(folders, tmp_path, capsys):
                                "second_stage": {"model": str(second), "top_n": 2}})
     assert cascade.for_retriever(retriever).skip_margin == report["skip_margin"]
 
+    # a margin of one's own is scored beside the rule's and recorded with the rule's choice
+    assert convqa(args + ["--margin", "1.1", "--write"]) == 0
+    given = json.loads((tmp_path / "r.json").read_text())
+    assert given["skip_margin"] == 1.1 and given["given"]
+    assert given["rule_margin"] == report["skip_margin"] and "1.1" in given["scores"]
+    assert "skip margin 1.1 (written), given (the rule chooses" in capsys.readouterr().out
+    assert cascade.for_retriever(retriever).skip_margin == report["skip_margin"]  # built before
+    again = RERANKERS.build({"name": "cross_encoder", "model": str(first), "top_n": 4,
+                             "second_stage": {"model": str(second), "top_n": 2}})
+    assert again.for_retriever(retriever).skip_margin == 1.1
+    entry = next(iter(json.loads((first / META_FILE).read_text())["cascade_margins"].values()))
+    assert "given by --margin" in entry["chosen_on"]
+
 
 def test_command_line_bad_input_is_one_line(folders, tmp_path, capsys):
     from convqa.front.cli.main import main as convqa
@@ -179,7 +192,9 @@ def test_command_line_bad_input_is_one_line(folders, tmp_path, capsys):
     first, second = folders
     for extra, message in [(["--then", str(tmp_path)], "not a reranker folder"),
                            (["--then", str(second), "--top-n", "2", "--then-top-n", "3"],
-                            "--then-top-n 3 is more than the first stage's --top-n 2")]:
+                            "--then-top-n 3 is more than the first stage's --top-n 2"),
+                           (["--then", str(second), "--margin", "-1"],
+                            "--margin must be a number >= 0, got -1")]:
         code = convqa(["train", "reranker-cascade", "--reranker", str(first), *extra,
                        "--benchmark", str(tmp_path), "--retriever", "bm25"])
         assert code != 0

@@ -14,7 +14,9 @@ stage (with the retriever weight its folder records for that retriever) and its 
 nothing twice. Every margin of cascade.MARGINS is scored by the answer passages' Hits@1 when the
 turns that lead by at least it keep the first stage's order; the margin whose smallest gain over
 never skipping, across the benchmarks, is largest (on a tie the smallest) is written, for the
-retriever's key and the second stage's fingerprint. Wired into `convqa train` by
+retriever's key and the second stage's fingerprint; `--margin M` writes M instead (scored with
+the rest; the record names the rule's choice), for turns that favour one stage, e.g. ones the
+first stage trained on. Wired into `convqa train` by
 `add_cascade_parser(jobs)`.
 """
 from __future__ import annotations
@@ -45,6 +47,10 @@ def add_cascade_parser(jobs) -> argparse.ArgumentParser:
                    help="hits the first stage rescores (default 50)")
     p.add_argument("--then-top-n", type=int, default=5,
                    help="of those, how many the second stage reorders (default 5)")
+    p.add_argument("--margin", type=float, metavar="M",
+                   help="record M rather than the margin the rule chooses (with --write), e.g. "
+                        "when the turns favour one stage (it trained on them); M is scored "
+                        "beside the others")
     add_turn_arguments(p, "both stages' scores", "margin", "the first stage's folder")
     p.set_defaults(func=run)
     return p
@@ -91,7 +97,8 @@ def calibrate(args: argparse.Namespace, say=print) -> dict[str, Any]:
     """Score, choose, and (with --write) record; returns the report."""
     from convqa.errors import ConfigError
     from convqa.registry import RERANKERS
-    from retrievers.rerank.cascade import cascade_key, choose_margin, margin_scores
+    from retrievers.rerank.cascade import (MARGINS, cascade_key, choose_margin, is_margin,
+                                           margin_scores)
     from retrievers.rerank.fusion import retriever_key
     from retrievers.rerank.model import write_margin
 
@@ -99,6 +106,9 @@ def calibrate(args: argparse.Namespace, say=print) -> dict[str, Any]:
         value = getattr(args, name)
         if value is not None and value < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+    given = getattr(args, "margin", None)
+    if given is not None and not is_margin(given):
+        raise ConfigError(f"--margin must be a number >= 0, got {given:g}")
     if args.then_top_n > args.top_n:
         raise ConfigError(f"--then-top-n {args.then_top_n} is more than the first stage's "
                           f"--top-n {args.top_n}")
@@ -110,15 +120,17 @@ def calibrate(args: argparse.Namespace, say=print) -> dict[str, Any]:
     second = RERANKERS.build({"name": "cross_encoder", "model": str(second_folder),
                               "top_n": args.then_top_n, "retriever_weight": 0.0})
     key = cascade_key(retriever_key(chosen_on[0].retriever), second.model.known_fingerprint())
+    tried = MARGINS if given is None or given in MARGINS else tuple(sorted((*MARGINS, given)))
     benchmarks = []
     for source in chosen_on:
         turns, facts = staged_turns(args, source, first, second, say)
         benchmarks.append({"benchmark": str(source.benchmark), **facts,
-                           "scores": margin_scores(turns)})
+                           "scores": margin_scores(turns, tried)})
     margins = list(benchmarks[0]["scores"])
     scores = {m: {metric: sum(b["scores"][m][metric] for b in benchmarks) / len(benchmarks)
                   for metric in ("hits@1", "skipped")} for m in margins}
-    margin = choose_margin([b["scores"] for b in benchmarks])
+    chosen = choose_margin([b["scores"] for b in benchmarks])
+    margin = chosen if given is None else float(given)
     names = " + ".join(f"{Path(b['benchmark']).name} {b['turns']}" for b in benchmarks)
     report = {"reranker": args.reranker, "folder": str(folder), "then": args.then,
               "key": key, "split": args.split, "top_n": args.top_n,
@@ -127,12 +139,15 @@ def calibrate(args: argparse.Namespace, say=print) -> dict[str, Any]:
               "benchmarks": [{**b, "scores": {_label(m): s for m, s in b["scores"].items()}}
                              for b in benchmarks],
               "scores": {_label(m): s for m, s in scores.items()},
-              "skip_margin": margin, "written": False}
+              "skip_margin": margin, "rule_margin": chosen, "given": given is not None,
+              "written": False}
     if args.write and margin is not None:
         write_margin(folder, key, margin, {
             "second_stage": args.then,
             "chosen_on": f"{args.split} turns ({names}), first stage top {args.top_n}, "
-                         f"second stage its best {args.then_top_n}",
+                         f"second stage its best {args.then_top_n}"
+                         + ("" if given is None else
+                            f"; given by --margin (the rule's choice: {_label(chosen)})"),
             "hits@1": round(scores[margin]["hits@1"], 4),
             "hits@1_never_skipping": round(scores[None]["hits@1"], 4),
             "skipped": round(scores[margin]["skipped"], 4)})
@@ -146,6 +161,8 @@ def summary(report: dict[str, Any]) -> str:
     head = ("never skip: every margin ranks worse than never skipping somewhere"
             if margin is None else
             f"skip margin {margin:g}" + (" (written)" if report["written"] else ""))
+    if report.get("given"):
+        head += f", given (the rule chooses {_label(report['rule_margin'])})"
     lines = [f"{report['reranker']} then {report['then']}: {head}"
              + (f", on the worst gain of {', '.join(names)}" if len(names) > 1 else "")]
     for label, s in report["scores"].items():
