@@ -106,7 +106,7 @@ def calibrate(args: argparse.Namespace, say=print) -> dict[str, Any]:
         value = getattr(args, name)
         if value is not None and value < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
-    given = getattr(args, "margin", None)
+    given = args.margin
     if given is not None and not is_margin(given):
         raise ConfigError(f"--margin must be a number >= 0, got {given:g}")
     if args.then_top_n > args.top_n:
