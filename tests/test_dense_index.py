@@ -84,8 +84,11 @@ def test_flat_index_can_be_memory_mapped(tmp_path):
 
 def test_interrupted_or_damaged_saves_are_detected(tmp_path):
     DenseIndex.build(VECTORS, "Flat").save(tmp_path / "i")
-    with pytest.raises(DataError, match="not a dense index"):
+    with pytest.raises(DataError, match="missing: no such index folder"):
         DenseIndex.load(tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DataError, match="not a dense index"):
+        DenseIndex.load(tmp_path / "empty")
     file = tmp_path / "i" / "index.faiss"
     file.write_bytes(file.read_bytes()[:1000])  # as if a newer write was cut short
     with pytest.raises(DataError, match="interrupted save"):

@@ -75,6 +75,45 @@ def test_fast_but_disagreeing_candidate_is_refused(model):
     assert choice.precision == "int8" and choice.to_dict()["probe_seconds"]["int8"] == 0.2
 
 
+def test_a_near_tie_keeps_fp32(model):
+    inputs = torch.randn(8, 16)
+    # int8 agrees (a lenient threshold) but is 0.6% faster, as a reranker probe on an AVX2
+    # EPYC measured: probe noise, not worth int8's lossier output
+    tie = {"fp32": 0.473, "bf16": 2.68, "int8": 0.470}
+    choice = P.choose_precision(run_on(model, inputs), P.min_cosine, threshold=0.5,
+                                what="test", device="cpu", timer=timer_of(tie))
+    assert choice.precision == "fp32"
+    assert "int8 470.0 ms (agreement" in choice.summary()
+    assert "not 1.1x fp32's speed" in choice.summary()
+    assert choice.to_dict()["min_speedup"] == P.MIN_SPEEDUP
+    # over 10% faster is enough
+    choice = P.choose_precision(run_on(model, inputs), P.min_cosine, threshold=0.5,
+                                what="test", device="cpu", timer=timer_of({**tie, "int8": 0.42}))
+    assert choice.precision == "int8"
+
+
+def test_a_choice_remembered_under_the_old_rule_is_decided_again_without_probing(model,
+                                                                                   tmp_path):
+    import json
+
+    key = f"{P.machine_key()}|cpu|test|model-a"
+    old = {"precision": "int8", "what": "test", "cpu": "AVX2", "threshold": 0.95,
+           "probe_seconds": {"fp32": 0.473, "bf16": 2.68, "int8": 0.470},
+           "agreement": {"fp32": 1.0, "bf16": 1.0, "int8": 0.964}}
+    path = tmp_path / "precision-choices.json"
+    path.write_text(json.dumps({key: old}), encoding="utf-8")
+
+    def never(name, run):
+        raise AssertionError("the remembered probe decides")
+
+    choice = P.choose_precision(run_on(model, torch.randn(2, 16)), P.min_cosine,
+                                threshold=0.95, what="test", device="cpu", timer=never,
+                                remember="model-a")
+    assert choice.precision == "fp32" and choice.remembered
+    stored = json.loads(path.read_text(encoding="utf-8"))[key]
+    assert stored["precision"] == "fp32" and stored["min_speedup"] == P.MIN_SPEEDUP
+
+
 def test_forced_precision_is_not_probed(model):
     def never(name, run):
         raise AssertionError("a forced precision must not be timed")

@@ -188,6 +188,8 @@ class DenseIndex:
         """The metadata of a saved index, checked against its index file (not loaded)."""
         folder = Path(folder)
         meta_path = folder / META_FILE
+        if not folder.exists():
+            raise DataError("no such index folder (build it with `convqa index --dense`)", folder)
         if not meta_path.exists():
             raise DataError(f"not a dense index (no {META_FILE})", folder)
         meta = load_format_json(meta_path, FORMAT, VERSION, "dense index")
