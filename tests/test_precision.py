@@ -84,11 +84,11 @@ def test_a_near_tie_keeps_fp32(model):
                                 what="test", device="cpu", timer=timer_of(tie))
     assert choice.precision == "fp32"
     assert "int8 470.0 ms (agreement" in choice.summary()
-    assert "not 1.1x fp32's speed" in choice.summary()
+    assert "not 1.05x fp32's speed" in choice.summary()
     assert choice.to_dict()["min_speedup"] == P.MIN_SPEEDUP
-    # over 10% faster is enough
+    # over 5% faster is enough
     choice = P.choose_precision(run_on(model, inputs), P.min_cosine, threshold=0.5,
-                                what="test", device="cpu", timer=timer_of({**tie, "int8": 0.42}))
+                                what="test", device="cpu", timer=timer_of({**tie, "int8": 0.45}))
     assert choice.precision == "int8"
 
 

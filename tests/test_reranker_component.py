@@ -46,6 +46,11 @@ def test_built_from_a_dict_and_from_yaml_with_overrides(folder, tmp_path):
     ({"name": "cross_encoder", "model": "m", "top_n": 0}, "top_n must be a positive integer"),
     ({"name": "cross_encoder", "model": "m", "precision": "fp8"}, "unknown precision 'fp8'"),
     ({"name": "cross", "model": "m"}, r"unknown reranker 'cross' \(known: cross_encoder\)"),
+    ({"name": "cross_encoder", "model": "m", "rescore_within": -1}, "rescore_within must be"),
+    ({"name": "cross_encoder", "model": "m", "rescore_within": 1, "rescore_at_least": 0},
+     "rescore_at_least must be a positive integer"),
+    ({"name": "cross_encoder", "model": "m",
+      "second_stage": {"model": "m2", "rescore_within": 1}}, "rescore_within belongs to the first"),
 ])
 def test_bad_specs_are_config_errors(spec, message):
     with pytest.raises(ConfigError, match=message):
@@ -70,6 +75,39 @@ def test_rerank_orders_the_top_n_by_score_and_keeps_the_retrievers():
     # passages by id, or from a store, give the same ranking
     assert reranker.rerank(query, HITS, {p.id: p for p in PASSAGES}) == reranked
     assert reranker.rerank(query, [], []) == []
+
+
+def test_rescore_within_rescores_only_hits_near_the_retrievers_best():
+    model = tiny_cross_encoder(seed=4).eval()
+    # p0-p2 close together, p3-p5 far below: z of 20, 19.5, 19, 8, 7, 6
+    hits = [Hit(p.id, score, i + 1) for i, (p, score) in
+            enumerate(zip(PASSAGES, [20.0, 19.5, 19.0, 8.0, 7.0, 6.0]))]
+    query = "where is the harbour?"
+    every = CrossEncoderReranker.from_model(model, top_n=6, precision="fp32",
+                                            retriever_weight=0.5)
+    near = CrossEncoderReranker.from_model(model, top_n=6, precision="fp32",
+                                           retriever_weight=0.5, rescore_within=1.0,
+                                           rescore_at_least=2)
+    calls = []
+    score = near.score
+    near.score = lambda q, passages: calls.append([p.id for p in passages]) or score(q, passages)
+    all_hits = every.rerank(query, hits, PASSAGES)
+    kept = near.rerank(query, hits, PASSAGES)
+    assert calls == [["p0", "p1", "p2"]]  # the far hits cost nothing
+    # the kept hits rank and score as among all six (standardised over the six; the scores
+    # up to float noise: a batch of 3 is padded differently from one of 6)
+    among_all = [h for h in all_hits if h.passage_id in {"p0", "p1", "p2"}]
+    assert [h.passage_id for h in kept] == [h.passage_id for h in among_all]
+    assert [h.rank for h in kept] == [1, 2, 3]
+    assert [h.score for h in kept] == pytest.approx([h.score for h in among_all], abs=1e-6)
+    assert [(h.retriever_score, h.retriever_rank) for h in kept] == \
+        [(h.retriever_score, h.retriever_rank) for h in among_all]
+    assert near.fingerprint() != every.fingerprint()
+    # at_least keeps the first hits whatever their scores
+    wide = CrossEncoderReranker.from_model(model, top_n=6, precision="fp32",
+                                           rescore_within=0.0, rescore_at_least=4)
+    assert sorted(h.passage_id for h in wide.rerank(query, hits, PASSAGES)) == \
+        ["p0", "p1", "p2", "p3"]
 
 
 def test_passages_from_a_store_and_the_conversation_formatted(tmp_path):

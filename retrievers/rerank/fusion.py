@@ -64,19 +64,29 @@ def recorded_encoder(index: Any) -> str | None:
 
 def standardised(scores: Sequence[float]) -> list[float]:
     """(score - mean) / standard deviation over `scores`; all zero when they do not vary."""
-    if not scores:
-        return []
-    mean = sum(scores) / len(scores)
-    spread = math.sqrt(sum((s - mean) ** 2 for s in scores) / len(scores))
+    return standardised_against(scores, scores)
+
+
+def standardised_against(scores: Sequence[float], population: Sequence[float]) -> list[float]:
+    """`scores` standardised with the mean and standard deviation of `population` (all zero
+    when it does not vary)."""
+    if not population:
+        return [0.0] * len(scores)
+    mean = sum(population) / len(population)
+    spread = math.sqrt(sum((s - mean) ** 2 for s in population) / len(population))
     return [0.0 if spread == 0 else (s - mean) / spread for s in scores]
 
 
-def fuse(hits: Sequence[RerankedHit], weight: float) -> list[RerankedHit]:
+def fuse(hits: Sequence[RerankedHit], weight: float,
+         population: Sequence[float] | None = None) -> list[RerankedHit]:
     """The reranked hits reordered by logit + weight * standardised retriever score (their new
-    `score`), best first; ties keep the retriever's order. weight 0 returns them unchanged."""
+    `score`), best first; ties keep the retriever's order. weight 0 returns them unchanged.
+    `population`: the retriever scores to standardise against (default: the hits' own), so
+    that hits left out of rescoring do not move the others' scores."""
     if not weight or not hits:
         return list(hits)
-    z = standardised([hit.retriever_score for hit in hits])
+    scores = [hit.retriever_score for hit in hits]
+    z = standardised_against(scores, scores if population is None else population)
     fused = [(hit.score + weight * zi, hit) for hit, zi in zip(hits, z)]
     fused.sort(key=lambda pair: (-pair[0], pair[1].retriever_rank))
     return [RerankedHit(hit.passage_id, score, rank, hit.retriever_score, hit.retriever_rank)

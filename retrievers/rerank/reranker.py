@@ -6,12 +6,14 @@
 
 Only the retriever's first `top_n` hits are rescored, and only they are returned, best first by
 the reranker's logit (ties keep the retriever's order); each keeps the retriever's score and
-rank. The query of `rerank_turn` is the conversation formatted by a history strategy: by
-default the one the model was trained with (recorded in its folder), else the reader's
-(current question first). Scoring runs under `torch.inference_mode` in batches of `batch_size`
-pairs of similar length, in the precision `precision` names: `auto` (the default) times fp32,
-bf16 autocast and int8 on the first pairs scored and keeps the fastest whose ranking of them
-agrees with fp32's (convqa/precision.py).
+rank. With `rescore_within` only those of them whose retriever score is close to the best are
+rescored and returned (at least the first `rescore_at_least`; retrievers/rerank/shortlist.py).
+The query of `rerank_turn` is the conversation formatted by a history strategy: by default the
+one the model was trained with (recorded in its folder), else the reader's (current question
+first). Scoring runs under `torch.inference_mode` in batches of `batch_size` pairs of similar
+length, in the precision `precision` names: `auto` (the default) times fp32, bf16 autocast and
+int8 on the first pairs scored and keeps the fastest whose ranking of them agrees with fp32's
+(convqa/precision.py).
 
 The final score keeps some of the retriever's (retrievers/rerank/fusion.py): logit + w * the
 retriever's standardised score, w the `retriever_weight` option, else the weight the model's
@@ -44,6 +46,7 @@ from convqa.types import Hit, Passage, RerankedHit, Turn
 from .cascade import AUTO, NEVER, cascade_key, check_skip_margin, skips
 from .fusion import fuse, is_weight, retriever_key
 from .model import CrossEncoder
+from .shortlist import check_within, shortlist
 
 # fp32's pairwise order of the probe pairs that another precision must keep
 ORDER_AGREEMENT = 0.95
@@ -64,12 +67,16 @@ class CrossEncoderRerankerOptions:
     #                                         this stage's first top_n of its own; None: none
     skip_margin: float | str = AUTO     # as a second stage: the first stage's lead at which a
     #                                     turn skips it; auto (calibrated) | never | a number
+    rescore_within: float | None = None  # rescore only hits whose standardised retriever score
+    #                                      is within this of the best (shortlist.py); None: all
+    rescore_at_least: int = 5           # with rescore_within: the first hits always rescored
 
     def __post_init__(self) -> None:
         weight = self.retriever_weight
         if weight is not None and not is_weight(weight):
             raise ValueError(f"retriever_weight must be a number >= 0 or null, got {weight!r}")
-        for name in ("top_n", "batch_size", "max_length"):
+        self.rescore_within = check_within(self.rescore_within)
+        for name in ("top_n", "batch_size", "max_length", "rescore_at_least"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                       or value < 1):
@@ -88,6 +95,9 @@ class CrossEncoderRerankerOptions:
                                  f"{self.second_stage.get('name')!r}")
             if "second_stage" in spec:
                 raise ValueError("second_stage cannot have a second_stage of its own")
+            if spec.get("rescore_within") is not None:
+                raise ValueError("rescore_within belongs to the first stage (it reads the "
+                                 "retriever's scores), not second_stage")
             self.second_stage = {"top_n": 5, **spec}
 
 
@@ -202,7 +212,10 @@ class CrossEncoderReranker(MeasuredPrecision):
                        if self.retriever_weight else {}),
                     **({"second_stage": self.second.fingerprint()} if self.second else {}),
                     **({"skip_margin": self.skip_margin}
-                       if self.skip_margin is not None else {})}
+                       if self.skip_margin is not None else {}),
+                    **({"rescore_within": self.options.rescore_within,
+                        "rescore_at_least": self.options.rescore_at_least}
+                       if self.options.rescore_within is not None else {})}
         text = json.dumps(settings, sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:24]
 
@@ -255,11 +268,13 @@ class CrossEncoderReranker(MeasuredPrecision):
         texts = _passages_of(top, passages, len(hits))
         if not top:
             return []
-        scores = self.score(query, texts)
-        order = sorted(range(len(top)), key=lambda i: (-scores[i], i))
-        return fuse([RerankedHit(top[i].passage_id, scores[i], rank, float(top[i].score),
-                                 int(top[i].rank)) for rank, i in enumerate(order, start=1)],
-                    self.retriever_weight)
+        retrieved = [float(hit.score) for hit in top]
+        kept = shortlist(retrieved, self.options.rescore_within, self.options.rescore_at_least)
+        logits = self.score(query, [texts[i] for i in kept])
+        order = sorted(range(len(kept)), key=lambda j: (-logits[j], kept[j]))
+        return fuse([RerankedHit(top[kept[j]].passage_id, logits[j], rank, retrieved[kept[j]],
+                                 int(top[kept[j]].rank)) for rank, j in enumerate(order, start=1)],
+                    self.retriever_weight, population=retrieved)
 
     def score(self, query: str, passages: Sequence[Passage]) -> list[float]:
         """The relevance logit of (query, passage) for each passage, in their order; a

@@ -1,0 +1,97 @@
+"""Which of the retriever's top_n hits a cross-encoder rescores: a cross-encoder costs the same
+for every pair, so a hit the retriever scores far below its best is worth rescoring only if it
+can still come out on top.
+
+    z_i = hit i's retriever score, standardised over the top_n hits (as the fusion does)
+    rescore hit i  <=>  i < at_least  or  max(z) - z_i <= within
+
+`within` (the reranker's `rescore_within` option) is in standard deviations of the retriever's
+scores, so one value suits retrievers of any scale; None rescores every hit. `at_least` (the
+`rescore_at_least` option) keeps the first hits whatever their scores, so that a reader or a
+second stage after the reranker has its passages. Hits left out are not returned: a turn whose
+retriever is sure of its best costs a few pairs instead of top_n.
+
+    >>> shortlist([9.0, 8.9, 8.8, 5.0, 4.0, 3.0], within=1.0, at_least=2)
+    [0, 1, 2]
+    >>> shortlist([9.0, 8.9, 8.8, 5.0, 4.0, 3.0], within=None, at_least=2)
+    [0, 1, 2, 3, 4, 5]
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable, Mapping, Sequence
+
+from convqa.errors import ConfigError
+
+from .fusion import standardised
+
+
+def shortlist(retriever_scores: Sequence[float], within: float | None,
+              at_least: int = 1) -> list[int]:
+    """Indices (in the given order) of the hits to rescore."""
+    if within is None:
+        return list(range(len(retriever_scores)))
+    z = standardised([float(s) for s in retriever_scores])
+    best = max(z, default=0.0)
+    return [i for i, zi in enumerate(z) if i < at_least or best - zi <= within]
+
+
+def check_within(value: Any) -> float | None:
+    """The `rescore_within` option: None or a finite number >= 0; ValueError otherwise."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not math.isfinite(value) or value < 0:
+        raise ValueError(f"rescore_within must be a number >= 0 or null, got {value!r}")
+    return float(value)
+
+
+
+# the gaps `gap_scores` tries, in standard deviations of the retriever's scores
+GAPS = (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0)
+
+
+def gap_scores(turns: Iterable[tuple[Sequence[tuple[str, float]], Sequence[str], set[str]]],
+               gaps: Sequence[float] = GAPS, at_least: int = 5
+               ) -> dict[float | None, dict[str, float]]:
+    """For rescoring every hit (key None) and each gap: the answer passages' Hits@1 and Hits@5
+    and the mean number of pairs rescored per turn. `turns`: each turn's retrieved top_n as
+    (passage id, retriever score) in retriever order, the reranker's order of all of them
+    (every one rescored), and the turn's answer passage ids. A shortlist keeps the rescored
+    hits' scores (the fusion standardises over all top_n), so its ranking is the full one
+    without the hits left out: comparing gaps scores no pair twice."""
+    turns = [(list(retrieved), list(order), relevant) for retrieved, order, relevant in turns]
+    if not turns:
+        raise ConfigError("no turns to score the rescoring gaps on")
+    for retrieved, order, _ in turns:
+        if sorted(order) != sorted(pid for pid, _ in retrieved):
+            raise ConfigError(f"the reranked hits ({len(order)}) are not the retrieved ones "
+                              f"({len(retrieved)}): score the gaps on a reranker's whole "
+                              "top_n")
+    out: dict[float | None, dict[str, float]] = {}
+    for gap in (None, *gaps):
+        hits1 = hits5 = pairs = 0
+        for retrieved, order, relevant in turns:
+            kept = {retrieved[i][0] for i in shortlist([s for _, s in retrieved], gap,
+                                                       at_least)}
+            ranked = [pid for pid in order if pid in kept]
+            pairs += len(kept)
+            hits1 += bool(ranked) and ranked[0] in relevant
+            hits5 += any(pid in relevant for pid in ranked[:5])
+        out[gap] = {"hits@1": hits1 / len(turns), "hits@5": hits5 / len(turns),
+                    "pairs": pairs / len(turns)}
+    return out
+
+
+def choose_gap(benchmarks: Sequence[Mapping[float | None, Mapping[str, float]]]
+               ) -> float | None:
+    """The gap that rescores fewest pairs (mean over `benchmarks`, each `gap_scores`) among
+    those whose Hits@1 and Hits@5 are at least rescoring every hit's on every benchmark; None
+    (rescore all) when none is."""
+    if not benchmarks:
+        raise ConfigError("no benchmarks to choose the rescoring gap on")
+    fine = [gap for gap in benchmarks[0] if gap is not None and all(
+        round(b[gap][m] - b[None][m], 9) >= 0 for b in benchmarks for m in ("hits@1", "hits@5"))]
+    if not fine:
+        return None
+    return min(fine, key=lambda gap: (sum(b[gap]["pairs"] for b in benchmarks), gap))
