@@ -25,7 +25,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from .train_fusion import Source, add_turn_arguments, reranker_folder, sources, write_report
+from .train_fusion import (Source, add_turn_arguments, reranker_folder, retrieved_turns, sources,
+                           write_report)
 
 
 def add_cascade_parser(jobs) -> argparse.ArgumentParser:
@@ -60,20 +61,10 @@ def staged_turns(args: argparse.Namespace, source: Source, first: Any, second: A
                  ) -> tuple[list, dict[str, Any]]:
     """[(first stage's hits, second stage's order of its best, answer passage ids)] of one
     benchmark's sampled turns, and facts."""
-    from convqa.benchmark import load_labelled_turns
-    from convqa.errors import ConfigError
     from convqa.front.evaluation.rerank import cached_rerank_turns
-    from readers.extractive.calibration_data import benchmark_turns, retrieve
 
-    data = load_labelled_turns(source.benchmark)
-    turns, _ = benchmark_turns(data.turns, args.split, args.turns, 0, args.seed)
-    turns = [t for t in turns if t.answer_passage_ids]
-    if not turns:
-        raise ConfigError(f"{source.benchmark}: no answer-evaluable turns with answer passages "
-                          f"in split {args.split!r}")
+    data, turns, hits = retrieved_turns(args, source, args.top_n)
     passages = Path(source.benchmark) / "passages"
-    hits = retrieve(turns, data.conversations, source.retriever, source.history, args.top_n,
-                    progress=not args.quiet)
     first.for_retriever(source.retriever)
     ranked = cached_rerank_turns(first, turns, data.conversations, hits, passages, args.top_n,
                                  args.cache, progress=not args.quiet)

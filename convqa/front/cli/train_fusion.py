@@ -117,13 +117,13 @@ def sources(args: argparse.Namespace) -> list[Source]:
     return [Source(b, r, h) for b, r, h in zip(args.benchmark, retrievers, histories)]
 
 
-def scored_turns(args: argparse.Namespace, source: Source, reranker: Any, say
-                 ) -> tuple[list, dict[str, Any]]:
-    """[(the turn's hits rescored by the reranker alone, its answer passage ids)] of one
-    benchmark, and facts."""
+def retrieved_turns(args: argparse.Namespace, source: Source, top_n: int
+                    ) -> tuple[Any, list, dict[str, list]]:
+    """(the benchmark's data, its sampled answer-evaluable --split turns that have answer
+    passages, their retriever's top `top_n` hits by qid), for the jobs that choose a reranker
+    setting on sampled turns."""
     from convqa.benchmark import load_labelled_turns
     from convqa.errors import ConfigError
-    from convqa.front.evaluation.rerank import cached_rerank_turns
     from readers.extractive.calibration_data import benchmark_turns, retrieve
 
     data = load_labelled_turns(source.benchmark)
@@ -132,9 +132,19 @@ def scored_turns(args: argparse.Namespace, source: Source, reranker: Any, say
     if not turns:
         raise ConfigError(f"{source.benchmark}: no answer-evaluable turns with answer passages "
                           f"in split {args.split!r}")
-    top_n = reranker.options.top_n
     hits = retrieve(turns, data.conversations, source.retriever, source.history, top_n,
                     progress=not args.quiet)
+    return data, turns, hits
+
+
+def scored_turns(args: argparse.Namespace, source: Source, reranker: Any, say
+                 ) -> tuple[list, dict[str, Any]]:
+    """[(the turn's hits rescored by the reranker alone, its answer passage ids)] of one
+    benchmark, and facts."""
+    from convqa.front.evaluation.rerank import cached_rerank_turns
+
+    top_n = reranker.options.top_n
+    data, turns, hits = retrieved_turns(args, source, top_n)
     reranked = cached_rerank_turns(reranker, turns, data.conversations, hits,
                                    Path(source.benchmark) / "passages", top_n, args.cache,
                                    progress=not args.quiet)

@@ -40,19 +40,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def benchmark_turns(args: argparse.Namespace, source: Any, reranker: Any) -> list:
     """[(retrieved (id, score) pairs, reranked ids, answer passage ids)] of one benchmark."""
-    from convqa.benchmark import load_labelled_turns
-    from convqa.errors import ConfigError
+    from convqa.front.cli.train_fusion import retrieved_turns
     from convqa.front.evaluation.rerank import cached_rerank_turns
-    from readers.extractive.calibration_data import benchmark_turns as sample, retrieve
 
-    data = load_labelled_turns(source.benchmark)
-    turns, _ = sample(data.turns, args.split, args.turns, 0, args.seed)
-    turns = [t for t in turns if t.answer_passage_ids]
-    if not turns:
-        raise ConfigError(f"{source.benchmark}: no answer-evaluable turns with answer passages "
-                          f"in split {args.split!r}")
-    hits = retrieve(turns, data.conversations, source.retriever, source.history, args.top_n,
-                    progress=not args.quiet)
+    data, turns, hits = retrieved_turns(args, source, args.top_n)
     reranker.for_retriever(source.retriever)
     ranked = cached_rerank_turns(reranker, turns, data.conversations, hits,
                                  Path(source.benchmark) / "passages", args.top_n, args.cache,
