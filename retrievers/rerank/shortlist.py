@@ -46,7 +46,6 @@ def check_within(value: Any) -> float | None:
     return float(value)
 
 
-
 # the gaps `gap_scores` tries, in standard deviations of the retriever's scores
 GAPS = (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0)
 
