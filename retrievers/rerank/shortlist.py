@@ -18,12 +18,11 @@ retriever is sure of its best costs a few pairs instead of top_n.
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Iterable, Mapping, Sequence
 
 from convqa.errors import ConfigError
 
-from .fusion import standardised
+from .fusion import is_weight, standardised
 
 
 def shortlist(retriever_scores: Sequence[float], within: float | None,
@@ -40,8 +39,7 @@ def check_within(value: Any) -> float | None:
     """The `rescore_within` option: None or a finite number >= 0; ValueError otherwise."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) \
-            or not math.isfinite(value) or value < 0:
+    if not is_weight(value):
         raise ValueError(f"rescore_within must be a number >= 0 or null, got {value!r}")
     return float(value)
 
