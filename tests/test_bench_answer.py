@@ -92,3 +92,19 @@ def test_a_model_family_swaps_its_models_into_the_timed_pipeline(bench, pipeline
                        "--split", "train", "--turns", "2", "--model-family", "large"]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith("bench_answer: error: ")
+
+
+def test_set_overrides_a_value_of_the_timed_pipeline(bench, pipeline_yaml, tmp_path):
+    import argparse
+
+    config = yaml.safe_load(pipeline_yaml.read_text(encoding="utf-8"))
+    with_reader = tmp_path / "with-reader.yaml"
+    with_reader.write_text(yaml.safe_dump({**config, "reader": {"name": "extractive",
+                                                                "model": "convqa-reader"}}),
+                           encoding="utf-8")
+    args = argparse.Namespace(config=str(with_reader), model_family="default",
+                              overrides=["reader.stop_when_sure=false", "top_k=2"])
+    timed = bench.pipeline_config(args)
+    assert timed["reader"] == {"name": "extractive", "model": "convqa-reader",
+                               "stop_when_sure": False}
+    assert timed["top_k"] == 2 and timed["retriever"] == config["retriever"]

@@ -7,6 +7,7 @@ the way it was calibrated to (`convqa answer`, an eval row, `convqa serve` alike
                  "strategy": "best_passage", "max_answer_length": 30,
                  "no_answer": {"weights": {"selection": 0.2, "span": 0.3, "evidence": 0.1},
                                "bias": -4.0, "threshold": 0.35},
+                 "stop_when_sure": 0.45,
                  "after_reranker": {"fusion": {"selection": 0.0, "span": 0.05, "retriever": 2.0},
                                     "no_answer": {...}}}
 
@@ -28,11 +29,16 @@ the way it was calibrated to (`convqa answer`, an eval row, `convqa serve` alike
   `answerable`: the log-odds that some passage read answers rather than none, the logsumexp
   of the read passages' selection logits against the null option's constant 0. A reader
   without the option has no such feature, and a block that weighs it does not fit it.
-- after_reranker: the fusion and no_answer to use when the passages come from a reranker
-  (`convqa answer --rerank`, an eval row with a `reranker`). Its scores rank far better than a
-  retriever's, so the weight its evidence deserves is another one, calibrated on reranked
-  training turns (`convqa train reader-decoding --reranker MODEL`); what the block leaves out
-  is taken from the outer one.
+- stop_when_sure: a read of several passages reads the first alone and stops there when the
+  one-passage confidence (no_answer.one_passage) of its answer reaches this value; otherwise
+  it reads the rest and answers as always. Most turns whose first passage holds a clear answer
+  then cost one passage, not k. Chosen on training turns (`convqa train reader-decoding
+  --stop-when-sure`, readers/extractive/stop_when_sure.py); absent: every passage is read.
+- after_reranker: the fusion, no_answer and stop_when_sure to use when the passages come from
+  a reranker (`convqa answer --rerank`, an eval row with a `reranker`). Its scores rank far
+  better than a retriever's, so the weight its evidence deserves is another one, calibrated on
+  reranked training turns (`convqa train reader-decoding --reranker MODEL`); what the block
+  leaves out is taken from the outer one.
 """
 from __future__ import annotations
 
@@ -50,8 +56,9 @@ BASE_FEATURES = ("selection", "span", "evidence", "words", "agreement", "several
                  "answer_odds")
 ODDS_LIMIT = 20.0  # |answer_odds| is clipped here: one-sided evidence is "sure", not infinite
 CONFIDENCE_FEATURES = BASE_FEATURES + ("answerable",)
-_KEYS = ("fusion", "strategy", "max_answer_length", "no_answer", "after_reranker")
-_AFTER_RERANKER_KEYS = ("fusion", "no_answer")
+_KEYS = ("fusion", "strategy", "max_answer_length", "no_answer", "stop_when_sure",
+         "after_reranker")
+_AFTER_RERANKER_KEYS = ("fusion", "no_answer", "stop_when_sure")
 
 
 def _number(value: Any) -> bool:
@@ -209,18 +216,21 @@ class Decoding:
     strategy: str | None = None
     max_answer_length: int | None = None
     no_answer: NoAnswer | None = None
-    after_reranker: "Decoding | None" = None   # only its fusion and no_answer are set
+    stop_when_sure: float | None = None
+    after_reranker: "Decoding | None" = None   # only fusion, no_answer, stop_when_sure set
 
     def reranked(self) -> "Decoding":
-        """The decoding of passages a reranker ordered: `after_reranker`'s fusion and no_answer
-        where it has them, this block's otherwise."""
+        """The decoding of passages a reranker ordered: `after_reranker`'s fusion, no_answer
+        and stop_when_sure where it has them, this block's otherwise."""
         after = self.after_reranker
         if after is None:
             return self
         fusion = after.fusion if after.fusion is not None else self.fusion
         return Decoding(fusion, None if after.fusion is not None else self.strategy,
                         self.max_answer_length,
-                        after.no_answer if after.no_answer is not None else self.no_answer)
+                        after.no_answer if after.no_answer is not None else self.no_answer,
+                        after.stop_when_sure if after.stop_when_sure is not None
+                        else self.stop_when_sure)
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {}
@@ -232,6 +242,8 @@ class Decoding:
             data["max_answer_length"] = self.max_answer_length
         if self.no_answer is not None:
             data["no_answer"] = self.no_answer.to_dict()
+        if self.stop_when_sure is not None:
+            data["stop_when_sure"] = self.stop_when_sure
         if self.after_reranker is not None:
             data["after_reranker"] = self.after_reranker.to_dict()
         return data
@@ -263,16 +275,28 @@ class Decoding:
         no_answer = data.get("no_answer")
         return cls(fusion, strategy, length,
                    NoAnswer.from_dict(no_answer, where) if no_answer is not None else None,
+                   _stop_when_sure(data.get("stop_when_sure"), where, "decoding"),
                    _after_reranker(data.get("after_reranker"), where))
 
 
+def _stop_when_sure(value: Any, where: str, block: str) -> float | None:
+    """A block's `stop_when_sure`: a probability, or absent."""
+    if value is None:
+        return None
+    if not _number(value) or not 0.0 <= value <= 1.0:
+        raise DataError(f"expected a probability in [0, 1], got {value!r}", where, None,
+                        f"{block}.stop_when_sure")
+    return float(value)
+
+
 def _after_reranker(data: Any, where: str) -> Decoding | None:
-    """The `after_reranker` block: a fusion and/or a no_answer, nothing else."""
+    """The `after_reranker` block: a fusion, a no_answer and a stop_when_sure, nothing else."""
     if data is None:
         return None
     block = "decoding.after_reranker"
     if not isinstance(data, dict):
-        raise DataError("expected a mapping {fusion, no_answer}", where, None, block)
+        raise DataError("expected a mapping {fusion, no_answer, stop_when_sure}", where, None,
+                        block)
     unknown = sorted(set(data) - set(_AFTER_RERANKER_KEYS))
     if unknown:
         raise DataError(f"unknown key {unknown[0]!r} (one of "
@@ -283,4 +307,5 @@ def _after_reranker(data: Any, where: str) -> Decoding | None:
         raise DataError(str(exc), where, None, f"{block}.fusion") from None
     no_answer = data.get("no_answer")
     return Decoding(fusion, no_answer=NoAnswer.from_dict(no_answer, where, block)
-                    if no_answer is not None else None)
+                    if no_answer is not None else None,
+                    stop_when_sure=_stop_when_sure(data.get("stop_when_sure"), where, block))

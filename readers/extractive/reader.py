@@ -22,6 +22,12 @@ only the model reads as the model was calibrated to. With a calibrated confidenc
 the reader answers "no answer in the collection" (`Answer.no_answer`, its best passage kept as
 evidence) below the folder's threshold (or `no_answer_threshold`); `always_answer: true`, or
 `read(..., always_answer=True)` as evaluation on answerable questions does, never abstains.
+
+With `stop_when_sure` (the folder's, chosen on training turns, or a number) a read of several
+passages reads the first alone and stops when the one-passage confidence of its answer reaches
+that value (and, unless the reader always answers, its one-passage no-answer threshold);
+otherwise it reads the others and answers from all of them exactly as without the option. A
+turn whose best passage plainly answers then costs one passage instead of k.
 """
 from __future__ import annotations
 
@@ -65,6 +71,9 @@ class ExtractiveReaderOptions:
     always_answer: bool = False         # never answer "no answer in the collection"
     no_answer_threshold: float | None = None  # confidence under which there is no answer;
                                         # None: the folder's calibrated one
+    stop_when_sure: float | bool | None = None  # one-passage confidence at which a read stops
+                                        # after its first passage; None: the folder's (off
+                                        # without one); true: the folder's, required; false: off
 
     def __post_init__(self) -> None:
         if self.strategy is not None and self.strategy not in STRATEGIES:
@@ -85,6 +94,11 @@ class ExtractiveReaderOptions:
                                       or not 0.0 <= threshold <= 1.0):
             raise ValueError(f"no_answer_threshold must be a probability in [0, 1], "
                              f"got {threshold!r}")
+        stop = self.stop_when_sure
+        if stop is not None and not isinstance(stop, bool) and (
+                not isinstance(stop, (int, float)) or not 0.0 <= stop <= 1.0):
+            raise ValueError(f"stop_when_sure must be true, false or a probability in [0, 1], "
+                             f"got {stop!r}")
 
 
 def _passage_choice(options: ExtractiveReaderOptions, defaults: Decoding
@@ -117,6 +131,21 @@ def _no_answer(options: ExtractiveReaderOptions, defaults: Decoding, null_option
     return defaults.no_answer.with_threshold(float(options.no_answer_threshold))
 
 
+def _stop_when_sure(options: ExtractiveReaderOptions, defaults: Decoding,
+                    no_answer: NoAnswer | None) -> float | None:
+    """The one-passage confidence at which a read stops after its first passage (None: every
+    passage is read): the option's number, else (None or true) the folder's block's."""
+    stop = options.stop_when_sure
+    from_folder = stop is None or stop is True  # (not `in (None, True)`: 1.0 == True)
+    if stop is False or (from_folder and defaults.stop_when_sure is None):
+        return None
+    if no_answer is None or no_answer.one_passage is None:
+        raise ConfigError("reader 'extractive': stop_when_sure needs a reader folder with a "
+                          "calibrated one-passage confidence (`convqa train reader-decoding "
+                          "--one-passage`)")
+    return float(defaults.stop_when_sure if from_folder else stop)
+
+
 @READERS.register("extractive", config=ExtractiveReaderOptions)
 class SpanReader(MeasuredPrecision):
     """Reads passages with an `ExtractiveReader` and returns the best span as an `Answer`."""
@@ -147,6 +176,14 @@ class SpanReader(MeasuredPrecision):
         reranked = defaults.reranked()
         self.reranked_fusion, self.reranked_strategy = _passage_choice(self.options, reranked)
         self.reranked_no_answer = _no_answer(self.options, reranked, self.config.null_option)
+        self.stop_when_sure = _stop_when_sure(self.options, defaults, self.no_answer)
+        self.reranked_stop_when_sure = _stop_when_sure(self.options, reranked,
+                                                       self.reranked_no_answer)
+        if self.options.stop_when_sure is True and self.stop_when_sure is None \
+                and self.reranked_stop_when_sure is None:
+            raise ConfigError("reader 'extractive': stop_when_sure: true needs a reader folder "
+                              "that records one (`convqa train reader-decoding "
+                              "--stop-when-sure`)")
         self._precision = PrecisionOnFirstUse(self.options.precision)
 
     @classmethod
@@ -170,6 +207,8 @@ class SpanReader(MeasuredPrecision):
                     "precision": self.options.precision}  # auto: an agreeing choice
         if self.fusion is not None:
             settings["fusion"] = self.fusion.to_dict()
+        if (self.stop_when_sure, self.reranked_stop_when_sure) != (None, None):
+            settings["stop_when_sure"] = [self.stop_when_sure, self.reranked_stop_when_sure]
         confident = not (always_answer or self.options.always_answer)
         if self.no_answer is not None and confident:
             settings["no_answer"] = self.no_answer.to_dict()
@@ -206,8 +245,31 @@ class SpanReader(MeasuredPrecision):
         if not passages:
             return None
         passages = list(passages)
-        return self.answer_from(self.passage_spans(query, passages), passages, scores,
-                                always_answer, reranked)
+        stop = self.reranked_stop_when_sure if reranked else self.stop_when_sure
+        if stop is None or len(passages) < 2:
+            return self.answer_from(self.passage_spans(query, passages), passages, scores,
+                                    always_answer, reranked)
+        first = self.passage_spans(query, passages[:1])
+        if self._sure(first, passages[:1], scores, stop, always_answer, reranked):
+            return self.answer_from(first, passages[:1], scores[:1] if scores else scores,
+                                    always_answer, reranked)
+        rest = [s if s is None else dataclasses.replace(s, passage=s.passage + 1)
+                for s in self.passage_spans(query, passages[1:])]  # indices into `passages`
+        return self.answer_from(first + rest, passages, scores, always_answer, reranked)
+
+    def _sure(self, first: list[PassageSpan | None], passage: list[Passage],
+              scores: Sequence[float] | None, stop: float, always_answer: bool,
+              reranked: bool) -> bool:
+        """Whether the first passage's answer is sure enough to stop reading: its one-passage
+        confidence reaches `stop`, and the no-answer threshold too when the reader may abstain
+        (a read that stops is never one that says "no answer")."""
+        answer = self.answer_from(first, passage, scores[:1] if scores else scores,
+                                  always_answer=True, reranked=reranked)
+        if answer is None or answer.confidence is None:
+            return False
+        no_answer = (self.reranked_no_answer if reranked else self.no_answer).for_passages(1)
+        abstains = not (always_answer or self.options.always_answer)
+        return answer.confidence >= (max(stop, no_answer.threshold) if abstains else stop)
 
     def answer_from(self, spans: Sequence[PassageSpan | None], passages: Sequence[Passage],
                     scores: Sequence[float] | None = None, always_answer: bool = False,

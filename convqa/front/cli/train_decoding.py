@@ -9,6 +9,8 @@ fusion, no-answer threshold) on training questions and write them into its folde
 With `--reranker convqa-reranker` the retrieved passages are rescored by that reranker before
 they are read (as `convqa answer --rerank` reads them), and what is chosen is written as the
 folder's `after_reranker` block (readers/extractive/decoding.py); the rest stays.
+`--stop-when-sure` also chooses the one-passage confidence at which a read stops after its
+first passage (readers/extractive/stop_when_sure.py), on the same reads of the benchmark turns.
 
 The questions are read here (readers/extractive/calibration_data.py: each read once, kept in
 --cache), the choice is readers/extractive/calibrate.py's. The sources helpers below are shared
@@ -73,6 +75,7 @@ def add_source_arguments(p: argparse.ArgumentParser, split: str, count: int | No
 def add_decoding_parser(jobs) -> argparse.ArgumentParser:
     """Add the `reader-decoding` subcommand to the `convqa train` subparsers `jobs`."""
     from readers.extractive.calibrate import KS, NO_ANSWER_KS, TOLERANCE
+    from readers.extractive.stop_when_sure import TOLERANCE as STOP_TOLERANCE
 
     p = jobs.add_parser("reader-decoding",
                         help="calibrate the extractive reader's passage choice and no-answer "
@@ -96,6 +99,13 @@ def add_decoding_parser(jobs) -> argparse.ArgumentParser:
                    help="keep the folder's passage choice; calibrate only the confidence")
     p.add_argument("--keep-no-answer", action="store_true",
                    help="keep the folder's confidence; calibrate only the passage choice")
+    p.add_argument("--stop-when-sure", action="store_true",
+                   help="also choose the one-passage confidence at which a read stops after "
+                        "its first passage (needs a one-passage fit: --one-passage, or one "
+                        "kept); without it a stop_when_sure is kept only with the confidence "
+                        "it was chosen for (--keep-no-answer)")
+    p.add_argument("--stop-tolerance", type=float, default=STOP_TOLERANCE,
+                   help="F1 a benchmark may lose at any --ks by stopping early (default 0.5)")
     p.add_argument("--prevalence", choices=("natural", "balanced"), default="natural",
                    help="how each source's answerable and unanswerable questions weigh in the "
                         "confidence fit and threshold: natural (their shares in the source, "
@@ -336,6 +346,7 @@ def calibrate(args: argparse.Namespace, say=print) -> dict[str, Any]:
     from readers.extractive.calibrate import calibrated_decoding
     from readers.extractive.decoding import Decoding
     from readers.extractive.model import write_decoding
+    from readers.extractive.stop_when_sure import choose_stop_when_sure
 
     if not args.benchmark and not args.squad:
         raise ConfigError("nothing to calibrate on: give --benchmark and/or --squad")
@@ -344,8 +355,10 @@ def calibrate(args: argparse.Namespace, say=print) -> dict[str, Any]:
                           f"got {args.k}")
     if args.reranker and not args.benchmark:
         raise ConfigError("--reranker reranks benchmark turns: give --benchmark")
-    if args.keep_fusion and args.keep_no_answer:
+    if args.keep_fusion and args.keep_no_answer and not args.stop_when_sure:
         raise ConfigError("--keep-fusion with --keep-no-answer leaves nothing to calibrate")
+    if args.stop_when_sure and not args.benchmark:
+        raise ConfigError("--stop-when-sure is chosen on benchmark turns: give --benchmark")
     folder = reader_folder(args.reader)
     reader = build_reader(folder)
     existing = reader.model.decoding or Decoding()
@@ -360,11 +373,20 @@ def calibrate(args: argparse.Namespace, say=print) -> dict[str, Any]:
         sources, squad + absent, after_reranker(existing) if args.reranker else existing, args.ks,
         args.no_answer_ks, args.tolerance, args.keep_fusion, args.prevalence,
         reader.config.null_option, args.keep_no_answer, args.one_passage)
+    block = (existing.after_reranker or Decoding()) if args.reranker else existing
+    stopping = None
+    if args.stop_when_sure:
+        stopping = choose_stop_when_sure(sources, decoding, args.ks, args.stop_tolerance,
+                                         reader.config.null_option)
+        stop = stopping["chosen"]
+    else:  # a value chosen for the confidence it thresholds stays only with that confidence
+        stop = block.stop_when_sure if args.keep_no_answer else None
     if args.reranker:  # only the after_reranker block changes
         decoding = dataclasses.replace(existing, after_reranker=Decoding(
-            decoding.fusion, no_answer=decoding.no_answer))
+            decoding.fusion, no_answer=decoding.no_answer, stop_when_sure=stop))
     else:  # only the outer block changes: a calibrated after_reranker block stays
-        decoding = dataclasses.replace(decoding, after_reranker=existing.after_reranker)
+        decoding = dataclasses.replace(decoding, stop_when_sure=stop,
+                                       after_reranker=existing.after_reranker)
     report = {
         "reader": args.reader, "folder": str(folder),
         "reader_fingerprint": reader.model.fingerprint(),
@@ -378,7 +400,7 @@ def calibrate(args: argparse.Namespace, say=print) -> dict[str, Any]:
         "cpu": torch.backends.cpu.get_cpu_capability(),
         "reranker": reranker,
         "passage_choice": passage_choice, "no_answer": no_answer,
-        "decoding": decoding.to_dict(), "written": False}
+        "stop_when_sure": stopping, "decoding": decoding.to_dict(), "written": False}
     if args.write:
         write_decoding(folder, decoding)
         report["written"] = True
@@ -417,9 +439,31 @@ def summary(report: dict[str, Any]) -> str:
                          if "f1" in entry else "")
                 lines.append(f"  {group}: {entry['answers']} answers, no answer "
                              f"{entry['no_answer_share']:.1f}%{extra}")
+    stopping = report.get("stop_when_sure")
+    if stopping is not None:
+        lines.extend(stop_summary(stopping))
     lines.append("written into " + report["folder"] if report["written"]
                  else "not written (--write writes it)")
     return "\n".join(lines)
+
+
+def stop_summary(stopping: dict[str, Any]) -> list[str]:
+    """The chosen stop_when_sure and its scores beside reading every passage."""
+    chosen = stopping["chosen"]
+    if chosen is None:
+        return [f"stop_when_sure: none (stopping early costs more than "
+                f"{stopping['tolerance']} F1 at every value)"]
+    row = next(r for r in stopping["candidates"] if r["stop_when_sure"] == chosen)
+    lines = [f"stop_when_sure {chosen}: a read stops after its first passage when that "
+             "passage's answer is this sure"]
+    for name, by_k in row["scores"].items():
+        for k, got in by_k.items():
+            base = stopping["read_all"][name][k]
+            lines.append(f"  {name} @{k}: stops {got['stops']:.1f}% of answerable reads; F1 "
+                         f"{got['f1_always']:.1f} (reading all {base['f1_always']:.1f}), "
+                         f"abstaining {got['f1_abstaining']:.1f} "
+                         f"({base['f1_abstaining']:.1f})")
+    return lines
 
 
 def run(args: argparse.Namespace) -> int:
