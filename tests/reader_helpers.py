@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from convqa.types import Passage
+
 TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
             max_position_embeddings=160)
 
@@ -135,3 +137,15 @@ def squad_train_examples(count: int = 8):
               and len(set(e.answers)) == 1 and len(e.positives[0].spans) == 1][:count]
     assert len(chosen) == count
     return chosen
+
+
+# Four passages and a question that the second answers, for the decoding tests: with retriever
+# scores that rank them in reverse, a large retriever weight answers from the last passage,
+# whatever a random reader prefers.
+FOUR_PASSAGES = [
+    Passage("a#0", "The Eiffel Tower is a wrought-iron lattice tower in Paris.", "Eiffel"),
+    Passage("a#1", "It was completed in 1889 as the entrance to the World's Fair.", "Eiffel Tower"),
+    Passage("b#0", "The Danube is 2850 kilometres long and flows into the Black Sea.", "Danube"),
+    Passage("c#0", "Canberra became the capital of Australia in 1913.", "Canberra")]
+TOWER_QUESTION = "when was the tower completed?"
+REVERSE_SCORES = [1.0, 2.0, 3.0, 4.0]

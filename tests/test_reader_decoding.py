@@ -11,23 +11,15 @@ import readers.extractive.reader  # noqa: F401 - registers "extractive"
 from convqa.errors import ConfigError, DataError
 from convqa.pipeline import read_passages
 from convqa.registry import READERS
-from convqa.types import Answer, Hit, Passage, RerankedHit
+from convqa.types import Answer, Hit, RerankedHit
 from readers.extractive.decode import Fusion
 from readers.extractive.decoding import Decoding, NoAnswer
 from readers.extractive.model import META_FILE, ExtractiveReader, write_decoding
-from reader_helpers import tiny_reader
+from reader_helpers import FOUR_PASSAGES, REVERSE_SCORES, TOWER_QUESTION, tiny_reader
 from reader_helpers import single_thread  # noqa: F401 (autouse fixture: one thread)
 
-PASSAGES = [Passage("a#0", "The Eiffel Tower is a wrought-iron lattice tower in Paris.", "Eiffel"),
-            Passage("a#1", "It was completed in 1889 as the entrance to the World's Fair.",
-                    "Eiffel Tower"),
-            Passage("b#0", "The Danube is 2850 kilometres long and flows into the Black Sea.",
-                    "Danube"),
-            Passage("c#0", "Canberra became the capital of Australia in 1913.", "Canberra")]
-QUESTION = "when was the tower completed?"
-# Retriever scores that rank the passages in reverse order: with a large retriever weight the
-# answer comes from the last passage, whatever the random reader prefers.
-SCORES = [1.0, 2.0, 3.0, 4.0]
+PASSAGES, QUESTION = FOUR_PASSAGES, TOWER_QUESTION
+SCORES = REVERSE_SCORES
 HITS = [Hit(p.id, s, i + 1) for i, (p, s) in enumerate(zip(PASSAGES, SCORES))]
 
 

@@ -18,19 +18,13 @@ from readers.extractive.decoding import Decoding, NoAnswer
 from readers.extractive.fusion_tuning import ReadTurn
 from readers.extractive.model import META_FILE, ExtractiveReader
 from readers.extractive.stop_when_sure import candidates, choose_stop_when_sure
-from reader_helpers import tiny_reader
+from reader_helpers import FOUR_PASSAGES, REVERSE_SCORES, TOWER_QUESTION, tiny_reader
 from reader_helpers import single_thread  # noqa: F401 (autouse fixture: one thread)
 
-PASSAGES = [Passage("a#0", "The Eiffel Tower is a wrought-iron lattice tower in Paris.", "Eiffel"),
-            Passage("a#1", "It was completed in 1889 as the entrance to the World's Fair.",
-                    "Eiffel Tower"),
-            Passage("b#0", "The Danube is 2850 kilometres long and flows into the Black Sea.",
-                    "Danube"),
-            Passage("c#0", "Canberra became the capital of Australia in 1913.", "Canberra")]
-QUESTION = "when was the tower completed?"
+PASSAGES, QUESTION = FOUR_PASSAGES, TOWER_QUESTION
 # The retriever ranks the passages in reverse and the fusion follows it: read whole, the answer
 # comes from the last passage; stopped after the first, from the first.
-SCORES = [1.0, 2.0, 3.0, 4.0]
+SCORES = REVERSE_SCORES
 FOLLOW_RETRIEVER = Fusion(0.0, 0.0, 1000.0)
 
 
