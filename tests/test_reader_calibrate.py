@@ -537,3 +537,37 @@ def test_one_passage_gets_a_fit_of_its_own_that_the_reader_uses():
     strict = SpanReader.from_model(model, no_answer_threshold=1.0)
     assert strict.no_answer.threshold == strict.no_answer.one_passage.threshold == 1.0
     assert strict.answer_from(read.spans[:1], read.passages[:1], read.scores[:1]).no_answer
+
+
+def test_a_kept_confidence_gets_a_one_passage_fit_of_its_own():
+    """A reader whose confidence was fitted earlier (on other questions) keeps it exactly;
+    `one_passage` with `keep_no_answer` fits only the one-passage confidence beside it, as a
+    full calibration would have fitted it on these questions."""
+    from readers.extractive.calibrate import calibrated_decoding
+
+    answerable = [turn(f"a{n}_1", ["Paris"], ["Paris", "Paris", "Lyon"],
+                       [1.0 + n % 3, 3.0, 0.5], scores=[3.0, 2.0, 1.0]) for n in range(12)]
+    unanswerable = [turn(f"u{n}_1", ["UNANSWERABLE"], ["Lyon", "Rome", "Oslo"],
+                         [1.5 + n % 2, 1.0, 0.5], scores=[3.0, 2.0, 1.0]) for n in range(12)]
+    sources = [Source("bench", "topiocqa", answerable, unanswerable, 0.5)]
+    fusion = Fusion(0, 1, 0)
+    kept = NoAnswer({"span": 0.5, "agreement": 1.0}, -1.0, 0.3)
+    fresh, _, _ = calibrated_decoding(sources, keep_fusion=True,
+                                      existing=Decoding(fusion=fusion), no_answer_ks=(3,),
+                                      one_passage=True)
+    decoding, _, report = calibrated_decoding(
+        sources, keep_fusion=True, existing=Decoding(fusion=fusion, no_answer=kept),
+        no_answer_ks=(3,), keep_no_answer=True, one_passage=True)
+    got = decoding.no_answer
+    assert (got.weights, got.bias, got.threshold) == (kept.weights, kept.bias, kept.threshold)
+    assert got.one_passage == fresh.no_answer.one_passage
+    assert report["kept"] and report["no_answer"] == got.to_dict()
+    assert report["one_passage"]["groups"]["bench:answerable"]["answers"] == 12
+    # without --one-passage the kept confidence stays as it was, with no report
+    plain, _, report = calibrated_decoding(
+        sources, keep_fusion=True, existing=Decoding(fusion=fusion, no_answer=kept),
+        no_answer_ks=(3,), keep_no_answer=True)
+    assert plain.no_answer == kept and report is None
+    with pytest.raises(ConfigError, match="needs a kept confidence"):
+        calibrated_decoding(sources, keep_fusion=True, existing=Decoding(fusion=fusion),
+                            no_answer_ks=(3,), keep_no_answer=True, one_passage=True)

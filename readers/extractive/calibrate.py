@@ -329,7 +329,8 @@ def calibrated_decoding(sources: Sequence[Source], extra: Sequence[Source] = (),
     `null_option`: the reader was trained with it, and its `answerable` feature is weighed.
     `keep_no_answer`: the confidence is not calibrated; `existing`'s stays. `one_passage`: a
     second confidence is fitted on the same questions read one passage deep, for readers of a
-    single passage (its report under the no-answer report's "one_passage")."""
+    single passage (its report under the no-answer report's "one_passage"); with
+    `keep_no_answer` only that one is fitted, beside the kept confidence (report "kept")."""
     existing = existing or Decoding()
     if keep_fusion or not sources:
         fusion, strategy = existing.fusion, existing.strategy or "best_passage"
@@ -344,14 +345,19 @@ def calibrated_decoding(sources: Sequence[Source], extra: Sequence[Source] = (),
         if any(s.unanswerable for s in everything) and not keep_no_answer else None
     if keep_no_answer:
         confidence = existing.no_answer
+        if one_passage and confidence is None:
+            raise ConfigError("a one-passage fit with the confidence kept needs a kept "
+                              "confidence: this decoding has none (calibrate both: leave out "
+                              "--keep-no-answer)")
     else:
         confidence = NoAnswer.from_dict(no_answer["no_answer"], "calibration") \
             if no_answer is not None else None
-    if confidence is not None and one_passage and not keep_no_answer:
+    if confidence is not None and one_passage:
         one = calibrate_no_answer(everything, fusion, (1,), strategy, prevalence, null_option)
         confidence = dataclasses.replace(
             confidence, one_passage=NoAnswer.from_dict(one["no_answer"], "calibration"))
-        no_answer = {**no_answer, "no_answer": confidence.to_dict(), "one_passage": one}
+        no_answer = {**(no_answer or {"kept": True}), "no_answer": confidence.to_dict(),
+                     "one_passage": one}
     decoding = Decoding(fusion, existing.strategy if fusion is None else None,
                         existing.max_answer_length, confidence)
     return decoding, passage_choice, no_answer

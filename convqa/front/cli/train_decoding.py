@@ -92,7 +92,8 @@ def add_decoding_parser(jobs) -> argparse.ArgumentParser:
                         "unanswerable turns are read this deep")
     p.add_argument("--one-passage", action="store_true",
                    help="also fit a confidence for reads of a single passage (top 1), which "
-                        "the reader uses when it reads one")
+                        "the reader uses when it reads one (with --keep-no-answer: fit only "
+                        "this one, beside the kept confidence)")
     p.add_argument("--tolerance", type=float, default=TOLERANCE,
                    help="F1 the second k may lose against the first (default 0.5)")
     p.add_argument("--keep-fusion", action="store_true",
@@ -355,7 +356,8 @@ def calibrate(args: argparse.Namespace, say=print) -> dict[str, Any]:
                           f"got {args.k}")
     if args.reranker and not args.benchmark:
         raise ConfigError("--reranker reranks benchmark turns: give --benchmark")
-    if args.keep_fusion and args.keep_no_answer and not args.stop_when_sure:
+    if args.keep_fusion and args.keep_no_answer and not (args.stop_when_sure
+                                                         or args.one_passage):
         raise ConfigError("--keep-fusion with --keep-no-answer leaves nothing to calibrate")
     if args.stop_when_sure and not args.benchmark:
         raise ConfigError("--stop-when-sure is chosen on benchmark turns: give --benchmark")
@@ -425,9 +427,14 @@ def summary(report: dict[str, Any]) -> str:
             lines.append(f"  {label} {row['fusion']}: F1 {cells}")
     if report["no_answer"] is not None:
         na = report["no_answer"]
-        lines.append(f"no answer under confidence {na['no_answer']['threshold']:.3f}: F1 "
-                     f"{na['f1']:.1f} (always answering: {na['f1_always_answer']:.1f})")
-        for title, fit in (("", na), ("one passage: ", na.get("one_passage"))):
+        if na.get("kept"):
+            lines.append(f"no answer: the folder's confidence kept (threshold "
+                         f"{na['no_answer']['threshold']:.3f})")
+        else:
+            lines.append(f"no answer under confidence {na['no_answer']['threshold']:.3f}: F1 "
+                         f"{na['f1']:.1f} (always answering: {na['f1_always_answer']:.1f})")
+        for title, fit in (("", None if na.get("kept") else na),
+                           ("one passage: ", na.get("one_passage"))):
             if fit is None:
                 continue
             if title:
