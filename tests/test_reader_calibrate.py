@@ -498,17 +498,23 @@ def _titles(path) -> list[str]:
     return [article["title"] for article in json.loads(path.read_text())["data"]]
 
 
+def _paris_bench() -> tuple[list, list[Source]]:
+    """(answerable reads, [a benchmark of 12 answerable + 12 unanswerable reads 3 deep]): the
+    answerable ones agree on "Paris" across passages, the unanswerable ones do not agree."""
+    answerable = [turn(f"a{n}_1", ["Paris"], ["Paris", "Paris", "Lyon"],
+                       [1.0 + n % 3, 3.0, 0.5], scores=[3.0, 2.0, 1.0]) for n in range(12)]
+    unanswerable = [turn(f"u{n}_1", ["UNANSWERABLE"], ["Lyon", "Rome", "Oslo"],
+                         [1.5 + n % 2, 1.0, 0.5], scores=[3.0, 2.0, 1.0]) for n in range(12)]
+    return answerable, [Source("bench", "topiocqa", answerable, unanswerable, 0.5)]
+
+
 def test_one_passage_gets_a_fit_of_its_own_that_the_reader_uses():
     """Read five deep, a confident answer has other passages to agree with; read one deep it
     has none. With `one_passage` the calibration fits the one-passage reads separately: the
     block reads both ways, and the reader picks the fit by how many passages it read."""
     from readers.extractive.calibrate import calibrated_decoding
 
-    answerable = [turn(f"a{n}_1", ["Paris"], ["Paris", "Paris", "Lyon"],
-                       [1.0 + n % 3, 3.0, 0.5], scores=[3.0, 2.0, 1.0]) for n in range(12)]
-    unanswerable = [turn(f"u{n}_1", ["UNANSWERABLE"], ["Lyon", "Rome", "Oslo"],
-                         [1.5 + n % 2, 1.0, 0.5], scores=[3.0, 2.0, 1.0]) for n in range(12)]
-    sources = [Source("bench", "topiocqa", answerable, unanswerable, 0.5)]
+    answerable, sources = _paris_bench()
     fusion = Fusion(0, 1, 0)
     plain, _, report = calibrated_decoding(sources, keep_fusion=True,
                                            existing=Decoding(fusion=fusion), no_answer_ks=(3,))
@@ -545,11 +551,7 @@ def test_a_kept_confidence_gets_a_one_passage_fit_of_its_own():
     full calibration would have fitted it on these questions."""
     from readers.extractive.calibrate import calibrated_decoding
 
-    answerable = [turn(f"a{n}_1", ["Paris"], ["Paris", "Paris", "Lyon"],
-                       [1.0 + n % 3, 3.0, 0.5], scores=[3.0, 2.0, 1.0]) for n in range(12)]
-    unanswerable = [turn(f"u{n}_1", ["UNANSWERABLE"], ["Lyon", "Rome", "Oslo"],
-                         [1.5 + n % 2, 1.0, 0.5], scores=[3.0, 2.0, 1.0]) for n in range(12)]
-    sources = [Source("bench", "topiocqa", answerable, unanswerable, 0.5)]
+    _, sources = _paris_bench()
     fusion = Fusion(0, 1, 0)
     kept = NoAnswer({"span": 0.5, "agreement": 1.0}, -1.0, 0.3)
     fresh, _, _ = calibrated_decoding(sources, keep_fusion=True,
