@@ -68,7 +68,10 @@ def add_source_arguments(p: argparse.ArgumentParser, split: str, count: int | No
                    help="SQuAD articles the reader run held out (default 0.1)")
     p.add_argument("--heldout-seed", type=int, default=0, help="the reader run's seed")
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
-    p.add_argument("--cache", metavar="DIR", help="keep the reads here (rerunning reads nothing)")
+    p.add_argument("--cache", metavar="DIR",
+                   help="keep the reads here (rerunning reads nothing; rerun with the same "
+                        "thread count: precision auto is chosen per count, and the retrieval "
+                        "scores it gives are part of the key)")
     p.add_argument("--quiet", action="store_true", help="no progress")
 
 
