@@ -297,6 +297,40 @@ def test_cached_rerank_turns_keeps_one_file_per_model_and_retrieved_hits(bench, 
                                TOP_N, None, progress=False).cached is False
 
 
+def test_retriever_scores_that_move_rescore_no_pair(bench, model_dir, tmp_path, monkeypatch):
+    """A rerun whose retriever scores moved in their last digits (another thread count picks
+    another query-encoder precision) misses the reranked-turns file but scores no pair again:
+    the logits come from the memo and the ranking is the one a fresh reranker gives."""
+    from convqa.front.evaluation.rerank import cached_rerank_turns
+
+    data = load_labelled_turns(bench)
+    turns = select_turns(data.turns, "all")
+    hits = {t.qid: Everything().retrieve_batch([""], TOP_N)[0] for t in turns}
+    cache = tmp_path / "cache"
+    weighted = {**spec(model_dir), "retriever_weight": 0.5}
+    first = cached_rerank_turns(RERANKERS.build(weighted), turns, data.conversations, hits,
+                                bench / "passages", TOP_N, cache, progress=False)
+    assert first.facts["rerank_ms_per_turn_p50"] is not None
+    assert len(list(cache.glob("logits-*.json"))) == 1
+    moved = {q: [Hit(h.passage_id, h.score * (1 + 1e-6), h.rank) for h in hs]
+             for q, hs in hits.items()}
+    fresh = cached_rerank_turns(RERANKERS.build(weighted), turns, data.conversations, moved,
+                                bench / "passages", TOP_N, None, progress=False)
+    calls = []
+    monkeypatch.setattr(CrossEncoderReranker, "score_pairs",
+                        lambda self, q, p: calls.append(len(p)) or [0.0] * len(p))
+    again = cached_rerank_turns(RERANKERS.build(weighted), turns, data.conversations, moved,
+                                bench / "passages", TOP_N, cache, progress=False)
+    assert not again.cached and calls == []
+    assert again.hits == fresh.hits and again.hits != first.hits
+    assert again.facts["memo_pairs"] == TOP_N * len(turns)
+    assert again.facts["rerank_ms_per_turn_p50"] is None   # no model time to report
+    reranker = RERANKERS.build(weighted)
+    cached_rerank_turns(reranker, turns, data.conversations, moved, bench / "passages", TOP_N,
+                        cache, progress=False)
+    assert "score" not in vars(reranker)   # the memo leaves the reranker as it found it
+
+
 def test_after_a_second_stage_the_reader_reads_only_what_it_returns(bench, model_dir, tmp_path):
     """The second stage keeps 2 of the first stage's 4: k = 3 and 10 read those 2, as
     `convqa answer --rerank-then` does."""

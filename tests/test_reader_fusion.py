@@ -166,6 +166,48 @@ def test_read_turns_and_script_on_the_tiny_benchmark(tmp_path, minilm_tokenizer)
     assert tuned["3"]["f1"] >= tuned["1"]["f1"]
 
 
+def test_cached_reads_survive_scores_that_move(tmp_path, minilm_tokenizer, monkeypatch):
+    """The read cache keeps turns by their passages, not their retriever scores: a rerun whose
+    scores moved in their last digits reads nothing and carries the new scores; a turn whose
+    passages changed is the only one read again."""
+    from training_helpers import make_benchmark_with_bm25
+
+    from convqa.benchmark import load_labelled_turns
+    from readers.extractive.calibration_data import read_benchmark_turns
+
+    bench, _ = make_benchmark_with_bm25(tmp_path, _more_dev_turns())
+    data = load_labelled_turns(bench)
+    turns = [t for t in data.turns if t.answer_evaluable and t.split == "dev"]
+    assert len(turns) >= 2
+    reader = SpanReader.from_model(tiny_reader(seed=1, max_length=128))
+
+    def run(scale, swapped=()):
+        return {t.qid: [Hit(pid, scale / (i + 1), i + 1) for i, pid in
+                        enumerate(("J#0", "A#0", "B#0") if t.qid in swapped
+                                  else ("A#0", "J#0", "B#0"))]
+                for t in turns}
+
+    cache = tmp_path / "reads"
+    first, cached = read_benchmark_turns(reader, turns, data.conversations, run(1.0),
+                                         bench / "passages", 3, cache)
+    assert not cached
+    spans = SpanReader.passage_spans
+    read = []
+    monkeypatch.setattr(SpanReader, "passage_spans",
+                        lambda self, q, p: read.append(q) or spans(self, q, p))
+    moved = 1.0 + 1e-6
+    again, cached = read_benchmark_turns(reader, turns, data.conversations, run(moved),
+                                         bench / "passages", 3, cache)
+    assert cached and read == [] and [r.spans for r in again] == [r.spans for r in first]
+    assert again[0].scores == [moved, moved / 2, moved / 3] != first[0].scores
+    changed, cached = read_benchmark_turns(reader, turns, data.conversations,
+                                           run(1.0, {turns[0].qid}), bench / "passages", 3,
+                                           cache)
+    assert not cached and len(read) == 1
+    assert [p.id for p in changed[0].passages] == ["J#0", "A#0", "B#0"]
+    assert [r.spans for r in changed[1:]] == [r.spans for r in first[1:]]
+
+
 def store_passage(bench: Path, pid: str) -> Passage:
     from convqa.corpus import PassageStore
 

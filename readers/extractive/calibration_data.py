@@ -18,9 +18,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from convqa.errors import ConfigError, DataError
 from convqa.types import Hit, Passage
@@ -249,20 +249,57 @@ def read_benchmark_turns(reader: Any, turns: Sequence[Any], conversations: Mappi
                          run: Mapping[str, Sequence[Hit]], passages: str | os.PathLike, k: int,
                          cache_dir: str | os.PathLike | None = None, progress: bool = False
                          ) -> tuple[list[ReadTurn], bool]:
-    """`fusion_tuning.read_turns` of the top `k` of `run`, through the read cache."""
+    """`fusion_tuning.read_turns` of the top `k` of `run`, through the read cache (whether
+    nothing had to be read). The cache keeps turns one by one, each under its question and
+    passage ids, not their scores: a reader's spans do not depend on the scores, which move in
+    their last digits with the retriever's precision (`auto` chooses it per thread count), so
+    a rerun reads only the turns whose passages changed and takes the scores of its run."""
     from convqa.corpus import PassageStore
 
-    key = {"what": "benchmark", "reader": reader_key(reader), "k": k,
-           "passages": str(Path(passages).resolve()),
-           "turns": [[t.qid, t.question, list(t.answers),
-                      [[h.passage_id, h.score] for h in list(run.get(t.qid, []))[:k]]]
-                     for t in turns]}
+    top = {t.qid: list(run.get(t.qid, []))[:k] for t in turns}
+    shared = {"what": "benchmark turns", "reader": reader_key(reader), "k": k,
+              "passages": str(Path(passages).resolve())}
 
-    def compute() -> list[ReadTurn]:
+    def turn_key(turn: Any) -> str:
+        return json.dumps([turn.qid, turn.question, list(turn.answers),
+                           [h.passage_id for h in top[turn.qid]]])
+
+    def compute(missing: Sequence[Any]) -> list[ReadTurn]:
         with PassageStore.open(passages) as store:
-            return read_turns(reader, turns, conversations, run, store, k, progress)
+            return read_turns(reader, missing, conversations, run, store, k, progress)
 
-    return cached_reads(cache_dir, key, compute)
+    reads, cached = cached_turn_reads(cache_dir, shared, turns, turn_key, compute)
+    return [replace(r, scores=[float(h.score) for h in top[r.qid]]) for r in reads], cached
+
+
+def cached_turn_reads(cache_dir: str | os.PathLike | None, shared: dict[str, Any],
+                      turns: Sequence[Any], turn_key: Callable[[Any], str],
+                      compute: Callable[[Sequence[Any]], list[ReadTurn]]
+                      ) -> tuple[list[ReadTurn], bool]:
+    """`compute(turns)`'s reads, one per turn in order, taking from
+    `cache_dir/turn-reads-{hash of shared}.jsonl` every turn whose `turn_key` it holds and
+    computing only the others, which join the file (rewritten atomically)."""
+    from convqa.io import iter_jsonl, write_jsonl
+
+    if cache_dir is None:
+        return compute(turns), False
+    text = json.dumps({"version": CACHE_VERSION, **shared}, sort_keys=True, default=str)
+    path = (Path(cache_dir)
+            / f"turn-reads-{hashlib.sha256(text.encode()).hexdigest()[:24]}.jsonl")
+    known: dict[str, ReadTurn] = {}
+    if path.is_file():
+        rows = [row for _, row in iter_jsonl(path)]
+        if rows and rows[0].get("key") == text:
+            known = {row["turn"]: _turn_from_dict(row) for row in rows[1:]}
+    keys = [turn_key(t) for t in turns]
+    missing = [t for t, key in zip(turns, keys) if key not in known]
+    if missing:
+        for key, read in zip([turn_key(t) for t in missing], compute(missing)):
+            known[key] = read
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_jsonl(path, [{"key": text}] + [{"turn": key, **_turn_to_dict(read)}
+                                              for key, read in known.items()])
+    return [known[key] for key in keys], not missing
 
 
 def read_squad_cached(reader: Any, questions: Sequence[SquadQuestion],

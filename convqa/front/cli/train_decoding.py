@@ -69,9 +69,9 @@ def add_source_arguments(p: argparse.ArgumentParser, split: str, count: int | No
     p.add_argument("--heldout-seed", type=int, default=0, help="the reader run's seed")
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
     p.add_argument("--cache", metavar="DIR",
-                   help="keep the reads here (rerunning reads nothing; rerun with the same "
-                        "thread count: precision auto is chosen per count, and the retrieval "
-                        "scores it gives are part of the key)")
+                   help="keep the reads and the reranker's logits here (rerunning reads and "
+                        "scores nothing, also when the retrieval scores moved in their last "
+                        "digits: another thread count can pick another precision)")
     p.add_argument("--quiet", action="store_true", help="no progress")
 
 

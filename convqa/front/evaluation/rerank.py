@@ -35,6 +35,7 @@ from convqa.runs import read_run, write_run
 from convqa.types import Hit
 
 from ..paths import RerankerConfig
+from .logit_memo import LogitMemo
 from .run_cache import CachedRun, run_key
 from .timing import percentiles
 
@@ -163,7 +164,9 @@ def cached_rerank_turns(model: Any, turns: Sequence[Any], conversations: Mapping
     that choose settings on reranked training turns and rerun them (reranker fusion, reader
     decoding). KEY hashes the reranker's fingerprint and weight, `top_n`, the passage store and
     every turn's first `top_n` hits: another model, retriever or sample of turns never reads
-    another's file."""
+    another's file. Under it the stages' logits are kept by (query, passage) (logit_memo.py),
+    so hits whose retriever scores moved in their last digits are reranked without scoring a
+    pair again."""
     from convqa.types import RerankedHit
 
     key = json.dumps({"version": CACHE_VERSION, "reranker": model.fingerprint(),
@@ -178,9 +181,15 @@ def cached_rerank_turns(model: Any, turns: Sequence[Any], conversations: Mapping
         stored = load_json(cache)
         return CachedRerank({q: [RerankedHit.from_dict(h) for h in hs]
                              for q, hs in stored["hits"].items()}, stored["facts"], True)
-    out, ms = rerank_turns(model, turns, conversations, hits, passages, top_n, progress)
+    memo = LogitMemo.open(cache_dir, model)
+    with memo.serving(model):
+        out, ms = rerank_turns(model, turns, conversations, hits, passages, top_n, progress)
+    memo.save()
     facts = {"turns": len(turns), "top_n": top_n,
-             "rerank_ms_per_turn_p50": percentiles(ms)["p50"] if ms else None}
+             # a turn whose pairs the memo knew costs no model time: no timing then
+             "rerank_ms_per_turn_p50": percentiles(ms)["p50"] if ms and not memo.served else None}
+    if memo.served:
+        facts["memo_pairs"] = memo.served
     if cache is not None:
         write_json(cache, {"facts": facts,
                            "hits": {q: [h.to_dict() for h in hs] for q, hs in out.items()}})
