@@ -74,7 +74,8 @@ def test_float32_vectors_and_store_input(model, tmp_path):
     np.testing.assert_allclose(shards.load(), reference(model, passages), atol=1e-5)
 
 
-def test_resume_after_kill_encodes_only_what_is_missing(model, tmp_path, monkeypatch):
+def test_resume_after_kill_encodes_only_what_is_missing(model, tmp_path, monkeypatch,
+                                                        capsys):
     passages = corpus(40)
     clean = encode_corpus(model, passages, tmp_path / "clean", batch_size=4, precision="fp32",
                           shard_size=8, progress=False).load()
@@ -112,9 +113,12 @@ def test_resume_after_kill_encodes_only_what_is_missing(model, tmp_path, monkeyp
         return counted(batch)
 
     monkeypatch.setattr(model, "encode_passage", counting)
+    capsys.readouterr()
     resumed = encode_corpus(model, passages, folder, batch_size=4, precision="fp32", shard_size=8,
-                            progress=False)
+                            progress=True)
     assert calls["n"] == 2 * 3  # shards 8-16 (damaged), 24-32, 32-40: two batches each
+    bar = capsys.readouterr().err.replace("\r", "\n")
+    assert "resumed" in bar and "16/40" in bar and "40/40" in bar  # 0-8 and 16-24 were kept
     assert (folder / shard_name(0, 8)).stat().st_mtime_ns == kept
     assert not list(folder.glob(".*.tmp"))
     np.testing.assert_array_equal(resumed.load(), clean)

@@ -187,12 +187,16 @@ class ShardProcesses:
     def encode(self, ranges: Sequence[tuple[int, int]], done: Callable[[int, int], bool],
                work: Callable[[int, int, Any], None], desc: str, progress: bool = True) -> int:
         """Run `work(start, end, bar)` on each shard of this process that is not `done`, with
-        a progress bar (`desc`, in passages) on the main process; returns how many it ran."""
+        a progress bar (`desc`, in passages) on the main process; returns how many it ran. A
+        resumed job's bar starts at the passages its earlier runs encoded and says so."""
         from tqdm.auto import tqdm
 
-        todo = [(s, e) for n, (s, e) in enumerate(ranges)
-                if n % self.world == self.rank and not done(s, e)]
-        bar = tqdm(total=sum(e - s for s, e in todo), unit=" psg", smoothing=0.05, desc=desc,
+        mine = [(s, e) for n, (s, e) in enumerate(ranges) if n % self.world == self.rank]
+        todo = [(s, e) for s, e in mine if not done(s, e)]
+        total = sum(e - s for s, e in mine)
+        before = total - sum(e - s for s, e in todo)
+        bar = tqdm(total=total, initial=before, unit=" psg", smoothing=0.05,
+                   desc=f"{desc}, resumed" if before and todo else desc,
                    disable=not (progress and self.main))
         with bar:
             for start, end in todo:
