@@ -175,6 +175,7 @@ class PrecisionChoice:
     remembered: bool = False
     source: str = ""  # the file a remembered choice came from
     min_speedup: float = MIN_SPEEDUP
+    provisional: bool = False  # fp32 for inputs too small to probe on; decided on later ones
 
     @classmethod
     def forced(cls, precision: str, what: str = "") -> "PrecisionChoice":
@@ -186,6 +187,9 @@ class PrecisionChoice:
 
     def summary(self) -> str:
         """One line: the choice and each candidate's probe time and agreement."""
+        if self.provisional:
+            return (f"precision for {self.what or 'inference'}: {self.precision} for now "
+                    "(these inputs are too small to probe on)")
         if not self.measured:
             return f"precision for {self.what or 'inference'}: {self.precision} (forced)"
         if self.remembered:
@@ -304,7 +308,8 @@ def choose_precision(run: Callable[[str], Any], agreement: Callable[[Any, Any], 
                      threshold: float, what: str, device: torch.device | str,
                      requested: str = AUTO, candidates: Sequence[str] | None = None,
                      timer: Timer | None = None, remember: str | None = None,
-                     inference: bool = True, choices: Path | None = None) -> PrecisionChoice:
+                     inference: bool = True, choices: Path | None = None,
+                     ready: bool = True) -> PrecisionChoice:
     """Resolve `requested`: a fixed precision is returned as is; `auto` times `run(p)` for every
     candidate, scores `agreement(fp32 output, output)` (higher is better; >= `threshold` agrees)
     and keeps the fastest candidate that agrees and is `MIN_SPEEDUP` times as fast as fp32 (else
@@ -312,7 +317,9 @@ def choose_precision(run: Callable[[str], Any], agreement: Callable[[Any, Any], 
     (logged). The outcome is logged once, at INFO, with the measured times. With `remember`
     (the model's fingerprint) the choice is kept per machine and reused by later processes,
     in `choices` (default: the cache's choices file). `inference=False` runs the probe with
-    autograd on (training steps)."""
+    autograd on (training steps). `ready=False` (inputs too small for a probe to mean anything,
+    e.g. one window whose agreement can only be 0 or 1): a remembered choice still applies,
+    otherwise fp32 `provisional`, neither measured nor remembered."""
     requested = normalize_precision(requested, f"precision for {what}")
     if requested != AUTO:
         return PrecisionChoice.forced(requested, what)
@@ -330,6 +337,8 @@ def choose_precision(run: Callable[[str], Any], agreement: Callable[[Any, Any], 
             _remember(key, choice, choices)
         log.info("%s", choice.summary())
         return choice
+    if not ready:
+        return PrecisionChoice(FP32, what, cpu=cpu_capability(), provisional=True)
     timer = timer or time_run
     seconds: dict[str, float] = {}
     scores: dict[str, float] = {}
@@ -444,10 +453,14 @@ class PrecisionOnFirstUse:
         self.choice: PrecisionChoice | None = None
 
     def resolve(self, choose: Callable[[], PrecisionChoice]) -> str:
-        """The precision, running `choose` (a probe) only while `auto` is still undecided."""
+        """The precision, running `choose` (a probe) only while `auto` is still undecided; a
+        provisional choice applies to this call only, and the next one chooses again."""
         if self.value is None:
-            self.choice = choose()
-            self.value = self.choice.precision
+            choice = choose()
+            if choice.provisional:
+                return choice.precision
+            self.choice = choice
+            self.value = choice.precision
         return self.value
 
 

@@ -193,6 +193,34 @@ def test_a_choice_is_remembered_per_machine_and_model(model, tmp_path):
     assert not damaged.remembered and damaged.precision == "bf16"  # a damaged file: probe again
 
 
+def test_inputs_too_small_to_probe_run_fp32_undecided(model, tmp_path):
+    """`ready=False` (e.g. a reader's single window, whose agreement can only be 0 or 1): fp32
+    for that call, nothing probed or remembered, and the first call with enough inputs decides;
+    a choice this machine remembers applies at once."""
+    inputs = torch.randn(8, 16)
+    calls = []
+
+    def timer(name, run):
+        calls.append(name)
+        return {"fp32": 1.0, "bf16": 0.4, "int8": 2.0}[name], run()
+
+    def choose(ready, remember="model-a"):
+        return P.choose_precision(run_on(model, inputs), P.min_cosine, threshold=0.99,
+                                  what="test", device="cpu", timer=timer, remember=remember,
+                                  ready=ready)
+
+    setting = P.PrecisionOnFirstUse("auto")
+    assert setting.resolve(lambda: choose(False)) == "fp32"
+    assert setting.value is None and setting.choice is None and calls == []
+    assert "for now" in choose(False).summary()
+    assert not (tmp_path / "precision-choices.json").exists()
+    assert setting.resolve(lambda: choose(True)) == "bf16" and calls == ["fp32", "bf16", "int8"]
+    assert setting.resolve(lambda: pytest.fail("decided already")) == "bf16"
+    later = P.PrecisionOnFirstUse("auto")
+    assert later.resolve(lambda: choose(False)) == "bf16" and later.choice.remembered
+    assert len(calls) == 3
+
+
 def training_step(model, inputs):
     """A forward and backward pass (as a trainer's probe runs), returning the loss."""
     def step(precision):

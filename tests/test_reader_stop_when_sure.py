@@ -92,6 +92,22 @@ def test_an_unsure_first_passage_reads_on_and_answers_as_without_stopping(tmp_pa
     assert _read(reader, always_answer=True).passage_id == "c#0"
 
 
+def test_auto_precision_is_not_decided_on_a_first_passage_read_alone(tmp_path, monkeypatch):
+    """A first passage read alone is one window, whose agreement can only be 0 or 1: `auto`
+    reads it in fp32 and decides on the first read with PROBE_WINDOWS windows."""
+    from readers.extractive import reader as module
+
+    monkeypatch.setattr(module, "PROBE_WINDOWS", 3)
+    reader = _reader(tmp_path, _decoding(0.7, stop=0.8), precision="auto")
+    calls = _spy(reader)
+    reader.read(QUESTION, [], PASSAGES[:1], scores=SCORES[:1])
+    assert reader.precision is None and reader.precision_choice is None
+    _read(reader)  # unsure: the first passage alone (still undecided), then the other 3
+    assert calls == [1, 1, 3]
+    assert reader.precision in ("fp32", "bf16", "int8")
+    assert reader.precision_choice.agreement["fp32"] == 1.0
+
+
 def test_a_read_that_may_abstain_stops_only_above_the_no_answer_threshold(tmp_path):
     """Sure enough to stop (0.6 >= 0.55) but under the one-passage no-answer threshold (0.65):
     a user's read goes on rather than stop on "no answer"; evaluation, always answering,

@@ -337,7 +337,10 @@ class SpanReader(MeasuredPrecision):
         return torch.cat(starts), torch.cat(ends), torch.cat(selections) if selections else None
 
     def _choose_precision(self, features) -> PrecisionChoice:
-        """`auto`: time each candidate on the first windows of this read (convqa/precision.py)."""
+        """`auto`: time each candidate on the first windows of this read (convqa/precision.py).
+        A read of fewer than PROBE_WINDOWS windows (a first passage read alone to see whether
+        it is sure) runs in fp32 undecided, unless this machine remembers a choice: on one
+        window the agreement can only be 0 or 1, and that one read would decide for good."""
         probe = features.select(range(min(PROBE_WINDOWS, len(features))), trim=False)
 
         def agreement(reference, other) -> float:
@@ -348,4 +351,4 @@ class SpanReader(MeasuredPrecision):
         return choose_precision(
             lambda precision: self._logits(probe, precision), agreement,
             threshold=SPAN_AGREEMENT, what="extractive reader", device=self.model.device,
-            remember=self.model.fingerprint())
+            remember=self.model.fingerprint(), ready=len(features) >= PROBE_WINDOWS)
