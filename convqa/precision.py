@@ -230,8 +230,10 @@ def cpu_capability() -> str:
 
 
 @lru_cache(maxsize=1)
-def machine_key() -> str:
-    """What probe timings depend on besides the model: CPU, torch build, threads."""
+def cpu_name() -> str:
+    """The CPU as /proc/cpuinfo names it ("AMD EPYC 23 1 2": model name, family, model,
+    stepping), so a speed is quoted with the machine it ran on: the kernel level alone
+    (AVX2) does not tell a Zen 1 from a Zen 3."""
     fields: dict[str, str] = {}
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as handle:
@@ -244,9 +246,14 @@ def machine_key() -> str:
                     break  # the first processor describes them all
     except OSError:
         pass
-    model = " ".join(fields[k] for k in ("model name", "cpu family", "model", "stepping")
-                     if k in fields) or platform.processor()
-    return (f"{cpu_capability()}|{model}|torch {torch.__version__}|"
+    return " ".join(fields[k] for k in ("model name", "cpu family", "model", "stepping")
+                    if k in fields) or platform.processor()
+
+
+def machine_key() -> str:
+    """What probe timings depend on besides the model: CPU, torch build, threads (read at each
+    call: a process may set its thread count after its first probe)."""
+    return (f"{cpu_capability()}|{cpu_name()}|torch {torch.__version__}|"
             f"{torch.get_num_threads()} threads")
 
 

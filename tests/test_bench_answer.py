@@ -66,6 +66,8 @@ def test_another_split_is_measured(bench, pipeline_yaml, tmp_path, capsys):
     assert numbers["turns"] == 4
     assert set(numbers["stages_ms"]) == {"history", "retrieve", "fetch"}
     assert 0 < numbers["stages_ms"]["retrieve"]["p50"] <= numbers["total_ms"]["p90"]
+    from convqa.precision import cpu_name
+    assert numbers["cpu"] == cpu_name() and f"({cpu_name()})" in out.splitlines()[0]
 
 
 def test_a_model_family_swaps_its_models_into_the_timed_pipeline(bench, pipeline_yaml, tmp_path,

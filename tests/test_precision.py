@@ -221,6 +221,19 @@ def test_inputs_too_small_to_probe_run_fp32_undecided(model, tmp_path):
     assert len(calls) == 3
 
 
+def test_the_machine_key_follows_the_thread_count():
+    """A process that sets its threads after a first probe gets the key of its new count."""
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = P.machine_key()
+        torch.set_num_threads(2)
+        assert P.machine_key() != one and P.machine_key().endswith("|2 threads")
+        assert P.cpu_name() in one
+    finally:
+        torch.set_num_threads(threads)
+
+
 def training_step(model, inputs):
     """A forward and backward pass (as a trainer's probe runs), returning the loss."""
     def step(precision):

@@ -151,14 +151,14 @@ def run(args: argparse.Namespace) -> int:
         totals.append((time.perf_counter() - begin) * 1000)
         for stage, ms in result.timings_ms.items():
             stages.setdefault(stage, []).append(ms)
-    from convqa.precision import cpu_capability
+    from convqa.precision import cpu_capability, cpu_name
 
     choices = {name: getattr(part, "precision_choice", None) or getattr(part, "precision", None)
                for name, part in (("retriever", pipeline.retriever),
                                   ("reranker", pipeline.reranker), ("reader", pipeline.reader))}
     report = {
         "turns": len(totals), "threads": torch.get_num_threads(), "load_seconds": round(load_s, 1),
-        "cpu_capability": cpu_capability(),
+        "cpu_capability": cpu_capability(), "cpu": cpu_name(),
         "precision": {name: (c.to_dict() if hasattr(c, "to_dict") else c)
                       for name, c in choices.items()},
         "load_average": os.getloadavg()[0], "machine": platform.machine(),
@@ -166,7 +166,8 @@ def run(args: argparse.Namespace) -> int:
         "total_ms": summary(totals),
         "stages_ms": {stage: summary(v) for stage, v in stages.items()},
     }
-    print(f"{len(totals)} turns, {report['threads']} threads, {report['cpu_capability']}, load "
+    print(f"{len(totals)} turns, {report['threads']} threads, {report['cpu_capability']} "
+          f"({report['cpu']}), load "
           f"average {report['load_average']:.2f}, pipeline loaded in {load_s:.1f} s")
     for name, choice in report["precision"].items():
         if choice:
