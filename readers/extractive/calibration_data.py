@@ -225,22 +225,33 @@ def _turn_from_dict(data: dict[str, Any]) -> ReadTurn:
                     [PassageSpan(**s) if s is not None else None for s in data["spans"]])
 
 
+def _cache_file(cache_dir: str | os.PathLike, prefix: str, key: dict[str, Any]
+                ) -> tuple[Path, str, list[dict[str, Any]] | None]:
+    """`cache_dir/{prefix}-{hash of key}.jsonl`, the key's text (its first line), and the rows
+    after that line (None: no such file, or one written under another key)."""
+    from convqa.io import iter_jsonl
+
+    text = json.dumps({"version": CACHE_VERSION, **key}, sort_keys=True, default=str)
+    path = Path(cache_dir) / f"{prefix}-{hashlib.sha256(text.encode()).hexdigest()[:24]}.jsonl"
+    if path.is_file():
+        rows = [row for _, row in iter_jsonl(path)]
+        if rows and rows[0].get("key") == text:
+            return path, text, rows[1:]
+    return path, text, None
+
+
 def cached_reads(cache_dir: str | os.PathLike | None, key: dict[str, Any], compute
                  ) -> tuple[list[ReadTurn], bool]:
     """(`compute()`'s reads, whether they came from the cache): kept in
     `cache_dir/reads-{hash of key}.jsonl` (written atomically) when `cache_dir` is set."""
-    from convqa.io import iter_jsonl, write_jsonl
+    from convqa.io import write_jsonl
 
     if cache_dir is None:
         return compute(), False
-    text = json.dumps({"version": CACHE_VERSION, **key}, sort_keys=True, default=str)
-    path = Path(cache_dir) / f"reads-{hashlib.sha256(text.encode()).hexdigest()[:24]}.jsonl"
-    if path.is_file():
-        rows = [row for _, row in iter_jsonl(path)]
-        if rows and rows[0].get("key") == text:
-            return [_turn_from_dict(row) for row in rows[1:]], True
+    path, text, rows = _cache_file(cache_dir, "reads", key)
+    if rows is not None:
+        return [_turn_from_dict(row) for row in rows], True
     reads = compute()
-    path.parent.mkdir(parents=True, exist_ok=True)
     write_jsonl(path, [{"key": text}] + [_turn_to_dict(t) for t in reads])
     return reads, False
 
@@ -279,24 +290,16 @@ def cached_turn_reads(cache_dir: str | os.PathLike | None, shared: dict[str, Any
     """`compute(turns)`'s reads, one per turn in order, taking from
     `cache_dir/turn-reads-{hash of shared}.jsonl` every turn whose `turn_key` it holds and
     computing only the others, which join the file (rewritten atomically)."""
-    from convqa.io import iter_jsonl, write_jsonl
+    from convqa.io import write_jsonl
 
     if cache_dir is None:
         return compute(turns), False
-    text = json.dumps({"version": CACHE_VERSION, **shared}, sort_keys=True, default=str)
-    path = (Path(cache_dir)
-            / f"turn-reads-{hashlib.sha256(text.encode()).hexdigest()[:24]}.jsonl")
-    known: dict[str, ReadTurn] = {}
-    if path.is_file():
-        rows = [row for _, row in iter_jsonl(path)]
-        if rows and rows[0].get("key") == text:
-            known = {row["turn"]: _turn_from_dict(row) for row in rows[1:]}
+    path, text, rows = _cache_file(cache_dir, "turn-reads", shared)
+    known = {row["turn"]: _turn_from_dict(row) for row in rows or []}
     keys = [turn_key(t) for t in turns]
-    missing = [t for t, key in zip(turns, keys) if key not in known]
+    missing = [(t, key) for t, key in zip(turns, keys) if key not in known]
     if missing:
-        for key, read in zip([turn_key(t) for t in missing], compute(missing)):
-            known[key] = read
-        path.parent.mkdir(parents=True, exist_ok=True)
+        known.update(zip([key for _, key in missing], compute([t for t, _ in missing])))
         write_jsonl(path, [{"key": text}] + [{"turn": key, **_turn_to_dict(read)}
                                               for key, read in known.items()])
     return [known[key] for key in keys], not missing

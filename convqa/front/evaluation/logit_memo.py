@@ -20,7 +20,7 @@ import hashlib
 import json
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from convqa.io import load_json, write_json
 from convqa.types import Passage
@@ -81,7 +81,7 @@ class LogitMemo:
         patched = []
         for stage in stages(reranker):
             known = self.logits.setdefault(stage_key(stage), {})
-            stage.score = self._memoized(stage, known)
+            stage.score = self._memoized(stage.score, known)
             patched.append(stage)
         try:
             yield self
@@ -89,8 +89,9 @@ class LogitMemo:
             for stage in patched:
                 del stage.score   # the class's method again
 
-    def _memoized(self, stage: Any, known: dict[str, float]):
-        score = type(stage).score.__get__(stage)
+    def _memoized(self, score: Callable[[str, Sequence[Passage]], list[float]],
+                  known: dict[str, float]) -> Callable[[str, Sequence[Passage]], list[float]]:
+        """`score` answering the pairs in `known` from it and adding the others."""
 
         def memoized(query: str, passages: Sequence[Passage]) -> list[float]:
             keys = [pair_key(query, p) for p in passages]
