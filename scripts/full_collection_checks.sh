@@ -2,13 +2,14 @@
 # The full collection's measurements that wait on its DPR-IHN index. Builds the index (or
 # resumes it: the encoding is sharded, so rerunning the script after a stop loses at most one
 # shard), then, on the full collection's answer-evaluable dev turns:
-#   1. stopping after a sure first passage against reading every passage
-#      (benchmarks/answer_systems_stop_when_sure.yaml), so far measured on vital and behind BM25;
+#   1. the latency of the full-collection cascade per stage (the tower, convqa-reranker top 50
+#      then convqa-reranker-large top 5 where the first is not sure, the reader at top 5), the
+#      first stage rescoring all 50 and within 2.5, the first 40 dev turns, one after the other
+#      (first, while nothing else runs);
 #   2. the first reranking stage rescoring only the hits within 2.5 / 3.5 standard deviations
 #      of the retriever's best (benchmarks/answer_systems_rescore_within.yaml), so far vital only;
-#   3. the latency of the full-collection cascade per stage (the tower, convqa-reranker top 50
-#      then convqa-reranker-large top 5 where the first is not sure, the reader at top 5), the
-#      first stage rescoring all 50 and within 2.5, the first 40 dev turns, one after the other.
+#   3. stopping after a sure first passage against reading every passage
+#      (benchmarks/answer_systems_stop_when_sure.yaml), so far measured on vital and behind BM25.
 # Each step is skipped when its output exists, so the script resumes where it stopped.
 #
 #   bash scripts/full_collection_checks.sh BENCH OUT
@@ -29,11 +30,6 @@ INDEXES=$B/full/indexes
 # the rescore_within rows name the same index by the run that trained its encoder
 [ -e "$INDEXES/dpr-ihn3-lora32" ] || ln -s dpr-ihn "$INDEXES/dpr-ihn3-lora32"
 
-for rows in stop_when_sure rescore_within; do
-    [ -f "$OUT/$rows.json" ] || convqa eval answers --benchmark "full=$B/full" --split dev \
-        --systems "benchmarks/answer_systems_$rows.yaml" --out "$OUT/$rows"
-done
-
 for gap in all 2.5; do
     within=""
     [ "$gap" = all ] || within=", rescore_within: $gap"
@@ -49,4 +45,10 @@ EOF
         --config "$OUT/pipeline-within-$gap.yaml" --benchmark "$B/full" --turns 40 \
         --threads 2 --json "$OUT/bench-within-$gap.json"
 done
+
+for rows in rescore_within stop_when_sure; do
+    [ -f "$OUT/$rows.json" ] || convqa eval answers --benchmark "full=$B/full" --split dev \
+        --systems "benchmarks/answer_systems_$rows.yaml" --out "$OUT/$rows"
+done
+
 echo "full-collection checks written to $OUT"
