@@ -139,6 +139,42 @@ def test_the_reranked_run_is_cached_and_no_cache_recomputes(bench, model_dir, tm
     assert fresh["levels"] == first["levels"]
 
 
+def test_an_answer_table_reranks_only_its_turns_and_shares_a_whole_run(bench, model_dir, tmp_path,
+                                                                      monkeypatch):
+    """Answer tables rerank their answer-evaluable turns alone (on the full collection 405 of
+    the 1,295 dev turns); a retrieval table is never served that part, and an answer table
+    after a retrieval table reads its whole run without reranking again."""
+    answerable = {t.qid for t in load_labelled_turns(bench).turns if t.answer_evaluable}
+    calls = []
+    original = CrossEncoderReranker.rerank_turn
+    monkeypatch.setattr(CrossEncoderReranker, "rerank_turn",
+                        lambda self, *a: calls.append(1) or original(self, *a))
+    expected = expected_run(bench, model_dir)
+    reader = Recording()
+    first = evaluate_answers(bench, Everything(), reader, split="all", top_ks=(1,),
+                             cache_dir=tmp_path / "a", progress=False, reranker=spec(model_dir))
+    assert len(calls) == len(answerable) == 9
+    part = read_run(first["retrieval_run"]).hits
+    assert set(part) == answerable
+    assert {q: [h.passage_id for h in hits] for q, hits in part.items()} == \
+        {q: expected[q] for q in answerable}
+    again = evaluate_answers(bench, Everything(), reader, split="all", top_ks=(1,),
+                             cache_dir=tmp_path / "a", progress=False, reranker=spec(model_dir))
+    assert len(calls) == 9 and again["rerank"]["cached"]
+    whole = evaluate_retrieval(bench, Everything(), split="all", cache_dir=tmp_path / "a",
+                               progress=False, reranker=spec(model_dir))
+    assert len(calls) == 9 + 10 and whole["run_file"] != first["retrieval_run"]
+    assert set(read_run(whole["run_file"]).hits) == set(expected)
+    # the other order: the retrieval table first, then the answer table reranks nothing
+    calls.clear()
+    evaluate_retrieval(bench, Everything(), split="all", cache_dir=tmp_path / "b",
+                       progress=False, reranker=spec(model_dir))
+    after = evaluate_answers(bench, Everything(), reader, split="all", top_ks=(1,),
+                             cache_dir=tmp_path / "b", progress=False, reranker=spec(model_dir))
+    assert len(calls) == 10 and after["rerank"]["cached"]
+    assert after["by_k"]["1"]["groups"] == first["by_k"]["1"]["groups"]
+
+
 def test_the_reader_reads_the_reranked_order_at_most_top_n(bench, model_dir, tmp_path,
                                                           capsys):
     expected = expected_run(bench, model_dir)
@@ -148,7 +184,7 @@ def test_the_reader_reads_the_reranked_order_at_most_top_n(bench, model_dir, tmp
                               cache_dir=tmp_path, progress=False, reranker=spec(model_dir))
     answerable = [t for t in data.turns if t.answer_evaluable]
     assert result["turns"] == len(answerable) and result["top_n"] == TOP_N
-    assert result["rerank"]["turns"] == 10  # every retrieval-evaluable turn
+    assert result["rerank"]["turns"] == len(answerable) == 9  # only the turns read
     for turn in answerable:
         ids = reader.read_ids[(turn.question, turn.turn - 1)]
         assert ids == expected[turn.qid][:TOP_N]  # k=10 reads the top_n reranked, as answering

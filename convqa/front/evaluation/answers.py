@@ -89,17 +89,18 @@ def evaluate_answers(benchmark: str | os.PathLike, retriever: Any, reader: Any,
     if not top_ks or any(k < 1 for k in top_ks):
         raise ConfigError(f"top_ks must be positive, got {list(top_ks)}")
     folder = Path(benchmark)
+    data = data if data is not None else load_labelled_turns(folder)
+    turns = [t for t in data.turns
+             if t.answer_evaluable and (split == "all" or t.split == split)]
+    if not turns:
+        raise DataError(f"no answer-evaluable turns in split {split!r}", folder / "turns.jsonl")
     with run_cache(cache_dir, use_cache) as cache:
+        # a reranker rescores only the turns read here, not every retrieval-evaluable one
         retrieval = evaluate_retrieval(folder, retriever, history, split=split,
                                        k=max(100, max(top_ks)), cache_dir=cache,
                                        progress=progress, label=label, use_cache=True,
-                                       data=data, reranker=reranker)
-        data = data if data is not None else load_labelled_turns(folder)
-        turns = [t for t in data.turns
-                 if t.answer_evaluable and (split == "all" or t.split == split)]
-        if not turns:
-            raise DataError(f"no answer-evaluable turns in split {split!r}",
-                            folder / "turns.jsonl")
+                                       data=data, reranker=reranker,
+                                       rerank_only=[t.qid for t in turns])
         out = read_run_and_score(retrieval, turns, data.conversations, folder / "passages",
                                  reader, top_ks, progress, use_cache,
                                  {"label": label, "benchmark": str(folder), "split": split,

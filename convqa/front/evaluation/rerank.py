@@ -80,30 +80,58 @@ class Reranking:
         return int(getattr(self.model, "returned", self.top_n))
 
     def run(self, source: CachedRun, turns: Sequence[Any], conversations: Mapping[str, Any],
-            passages: str | Path, progress: bool = True, label: str | None = None
-            ) -> RerankedRun:
+            passages: str | Path, progress: bool = True, label: str | None = None,
+            part: bool = False) -> RerankedRun:
         """The reranked run of `source` for `turns` (each with `qid`, `conversation_id`,
-        `turn`, `question`), from the cache when it is there."""
+        `turn`, `question`), from the cache when it is there. `part`: `turns` are some of the
+        source run's turns (an answer table reads only the answer-evaluable ones, a third of
+        the full collection's): a cached reranking of the whole run serves them, otherwise only
+        they are reranked and kept under a key of their own, which a whole run never reads."""
         fingerprint = getattr(self.model, "fingerprint", None)
         cacheable = source.path is not None and callable(fingerprint)
         config = {"version": CACHE_VERSION, "retriever_run": source.key, "top_n": self.top_n,
                   "reranker": self.spec or type(self.model).__name__,
                   "fingerprint": fingerprint() if cacheable else None}
+        whole = self._cached(source, config, turns, strict=not part) if cacheable else None
+        if whole is not None:
+            return whole
+        if part:
+            qids = "\n".join(sorted(t.qid for t in turns)).encode("utf-8")
+            config["turns"] = hashlib.sha256(qids).hexdigest()[:16]
+            cached = self._cached(source, config, turns, strict=True) if cacheable else None
+            if cached is not None:
+                return cached
         key = run_key(config) if cacheable else None
-        path = source.path.with_name(f"{source.path.stem}.rerank-{key}.jsonl") if key else None
+        path = self._path(source, key) if key else None
         meta = path.with_suffix(".json") if path else None
-        if path is not None and path.is_file() and meta.is_file():
-            hits = read_run(path).hits
-            missing = [t.qid for t in turns if t.qid not in hits]
-            if missing:
-                raise DataError(f"cached reranked run lacks query {missing[0]!r} (delete it to "
-                                "rerun)", path)
-            return RerankedRun(hits, key, path, True, load_json(meta).get("timing", {}))
         hits, timing = self._rerank_all(source, turns, conversations, passages, progress, label)
         if path is not None:
             write_run(path, hits)
             write_json(meta, {"config": config, "reads": self.reads, "timing": timing})
         return RerankedRun(hits, key, path, False, timing)
+
+    @staticmethod
+    def _path(source: CachedRun, key: str) -> Path:
+        return source.path.with_name(f"{source.path.stem}.rerank-{key}.jsonl")
+
+    def _cached(self, source: CachedRun, config: dict[str, Any], turns: Sequence[Any],
+                strict: bool) -> RerankedRun | None:
+        """The cached reranked run under `config`'s key when it holds every turn; None when
+        there is none, or (not `strict`) when it lacks some; DataError when it lacks some and
+        `strict`."""
+        key = run_key(config)
+        path = self._path(source, key)
+        meta = path.with_suffix(".json")
+        if not (path.is_file() and meta.is_file()):
+            return None
+        hits = read_run(path).hits
+        missing = [t.qid for t in turns if t.qid not in hits]
+        if missing and strict:
+            raise DataError(f"cached reranked run lacks query {missing[0]!r} (delete it to "
+                            "rerun)", path)
+        if missing:
+            return None
+        return RerankedRun(hits, key, path, True, load_json(meta).get("timing", {}))
 
     def _rerank_all(self, source: CachedRun, turns: Sequence[Any],
                     conversations: Mapping[str, Any], passages: str | Path, progress: bool,

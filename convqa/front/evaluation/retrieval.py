@@ -159,9 +159,12 @@ def evaluate_retrieval(benchmark: str | os.PathLike, retriever: Any, history: An
                        cache_dir: str | os.PathLike | None = None, batch_size: int = 64,
                        progress: bool = True, label: str | None = None,
                        use_cache: bool = True, data: LabelledTurns | None = None,
-                       reranker: Any = None) -> dict[str, Any]:
+                       reranker: Any = None, rerank_only: Sequence[str] | None = None
+                       ) -> dict[str, Any]:
     """Retrieve for the retrieval-evaluable turns of `split` (and rerank) and score (see module
-    doc).
+    doc). `rerank_only`: the qids of the turns worth reranking (an answer table's
+    answer-evaluable turns); the others keep the retriever's order and the levels are scored
+    on these alone.
 
     `retriever` is a spec (name, dict) or an already built retriever (then cached by its
     `fingerprint()` if it has one, else not cached); `reranker` likewise (a spec as the
@@ -192,8 +195,11 @@ def evaluate_retrieval(benchmark: str | os.PathLike, retriever: Any, history: An
     }
     hits = result.hits
     if reranking is not None:
+        if rerank_only is not None:
+            wanted = set(rerank_only)
+            turns = [t for t in turns if t.qid in wanted]
         reranked = reranking.run(result, turns, data.conversations, folder / "passages",
-                                 progress, label)
+                                 progress, label, part=rerank_only is not None)
         out.update(reranked.fields(reranking, result))
         hits = reranked.hits
     out["levels"] = score_run(hits, turns, ks)
