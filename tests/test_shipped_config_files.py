@@ -1,4 +1,5 @@
-"""Every systems file under benchmarks/ names components that exist with options they take.
+"""Every systems file under benchmarks/ and every pipeline under examples/ names components
+that exist with options they take.
 
 A typo in a row (a misspelt option, a reranker key that moved) otherwise surfaces only when
 `convqa eval` reaches that row, which on the full collection is after its index build and
@@ -10,9 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from convqa.front.evaluation.systems import check_components, load_systems
+from convqa.front.evaluation.systems import System, Systems, check_components, load_systems
+from convqa.front.paths import configured_path
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+REPO = Path(__file__).resolve().parents[1]
+BENCHMARKS = REPO / "benchmarks"
+PIPELINES = sorted((REPO / "examples").glob("*.yaml"))
 # reproduce.yaml (a matrix of reruns) and convdr_systems.yaml (convdr_table's own layout) are
 # read by their tools, not by `convqa eval`
 OTHER_LAYOUTS = ("reproduce.yaml", "convdr_systems.yaml")
@@ -32,3 +36,17 @@ def test_every_row_names_components_that_take_its_options(path):
     systems = load_systems(path, kind)
     check_components(systems, extra_histories=DATASET_QUERIES)
     assert systems.systems
+
+
+def test_the_examples_hold_a_pipeline():
+    assert "pipeline-wikipedia.yaml" in {p.name for p in PIPELINES}
+
+
+@pytest.mark.parametrize("path", PIPELINES, ids=lambda p: p.name)
+def test_every_example_pipeline_names_components_that_take_its_options(path):
+    pipeline = configured_path(path)
+    assert not pipeline.extra, f"{path.name}: keys a pipeline refuses: {sorted(pipeline.extra)}"
+    config = pipeline.pipeline_config()
+    row = System(path.name, config["retriever"], config.get("history") or "oldest_first",
+                 config.get("reader"), reranker=config.get("reranker"))
+    check_components(Systems(str(path), (row,)))
