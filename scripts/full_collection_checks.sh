@@ -7,15 +7,17 @@
 #      first stage rescoring all 50 and within 2.5, the first 40 dev turns, one after the other
 #      (first, while nothing else runs);
 #   2. the first reranking stage rescoring only the hits within 2.5 / 3.5 standard deviations
-#      of the retriever's best (benchmarks/answer_systems_rescore_within.yaml), so far vital only;
+#      of the retriever's best (benchmarks/answer_systems_rescore_within.yaml);
 #   3. stopping after a sure first passage against reading every passage
-#      (benchmarks/answer_systems_stop_when_sure.yaml), so far measured on vital and behind BM25.
+#      (benchmarks/answer_systems_stop_when_sure.yaml).
+# Results: docs/results/answers-rescore-within-full.md, answers-stop-when-sure-full.md and the
+# bench-answer-avx512-full-cascade-* files (docs/reranker.md, "Rescoring only what can still win").
 # Each step is skipped when its output exists, so the script resumes where it stopped.
 #
 #   bash scripts/full_collection_checks.sh BENCH OUT
 #
 # BENCH: a `convqa data topiocqa-wiki` folder. The encoding of its 220,873 passages took about
-# 45 minutes on two threads of an AVX512 AMD EPYC and runs at ~9-10 passages/s (6-7 h) on an
+# 43-45 minutes on two threads of an AVX512 AMD EPYC (bf16) and runs at ~9-10 passages/s (6-7 h) on an
 # AVX2 AMD EPYC family 23 model 1; start it in the background:
 #   nohup bash scripts/full_collection_checks.sh BENCH OUT > OUT.log 2>&1 &
 set -euo pipefail
