@@ -88,38 +88,37 @@ class Reranking:
         the full collection's): a cached reranking of the whole run serves them, otherwise only
         they are reranked and kept under a key of their own, which a whole run never reads."""
         fingerprint = getattr(self.model, "fingerprint", None)
-        cacheable = source.path is not None and callable(fingerprint)
+        if source.path is None or not callable(fingerprint):  # nothing to key a cache on
+            hits, timing = self._rerank_all(source, turns, conversations, passages, progress,
+                                            label)
+            return RerankedRun(hits, None, None, False, timing)
         config = {"version": CACHE_VERSION, "retriever_run": source.key, "top_n": self.top_n,
                   "reranker": self.spec or type(self.model).__name__,
-                  "fingerprint": fingerprint() if cacheable else None}
-        whole = self._cached(source, config, turns, strict=not part) if cacheable else None
-        if whole is not None:
-            return whole
-        if part:
+                  "fingerprint": fingerprint()}
+        cached = self._cached(source, run_key(config), turns, strict=not part)
+        if part and cached is None:
             qids = "\n".join(sorted(t.qid for t in turns)).encode("utf-8")
             config["turns"] = hashlib.sha256(qids).hexdigest()[:16]
-            cached = self._cached(source, config, turns, strict=True) if cacheable else None
-            if cached is not None:
-                return cached
-        key = run_key(config) if cacheable else None
-        path = self._path(source, key) if key else None
-        meta = path.with_suffix(".json") if path else None
+            cached = self._cached(source, run_key(config), turns, strict=True)
+        if cached is not None:
+            return cached
+        key = run_key(config)
+        path = self._path(source, key)
         hits, timing = self._rerank_all(source, turns, conversations, passages, progress, label)
-        if path is not None:
-            write_run(path, hits)
-            write_json(meta, {"config": config, "reads": self.reads, "timing": timing})
+        write_run(path, hits)
+        write_json(path.with_suffix(".json"),
+                   {"config": config, "reads": self.reads, "timing": timing})
         return RerankedRun(hits, key, path, False, timing)
 
     @staticmethod
     def _path(source: CachedRun, key: str) -> Path:
         return source.path.with_name(f"{source.path.stem}.rerank-{key}.jsonl")
 
-    def _cached(self, source: CachedRun, config: dict[str, Any], turns: Sequence[Any],
+    def _cached(self, source: CachedRun, key: str, turns: Sequence[Any],
                 strict: bool) -> RerankedRun | None:
-        """The cached reranked run under `config`'s key when it holds every turn; None when
-        there is none, or (not `strict`) when it lacks some; DataError when it lacks some and
+        """The cached reranked run under `key` when it holds every turn; None when there is
+        none, or (not `strict`) when it lacks some; DataError when it lacks some and
         `strict`."""
-        key = run_key(config)
         path = self._path(source, key)
         meta = path.with_suffix(".json")
         if not (path.is_file() and meta.is_file()):

@@ -163,8 +163,7 @@ def evaluate_retrieval(benchmark: str | os.PathLike, retriever: Any, history: An
                        ) -> dict[str, Any]:
     """Retrieve for the retrieval-evaluable turns of `split` (and rerank) and score (see module
     doc). `rerank_only`: the qids of the turns worth reranking (an answer table's
-    answer-evaluable turns); the others keep the retriever's order and the levels are scored
-    on these alone.
+    answer-evaluable turns); the reranked run and the levels then hold these turns alone.
 
     `retriever` is a spec (name, dict) or an already built retriever (then cached by its
     `fingerprint()` if it has one, else not cached); `reranker` likewise (a spec as the
