@@ -200,3 +200,46 @@ def test_command_line_bad_input_is_one_line(folders, tmp_path, capsys):
         assert code != 0
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and message in err[0]
+
+
+class FixedRetriever:
+    """Returns the module's hits whatever the query."""
+
+    def retrieve(self, query, k):
+        return HITS[:k]
+
+
+def test_a_pipeline_times_the_second_stage_as_a_stage_of_its_own(folders):
+    """`timings_ms` splits a cascade's reranking into "rerank" (the first stage) and
+    "rerank_second" (0 on a turn that skips it); one reranker keeps "rerank" alone."""
+    from convqa.pipeline import Pipeline
+    from convqa.registry import HISTORY_STRATEGIES
+
+    first, second = folders
+    question, history = "where is the harbour?", [Turn("what is a port?", "a harbour")]
+    passages = {p.id: p for p in PASSAGES}
+
+    def timings(reranker):
+        pipeline = Pipeline(FixedRetriever(), HISTORY_STRATEGIES.build("current_first"),
+                            passages, reranker=reranker, top_k=3)
+        return pipeline.answer(question, history).timings_ms
+
+    runs = timings(build(first, second, skip_margin="never"))
+    skipped = timings(build(first, second, skip_margin=0))
+    alone = timings(RERANKERS.build({"name": "cross_encoder", "model": str(first), "top_n": 6,
+                                     "precision": "fp32", "device": "cpu"}))
+    assert runs["rerank_second"] > 0 and runs["rerank"] > 0
+    assert skipped["rerank_second"] == 0.0 and skipped["rerank"] > 0
+    assert "rerank_second" not in alone and alone["rerank"] > 0
+    # a reranker whose rerank_turn takes no timings still runs in a pipeline
+    class Plain:
+        options = type("Options", (), {"top_n": 6})()
+
+        def rerank_turn(self, question, history, hits, passages):
+            return [RerankedHit(h.passage_id, -h.score, r, h.score, h.rank)
+                    for r, h in enumerate(reversed(list(hits)), start=1)]
+
+    plain = Pipeline(FixedRetriever(), HISTORY_STRATEGIES.build("current_first"), passages,
+                     reranker=Plain(), top_k=3).answer(question, history)
+    assert [h.passage_id for h in plain.hits] == ["p5", "p4", "p3"]
+    assert "rerank" in plain.timings_ms and "rerank_second" not in plain.timings_ms

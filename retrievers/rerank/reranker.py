@@ -32,6 +32,7 @@ train reranker-cascade`; none recorded: never skip), `never` always runs it, a n
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -224,15 +225,24 @@ class CrossEncoderReranker(MeasuredPrecision):
         return self.history.format(question, list(history))
 
     def rerank_turn(self, question: str, history: Sequence[Turn], hits: Sequence[Hit],
-                    passages: Any) -> list[RerankedHit]:
-        """`rerank` with the query formatted from the conversation (each stage its way)."""
+                    passages: Any, timings: dict[str, float] | None = None
+                    ) -> list[RerankedHit]:
+        """`rerank` with the query formatted from the conversation (each stage its way). With a
+        second stage and a `timings` dict, its time in ms is written there under "second" (0 on
+        a turn that skips it), so a pipeline can tell the stages' costs apart."""
         first = self._rerank_first(self.query_text(question, history), hits, passages)
         if self.second is None:
             return first
+        if timings is not None:
+            timings["second"] = 0.0
         if skips(first, self.skip_margin):
             return first[:self.second.options.top_n]
-        return self.second.reorder(self.second.query_text(question, history), first,
-                                   _by_id(hits, passages))
+        start = time.perf_counter()
+        reordered = self.second.reorder(self.second.query_text(question, history), first,
+                                        _by_id(hits, passages))
+        if timings is not None:
+            timings["second"] = (time.perf_counter() - start) * 1000
+        return reordered
 
     def reorder(self, query: str, ranked: Sequence[RerankedHit], passages: Any
                 ) -> list[RerankedHit]:

@@ -10,9 +10,10 @@
 Questions and their conversations are the turns of one split (dev unless --split says otherwise)
 of a TopiOCQA x Wikipedia benchmark (--benchmark), or else the first turns of the shared TopiOCQA
 file. Each turn is answered once after 5 warm-up turns, in one process; the stages are the
-pipeline's own timings (history, retrieve, rerank, fetch, read). `--model-family` swaps in a
-family's models as `convqa answer --model-family` does. A split without enough turns is a
-one-line error naming the file and the splits it holds.
+pipeline's own timings (history, retrieve, fetch, rerank, rerank_second where a cascade has a
+second stage, read). `--model-family` swaps in a family's models as `convqa answer
+--model-family` does. A split without enough turns is a one-line error naming the file and the
+splits it holds.
 """
 from __future__ import annotations
 
