@@ -110,3 +110,31 @@ def test_set_overrides_a_value_of_the_timed_pipeline(bench, pipeline_yaml, tmp_p
     assert timed["reader"] == {"name": "extractive", "model": "convqa-reader",
                                "stop_when_sure": False}
     assert timed["top_k"] == 2 and timed["retriever"] == config["retriever"]
+
+
+def test_a_cascade_reports_on_how_many_turns_its_second_stage_ran(bench, pipeline_yaml,
+                                                                  tmp_path, capsys):
+    """The second reranking stage is timed apart (`rerank_second`), and the report counts the
+    turns it ran on: all of them with `skip_margin: never`, none with a margin of 0."""
+    from reranker_helpers import tiny_cross_encoder
+
+    first, second = tmp_path / "first", tmp_path / "second"
+    tiny_cross_encoder(seed=4).save_pretrained(first)
+    tiny_cross_encoder(seed=9).save_pretrained(second)
+    config = yaml.safe_load(pipeline_yaml.read_text(encoding="utf-8"))
+    folder = make_benchmark(tmp_path / "train-only", TRAIN_ONLY)
+    ran = {}
+    for margin in ("never", 0):
+        path = tmp_path / f"cascade-{margin}.yaml"
+        path.write_text(yaml.safe_dump({**config, "reranker": {
+            "name": "cross_encoder", "model": str(first), "top_n": 3, "precision": "fp32",
+            "second_stage": {"model": str(second), "top_n": 2, "precision": "fp32",
+                             "skip_margin": margin}}}), encoding="utf-8")
+        report = tmp_path / f"report-{margin}.json"
+        assert bench.main(["--config", str(path), "--benchmark", str(folder), "--split", "train",
+                           "--json", str(report)]) == 0
+        numbers = yaml.safe_load(report.read_text(encoding="utf-8"))
+        assert {"rerank", "rerank_second"} <= set(numbers["stages_ms"])
+        ran[margin] = numbers["second_stage_turns"]
+        assert f"ran on {ran[margin]} of 4 turns" in capsys.readouterr().out
+    assert ran == {"never": 4, 0: 0}

@@ -11,8 +11,8 @@ Questions and their conversations are the turns of one split (dev unless --split
 of a TopiOCQA x Wikipedia benchmark (--benchmark), or else the first turns of the shared TopiOCQA
 file. Each turn is answered once after 5 warm-up turns, in one process; the stages are the
 pipeline's own timings (history, retrieve, fetch, rerank, rerank_second where a cascade has a
-second stage, read). `--model-family` swaps in a family's models as `convqa answer
---model-family` does. A split without enough turns is a one-line error naming the file and the
+second stage, read; the report says on how many turns that stage ran). `--model-family` swaps
+in a family's models as `convqa answer --model-family` does. A split without enough turns is a one-line error naming the file and the
 splits it holds.
 """
 from __future__ import annotations
@@ -29,6 +29,7 @@ from pathlib import Path
 from convqa.errors import ConvQAError, reports_errors
 
 WARMUP_TURNS = 5
+SECOND_STAGE = "rerank_second"  # a cascade's second stage in `timings_ms` (0: skipped)
 
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
@@ -167,6 +168,8 @@ def run(args: argparse.Namespace) -> int:
         "total_ms": summary(totals),
         "stages_ms": {stage: summary(v) for stage, v in stages.items()},
     }
+    if SECOND_STAGE in stages:  # a cascade: on how many turns its second stage ran
+        report["second_stage_turns"] = sum(ms > 0 for ms in stages[SECOND_STAGE])
     print(f"{len(totals)} turns, {report['threads']} threads, {report['cpu_capability']} "
           f"({report['cpu']}), load "
           f"average {report['load_average']:.2f}, pipeline loaded in {load_s:.1f} s")
@@ -179,6 +182,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"| {stage} | {value['p50']} | {value['p90']} | {value['mean']} |")
     total = report["total_ms"]
     print(f"| **total** | {total['p50']} | {total['p90']} | {total['mean']} |")
+    if "second_stage_turns" in report:
+        print(f"the second reranking stage ran on {report['second_stage_turns']} of "
+              f"{len(totals)} turns (the others skipped it: the first stage was sure)")
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1, default=str), encoding="utf-8")
     return 0
