@@ -10,6 +10,7 @@ evidence is the ranked passages.
 """
 from __future__ import annotations
 
+import inspect
 import os
 import time
 from dataclasses import dataclass, field
@@ -23,6 +24,8 @@ from .types import Answer, Hit, Passage, RerankedHit, Turn
 
 # the keys of a pipeline config (YAML or dict)
 PIPELINE_KEYS = ("passages", "retriever", "history", "reranker", "reader", "top_k")
+# the `timings_ms` stage of a cascade's second reranker (0 on a turn that skips it)
+SECOND_RERANK_STAGE = "rerank_second"
 
 
 def read_passages(reader: Any, question: str, history: Sequence[Turn],
@@ -91,7 +94,9 @@ class Pipeline:
         self.reader = reader
         self.top_k = top_k
         self.config = config or {}
-        self._reranker_times_stages: bool | None = None
+        # whether the reranker reports its second stage's time (a registered one need not)
+        self._reranker_times_stages = reranker is not None and "timings" in inspect.signature(
+            reranker.rerank_turn).parameters
         self.history.format("warm up", [])  # load the tokenizer now, not inside the first turn
 
     @property
@@ -125,12 +130,7 @@ class Pipeline:
     def _rerank(self, question: str, history: list[Turn], hits: list[Hit],
                 passages: list[Passage], stages: dict[str, float]) -> list[RerankedHit]:
         """The reranker's order of the turn; `stages` gets its second stage's ms when it
-        reports one (a registered reranker need not take `timings`)."""
-        if self._reranker_times_stages is None:
-            import inspect
-
-            self._reranker_times_stages = "timings" in inspect.signature(
-                self.reranker.rerank_turn).parameters
+        reports one."""
         if self._reranker_times_stages:
             return self.reranker.rerank_turn(question, history, hits, passages, timings=stages)
         return self.reranker.rerank_turn(question, history, hits, passages)
@@ -165,7 +165,7 @@ class Pipeline:
             # still the whole reranking, so the stages add up to the turn
             if "second" in stages:
                 timings["rerank"] = elapsed - stages["second"]
-                timings["rerank_second"] = stages["second"]
+                timings[SECOND_RERANK_STAGE] = stages["second"]
             else:
                 timings["rerank"] = elapsed
         answer = None

@@ -12,8 +12,8 @@ of a TopiOCQA x Wikipedia benchmark (--benchmark), or else the first turns of th
 file. Each turn is answered once after 5 warm-up turns, in one process; the stages are the
 pipeline's own timings (history, retrieve, fetch, rerank, rerank_second where a cascade has a
 second stage, read; the report says on how many turns that stage ran). `--model-family` swaps
-in a family's models as `convqa answer --model-family` does. A split without enough turns is a one-line error naming the file and the
-splits it holds.
+in a family's models as `convqa answer --model-family` does. A split without enough turns is a
+one-line error naming the file and the splits it holds.
 """
 from __future__ import annotations
 
@@ -29,7 +29,6 @@ from pathlib import Path
 from convqa.errors import ConvQAError, reports_errors
 
 WARMUP_TURNS = 5
-SECOND_STAGE = "rerank_second"  # a cascade's second stage in `timings_ms` (0: skipped)
 
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
@@ -131,7 +130,7 @@ def pipeline_config(args: argparse.Namespace) -> dict:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from convqa.pipeline import Pipeline
+    from convqa.pipeline import SECOND_RERANK_STAGE, Pipeline
 
     if args.turns < 1:
         raise ConvQAError("--turns must be at least 1")
@@ -168,8 +167,8 @@ def run(args: argparse.Namespace) -> int:
         "total_ms": summary(totals),
         "stages_ms": {stage: summary(v) for stage, v in stages.items()},
     }
-    if SECOND_STAGE in stages:  # a cascade: on how many turns its second stage ran
-        report["second_stage_turns"] = sum(ms > 0 for ms in stages[SECOND_STAGE])
+    if SECOND_RERANK_STAGE in stages:  # a cascade: on how many turns its second stage ran
+        report["second_stage_turns"] = sum(ms > 0 for ms in stages[SECOND_RERANK_STAGE])
     print(f"{len(totals)} turns, {report['threads']} threads, {report['cpu_capability']} "
           f"({report['cpu']}), load "
           f"average {report['load_average']:.2f}, pipeline loaded in {load_s:.1f} s")
