@@ -9,8 +9,11 @@
 #   2. the first reranking stage rescoring only the hits within 2.5 / 3.5 standard deviations
 #      of the retriever's best (benchmarks/answer_systems_rescore_within.yaml);
 #   3. stopping after a sure first passage against reading every passage
-#      (benchmarks/answer_systems_stop_when_sure.yaml).
-# Results: docs/results/answers-rescore-within-full.md, answers-stop-when-sure-full.md and the
+#      (benchmarks/answer_systems_stop_when_sure.yaml);
+#   4. the shortlist that also keeps the hits whose words match the question
+#      (benchmarks/answer_systems_word_matches.yaml).
+# Results: docs/results/answers-rescore-within-full.md, answers-stop-when-sure-full.md,
+# answers-word-matches-full.md and the
 # bench-answer-avx512-full-cascade-* files (docs/reranker.md, "Rescoring only what can still win").
 # Each step is skipped when its output exists, so the script resumes where it stopped.
 #
@@ -48,7 +51,7 @@ EOF
         --threads 2 --json "$OUT/bench-within-$gap.json"
 done
 
-for rows in rescore_within stop_when_sure; do
+for rows in rescore_within stop_when_sure word_matches; do
     [ -f "$OUT/$rows.json" ] || convqa eval answers --benchmark "full=$B/full" --split dev \
         --systems "benchmarks/answer_systems_$rows.yaml" --out "$OUT/$rows"
 done

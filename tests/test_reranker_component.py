@@ -50,7 +50,8 @@ def test_built_from_a_dict_and_from_yaml_with_overrides(folder, tmp_path):
     ({"name": "cross_encoder", "model": "m", "rescore_within": 1, "rescore_at_least": 0},
      "rescore_at_least must be a positive integer"),
     ({"name": "cross_encoder", "model": "m",
-      "second_stage": {"model": "m2", "rescore_within": 1}}, "rescore_within belongs to the first"),
+      "second_stage": {"model": "m2", "rescore_within": 1}},
+     "rescore_within and rescore_word_matches belong to the first"),
 ])
 def test_bad_specs_are_config_errors(spec, message):
     with pytest.raises(ConfigError, match=message):

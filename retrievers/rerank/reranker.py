@@ -7,7 +7,9 @@
 Only the retriever's first `top_n` hits are rescored, and only they are returned, best first by
 the reranker's logit (ties keep the retriever's order); each keeps the retriever's score and
 rank. With `rescore_within` only those of them whose retriever score is close to the best are
-rescored and returned (at least the first `rescore_at_least`; retrievers/rerank/shortlist.py).
+rescored and returned (at least the first `rescore_at_least`; retrievers/rerank/shortlist.py),
+and with `rescore_word_matches: N` also the N hits left out whose words best match the question
+and the one before it (retrievers/rerank/word_matches.py).
 The query of `rerank_turn` is the conversation formatted by a history strategy: by default the
 one the model was trained with (recorded in its folder), else the reader's (current question
 first). Scoring runs under `torch.inference_mode` in batches of `batch_size` pairs of similar
@@ -48,6 +50,7 @@ from .cascade import AUTO, NEVER, cascade_key, check_skip_margin, skips
 from .fusion import fuse, is_weight, retriever_key
 from .model import CrossEncoder
 from .shortlist import check_within, shortlist
+from .word_matches import match_text, with_word_matches, word_match_scores
 
 # fp32's pairwise order of the probe pairs that another precision must keep
 ORDER_AGREEMENT = 0.95
@@ -71,6 +74,8 @@ class CrossEncoderRerankerOptions:
     rescore_within: float | None = None  # rescore only hits whose standardised retriever score
     #                                      is within this of the best (shortlist.py); None: all
     rescore_at_least: int = 5           # with rescore_within: the first hits always rescored
+    rescore_word_matches: int = 0       # with rescore_within: also the hits left out whose
+    #                                     words best match the question, this many (word_matches.py)
 
     def __post_init__(self) -> None:
         weight = self.retriever_weight
@@ -82,6 +87,9 @@ class CrossEncoderRerankerOptions:
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                       or value < 1):
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        matches = self.rescore_word_matches
+        if isinstance(matches, bool) or not isinstance(matches, int) or matches < 0:
+            raise ValueError(f"rescore_word_matches must be an integer >= 0, got {matches!r}")
         self.precision = normalize_precision(self.precision, "reranker precision")
         self.skip_margin = check_skip_margin(self.skip_margin)
         if isinstance(self.second_stage, str):
@@ -96,9 +104,10 @@ class CrossEncoderRerankerOptions:
                                  f"{self.second_stage.get('name')!r}")
             if "second_stage" in spec:
                 raise ValueError("second_stage cannot have a second_stage of its own")
-            if spec.get("rescore_within") is not None:
-                raise ValueError("rescore_within belongs to the first stage (it reads the "
-                                 "retriever's scores), not second_stage")
+            if spec.get("rescore_within") is not None or spec.get("rescore_word_matches"):
+                raise ValueError("rescore_within and rescore_word_matches belong to the first "
+                                 "stage (they choose among the retriever's hits), not "
+                                 "second_stage")
             self.second_stage = {"top_n": 5, **spec}
 
 
@@ -216,7 +225,10 @@ class CrossEncoderReranker(MeasuredPrecision):
                        if self.skip_margin is not None else {}),
                     **({"rescore_within": self.options.rescore_within,
                         "rescore_at_least": self.options.rescore_at_least}
-                       if self.options.rescore_within is not None else {})}
+                       if self.options.rescore_within is not None else {}),
+                    **({"rescore_word_matches": self.options.rescore_word_matches}
+                       if self.options.rescore_within is not None
+                       and self.options.rescore_word_matches else {})}
         text = json.dumps(settings, sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:24]
 
@@ -230,7 +242,8 @@ class CrossEncoderReranker(MeasuredPrecision):
         """`rerank` with the query formatted from the conversation (each stage its way). With a
         second stage and a `timings` dict, its time in ms is written there under "second" (0 on
         a turn that skips it), so a pipeline can tell the stages' costs apart."""
-        first = self._rerank_first(self.query_text(question, history), hits, passages)
+        first = self._rerank_first(self.query_text(question, history), hits, passages,
+                                   match_text(question, history))
         if self.second is None:
             return first
         if timings is not None:
@@ -262,15 +275,15 @@ class CrossEncoderReranker(MeasuredPrecision):
         if there is one (on the same query) and the first stage's lead is under its margin.
         `passages`: the hits' passages in the same order, a mapping from passage id, or a
         passage store (anything with `get(passage_id)`)."""
-        first = self._rerank_first(query, hits, passages)
+        first = self._rerank_first(query, hits, passages, query)
         if self.second is None:
             return first
         if skips(first, self.skip_margin):
             return first[:self.second.options.top_n]
         return self.second.reorder(query, first, _by_id(hits, passages))
 
-    def _rerank_first(self, query: str, hits: Sequence[Hit], passages: Any
-                      ) -> list[RerankedHit]:
+    def _rerank_first(self, query: str, hits: Sequence[Hit], passages: Any,
+                      words_of: str) -> list[RerankedHit]:
         if not isinstance(query, str):
             raise DataError(f"expected the query text, got {type(query).__name__}",
                             field="query")
@@ -280,6 +293,10 @@ class CrossEncoderReranker(MeasuredPrecision):
             return []
         retrieved = [float(hit.score) for hit in top]
         kept = shortlist(retrieved, self.options.rescore_within, self.options.rescore_at_least)
+        if len(kept) < len(top) and self.options.rescore_word_matches:
+            kept = with_word_matches(
+                kept, word_match_scores(words_of, [f"{p.title} {p.text}" for p in texts]),
+                self.options.rescore_word_matches)
         logits = self.score(query, [texts[i] for i in kept])
         order = sorted(range(len(kept)), key=lambda j: (-logits[j], kept[j]))
         return fuse([RerankedHit(top[kept[j]].passage_id, logits[j], rank, retrieved[kept[j]],

@@ -48,31 +48,39 @@ def check_within(value: Any) -> float | None:
 GAPS = (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0)
 
 
-def gap_scores(turns: Iterable[tuple[Sequence[tuple[str, float]], Sequence[str], set[str]]],
-               gaps: Sequence[float] = GAPS, at_least: int = 5
+def gap_scores(turns: Iterable[Sequence[Any]], gaps: Sequence[float] = GAPS,
+               at_least: int = 5, word_matches: int = 0
                ) -> dict[float | None, dict[str, float]]:
     """For rescoring every hit (key None) and each gap: the answer passages' Hits@1 and Hits@5
     and the mean number of pairs rescored per turn. `turns`: each turn's retrieved top_n as
     (passage id, retriever score) in retriever order, the reranker's order of all of them
-    (every one rescored), and the turn's answer passage ids. A shortlist keeps the rescored
-    hits' scores (the fusion standardises over all top_n), so its ranking is the full one
-    without the hits left out: comparing gaps scores no pair twice."""
-    turns = [(list(retrieved), list(order), relevant) for retrieved, order, relevant in turns]
+    (every one rescored), the turn's answer passage ids and, with `word_matches` (the
+    `rescore_word_matches` option: a gap's shortlist also keeps that many of the hits it leaves
+    out, word_matches.py), each retrieved hit's word match with the question. A shortlist keeps
+    the rescored hits' scores (the fusion standardises over all top_n), so its ranking is the
+    full one without the hits left out: comparing gaps scores no pair twice."""
+    from .word_matches import with_word_matches
+
+    turns = [tuple(t) for t in turns]
     if not turns:
         raise ConfigError("no turns to score the rescoring gaps on")
-    for retrieved, order, _ in turns:
+    for retrieved, order, *rest in turns:
         if sorted(order) != sorted(pid for pid, _ in retrieved):
             raise ConfigError(f"the reranked hits ({len(order)}) are not the retrieved ones "
                               f"({len(retrieved)}): score the gaps on a reranker's whole "
                               "top_n")
+        if word_matches and (len(rest) < 2 or len(rest[1]) != len(retrieved)):
+            raise ConfigError("word matches need each retrieved hit's match score")
     out: dict[float | None, dict[str, float]] = {}
     for gap in (None, *gaps):
         hits1 = hits5 = pairs = 0
-        for retrieved, order, relevant in turns:
-            kept = {retrieved[i][0] for i in shortlist([s for _, s in retrieved], gap,
-                                                       at_least)}
-            ranked = [pid for pid in order if pid in kept]
-            pairs += len(kept)
+        for retrieved, order, relevant, *matches in turns:
+            kept = shortlist([s for _, s in retrieved], gap, at_least)
+            if word_matches and len(kept) < len(retrieved):
+                kept = with_word_matches(kept, matches[0], word_matches)
+            kept_ids = {retrieved[i][0] for i in kept}
+            ranked = [pid for pid in order if pid in kept_ids]
+            pairs += len(kept_ids)
             hits1 += bool(ranked) and ranked[0] in relevant
             hits5 += any(pid in relevant for pid in ranked[:5])
         out[gap] = {"hits@1": hits1 / len(turns), "hits@5": hits5 / len(turns),
@@ -80,15 +88,17 @@ def gap_scores(turns: Iterable[tuple[Sequence[tuple[str, float]], Sequence[str],
     return out
 
 
-def choose_gap(benchmarks: Sequence[Mapping[float | None, Mapping[str, float]]]
-               ) -> float | None:
+def choose_gap(benchmarks: Sequence[Mapping[Any, Mapping[str, float]]], baseline: Any = None
+               ) -> Any:
     """The gap that rescores fewest pairs (mean over `benchmarks`, each `gap_scores`) among
-    those whose Hits@1 and Hits@5 are at least rescoring every hit's on every benchmark; None
-    (rescore all) when none is."""
+    those whose Hits@1 and Hits@5 are at least the `baseline` setting's on every benchmark
+    (None: rescoring every hit); on a tie the first in the benchmarks' order (the smallest
+    gap), the baseline last. Keys may be any settings, e.g. (gap, word matches); the baseline
+    itself when no other setting is as good for fewer pairs."""
     if not benchmarks:
         raise ConfigError("no benchmarks to choose the rescoring gap on")
-    fine = [gap for gap in benchmarks[0] if gap is not None and all(
-        round(b[gap][m] - b[None][m], 9) >= 0 for b in benchmarks for m in ("hits@1", "hits@5"))]
-    if not fine:
-        return None
-    return min(fine, key=lambda gap: (sum(b[gap]["pairs"] for b in benchmarks), gap))
+    keys = [key for key in benchmarks[0] if key != baseline] + [baseline]
+    fine = [key for key in keys if all(round(b[key][m] - b[baseline][m], 9) >= 0
+                                       for b in benchmarks for m in ("hits@1", "hits@5"))]
+    return min(fine, key=lambda key: (sum(b[key]["pairs"] for b in benchmarks),
+                                      keys.index(key)))
