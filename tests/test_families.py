@@ -47,7 +47,13 @@ def test_the_large_family_swaps_the_reader_and_puts_a_reranker_before_it(tmp_pat
     assert path.reader == {"name": "extractive", "model": LARGE.reader}
     assert path.reranker == RerankerConfig("cross_encoder", {
         "model": LARGE.reranker, "top_n": LARGE.rerank_top_n,
+        "rescore_within": 4.0, "rescore_word_matches": 6,
         "second_stage": {"model": "convqa-reranker-large", "top_n": 5}})
+    # the shortlist options build: the family's reranker spec is a valid one
+    from retrievers.rerank.reranker import CrossEncoderRerankerOptions
+
+    options = CrossEncoderRerankerOptions(**path.reranker.options)
+    assert (options.rescore_within, options.rescore_word_matches) == (4.0, 6)
     assert path.retriever == embedded_path("dense", cache_dir=tmp_path).retriever
     configured = with_family(configured_path(film_yaml), LARGE)
     assert configured.reader["always_answer"] is True  # the file's reader options stay

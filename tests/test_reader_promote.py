@@ -272,7 +272,8 @@ def test_checks_can_run_through_a_model_family_pipeline(embedded_cache, monkeypa
     assert promote_reader.failed_checks(shipped, [README_QUESTION], family="large") == []
     assert built[-1].reader["model"] == str(shipped)
     assert built[-1].reranker.options == {"model": FAMILIES["large"].reranker,
-                                          "top_n": FAMILIES["large"].rerank_top_n}
+                                          "top_n": FAMILIES["large"].rerank_top_n,
+                                          **FAMILIES["large"].rerank_shortlist}
     assert promote_reader.failed_checks(shipped, [README_QUESTION]) == []
     assert built[-1].reranker is None
     with pytest.raises(ConfigError, match="--model-family must be one of"):

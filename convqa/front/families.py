@@ -33,6 +33,8 @@ class ModelFamily:
     reader: str
     reranker: str | None = None
     rerank_top_n: int | None = None
+    # which of the top_n the first reranker rescores (`rescore_within`, `rescore_word_matches`)
+    rerank_shortlist: Mapping[str, Any] | None = None
     # a slower reranker that reorders the first one's best few (the reranker's `second_stage`)
     rerank_second_stage: Mapping[str, Any] | None = None
     summary: str = ""
@@ -45,9 +47,13 @@ FAMILIES: Mapping[str, ModelFamily] = {
                     summary="MiniLM-L6 models: the fast default"),
         # the best measured full-collection row (and above one reranker on vital): the
         # reranker over the top 50, the large reranker reordering its best 5, the large reader
-        # over those (docs/reranker.md, "Two stages")
+        # over those (docs/reranker.md, "Two stages"); the first reranker rescores the hits
+        # within 4 standard deviations of the best and the 6 others whose words match best,
+        # which keep every hit's Hits on both collections' train turns behind DPR-IHN
+        # (docs/reranker.md, "Also the hits whose words match")
         ModelFamily("large", reader="convqa-reader-large", reranker="convqa-reranker",
                     rerank_top_n=50,
+                    rerank_shortlist={"rescore_within": 4.0, "rescore_word_matches": 6},
                     rerank_second_stage={"model": "convqa-reranker-large", "top_n": 5},
                     summary="the all-mpnet-base-v2 reader behind the reranker and the large "
                             "reranker (needs `convqa models install all-mpnet-base-v2`)"),
@@ -85,6 +91,7 @@ def with_family(path: PathConfig, family: ModelFamily) -> PathConfig:
         options: dict[str, Any] = {"model": family.reranker}
         if family.rerank_top_n is not None:
             options["top_n"] = family.rerank_top_n
+        options.update(family.rerank_shortlist or {})
         if family.rerank_second_stage is not None:
             options["second_stage"] = dict(family.rerank_second_stage)
         changed = replace(changed, reranker=RerankerConfig("cross_encoder", options))

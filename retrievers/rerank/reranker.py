@@ -283,7 +283,7 @@ class CrossEncoderReranker(MeasuredPrecision):
         return self.second.reorder(query, first, _by_id(hits, passages))
 
     def _rerank_first(self, query: str, hits: Sequence[Hit], passages: Any,
-                      words_of: str) -> list[RerankedHit]:
+                      match_query: str) -> list[RerankedHit]:
         if not isinstance(query, str):
             raise DataError(f"expected the query text, got {type(query).__name__}",
                             field="query")
@@ -295,7 +295,7 @@ class CrossEncoderReranker(MeasuredPrecision):
         kept = shortlist(retrieved, self.options.rescore_within, self.options.rescore_at_least)
         if len(kept) < len(top) and self.options.rescore_word_matches:
             kept = with_word_matches(
-                kept, word_match_scores(words_of, [f"{p.title} {p.text}" for p in texts]),
+                kept, word_match_scores(match_query, [f"{p.title} {p.text}" for p in texts]),
                 self.options.rescore_word_matches)
         logits = self.score(query, [texts[i] for i in kept])
         order = sorted(range(len(kept)), key=lambda j: (-logits[j], kept[j]))
