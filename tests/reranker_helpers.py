@@ -79,3 +79,27 @@ def reader_records(count=6, negatives=4, split="train", offset=0, title=None):
 def write_lines(path, records):
     path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
     return path
+
+
+def scored_passages(reranker) -> list:
+    """The passage ids of each `score` call `reranker` makes from now on (a list that fills)."""
+    calls: list = []
+    score = reranker.score
+    reranker.score = lambda query, passages: (calls.append([p.id for p in passages])
+                                              or score(query, passages))
+    return calls
+
+
+def rescore_gaps_args(root) -> tuple:
+    """(the benchmark folder, `rescore_gaps` arguments over a tiny reranker saved in root and
+    the tiny benchmark's BM25 top 4, caching in root/cache, reporting to root/r.json)."""
+    from training_helpers import make_benchmark_with_bm25
+
+    folder = root / "reranker"
+    tiny_cross_encoder(seed=4).save_pretrained(folder)
+    bench, bm25 = make_benchmark_with_bm25(root)
+    return bench, ["--reranker", str(folder), "--top-n", "4", "--at-least", "1",
+                   "--benchmark", str(bench),
+                   "--retriever", json.dumps({"name": "bm25", "index": str(bm25)}),
+                   "--history", "current_first", "--cache", str(root / "cache"),
+                   "--report", str(root / "r.json"), "--quiet"]

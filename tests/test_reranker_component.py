@@ -11,7 +11,7 @@ from convqa.errors import ConfigError, DataError
 from convqa.registry import RERANKERS
 from convqa.types import Hit, Passage, RerankedHit, Turn
 from reader_helpers import single_thread  # noqa: F401 (autouse fixture)
-from reranker_helpers import tiny_cross_encoder
+from reranker_helpers import scored_passages, tiny_cross_encoder
 from retrievers.rerank.reranker import CrossEncoderReranker, order_agreement
 
 PASSAGES = [Passage(f"p{i}", f"passage number {i} " + "about a harbour " * i, f"Title {i}")
@@ -89,9 +89,7 @@ def test_rescore_within_rescores_only_hits_near_the_retrievers_best():
     near = CrossEncoderReranker.from_model(model, top_n=6, precision="fp32",
                                            retriever_weight=0.5, rescore_within=1.0,
                                            rescore_at_least=2)
-    calls = []
-    score = near.score
-    near.score = lambda q, passages: calls.append([p.id for p in passages]) or score(q, passages)
+    calls = scored_passages(near)
     all_hits = every.rerank(query, hits, PASSAGES)
     kept = near.rerank(query, hits, PASSAGES)
     assert calls == [["p0", "p1", "p2"]]  # the far hits cost nothing

@@ -9,7 +9,7 @@ import pytest
 
 from convqa.errors import ConfigError
 from reader_helpers import single_thread  # noqa: F401 (autouse fixture)
-from reranker_helpers import tiny_cross_encoder
+from reranker_helpers import rescore_gaps_args
 from retrievers.rerank.shortlist import check_within, choose_gap, gap_scores, shortlist
 
 
@@ -57,18 +57,9 @@ def test_each_gaps_hits_come_from_the_full_ranking_without_the_hits_left_out():
 
 
 def test_the_tool_reports_every_gap_from_one_rescoring(tmp_path, capsys):
-    from training_helpers import make_benchmark_with_bm25
-
     from convqa.front.tools.rescore_gaps import main
 
-    folder = tmp_path / "reranker"
-    tiny_cross_encoder(seed=4).save_pretrained(folder)
-    bench, bm25 = make_benchmark_with_bm25(tmp_path)
-    args = ["--reranker", str(folder), "--top-n", "4", "--at-least", "1",
-            "--benchmark", str(bench), "--retriever", json.dumps({"name": "bm25",
-                                                                    "index": str(bm25)}),
-            "--history", "current_first", "--cache", str(tmp_path / "cache"),
-            "--report", str(tmp_path / "r.json"), "--quiet"]
+    _, args = rescore_gaps_args(tmp_path)
     assert main(args) == 0
     report = json.loads((tmp_path / "r.json").read_text())
     scores = report["benchmarks"][0]["scores"]
@@ -81,7 +72,7 @@ def test_the_tool_reports_every_gap_from_one_rescoring(tmp_path, capsys):
     stamps = [path.stat().st_mtime_ns for path in cached]
     assert len(cached) == 1 and main(args) == 0  # scored once: the second run reads the cache
     assert [path.stat().st_mtime_ns for path in cached] == stamps
-    assert main(["--reranker", str(folder), "--benchmark", str(tmp_path / "none"),
+    assert main(["--reranker", str(tmp_path / "reranker"), "--benchmark", str(tmp_path / "none"),
                  "--retriever", "bm25", "--quiet"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:")

@@ -16,7 +16,7 @@ from convqa.errors import ConfigError
 from convqa.registry import RERANKERS
 from convqa.types import Hit, Passage, Turn
 from reader_helpers import single_thread  # noqa: F401 (autouse fixture)
-from reranker_helpers import tiny_cross_encoder
+from reranker_helpers import rescore_gaps_args, scored_passages, tiny_cross_encoder
 from retrievers.rerank.reranker import CrossEncoderReranker
 from retrievers.rerank.shortlist import choose_gap, gap_scores
 from retrievers.rerank.word_matches import (match_text, with_word_matches, word_match_scores,
@@ -68,9 +68,7 @@ def test_the_reranker_also_rescores_the_far_hits_whose_words_match():
     matched = CrossEncoderReranker.from_model(model, top_n=6, precision="fp32",
                                               rescore_within=1.0, rescore_at_least=1,
                                               rescore_word_matches=1)
-    calls = []
-    score = matched.score
-    matched.score = lambda q, p: calls.append([x.id for x in p]) or score(q, p)
+    calls = scored_passages(matched)
     question, history = "who was the keeper?", [Turn("tell me about the lighthouse", "it is old")]
     assert {h.passage_id for h in near.rerank_turn(question, history, HITS, PASSAGES)} == \
         {"p0", "p1", "p2"}
@@ -118,18 +116,10 @@ def test_gap_scores_count_the_word_matches_pairs_and_what_they_find():
 
 
 def test_the_tool_reports_gaps_with_word_matches(tmp_path, capsys):
-    from training_helpers import make_benchmark_with_bm25
-
     from convqa.front.tools.rescore_gaps import main
 
-    folder = tmp_path / "reranker"
-    tiny_cross_encoder(seed=4).save_pretrained(folder)
-    bench, bm25 = make_benchmark_with_bm25(tmp_path)
-    args = ["--reranker", str(folder), "--top-n", "4", "--at-least", "1",
-            "--benchmark", str(bench), "--retriever", json.dumps({"name": "bm25",
-                                                                    "index": str(bm25)}),
-            "--history", "current_first", "--cache", str(tmp_path / "cache"),
-            "--word-matches", "0", "2", "--report", str(tmp_path / "r.json"), "--quiet"]
+    bench, args = rescore_gaps_args(tmp_path)
+    args += ["--word-matches", "0", "2"]
     assert main(args) == 0
     report = json.loads((tmp_path / "r.json").read_text())
     scores = report["benchmarks"][0]["scores"]
