@@ -146,3 +146,10 @@ def test_answer_flags_put_a_reranker_on_the_path(film_yaml):
                                                  "second_stage": {"model": "BIG"}}
     with pytest.raises(ConvQAError, match="--rerank-then goes with --rerank"):
         answer.answering_path(parser.parse_args(["answer", "q", "--rerank-then", "BIG"]))
+    # --set refines the reranker the flags put on the path (e.g. its shortlist)
+    refined = answer.answering_path(parser.parse_args([
+        "answer", "q", "--config", str(film_yaml), "--rerank", "RR", "--rerank-top-n", "50",
+        "--set", "reranker.rescore_within=3", "--set", "reranker.rescore_word_matches=4"]))
+    assert refined.pipeline_config()["reranker"] == {
+        "name": "cross_encoder", "model": "RR", "top_n": 50, "rescore_within": 3,
+        "rescore_word_matches": 4}

@@ -93,14 +93,14 @@ def answering_path(args: argparse.Namespace):
     else:
         path = embedded_path(args.retriever, None if args.no_reader else "default",
                              args.cache_dir)
-    path = with_family(path, family_named(args.model_family)).with_overrides(args.overrides)
-    if args.rerank:
+    if args.rerank:  # before --set, so that `--set reranker.KEY=VALUE` refines it
         options = {"model": args.rerank}
         if args.rerank_top_n is not None:
             options["top_n"] = args.rerank_top_n
         if args.rerank_then:
             options["second_stage"] = {"model": args.rerank_then}
         path = replace(path, reranker=RerankerConfig("cross_encoder", options))
+    path = with_family(path, family_named(args.model_family)).with_overrides(args.overrides)
     if args.always_answer and isinstance(getattr(path, "reader", None), dict):
         path = replace(path, reader={**path.reader, "always_answer": True})
     return path
