@@ -50,7 +50,7 @@ from .cascade import AUTO, NEVER, cascade_key, check_skip_margin, skips
 from .fusion import fuse, is_weight, retriever_key
 from .model import CrossEncoder
 from .shortlist import check_within, shortlist
-from .word_matches import match_text, with_word_matches, word_match_scores
+from .word_matches import match_text, passage_match_scores, with_word_matches
 
 # fp32's pairwise order of the probe pairs that another precision must keep
 ORDER_AGREEMENT = 0.95
@@ -294,9 +294,8 @@ class CrossEncoderReranker(MeasuredPrecision):
         retrieved = [float(hit.score) for hit in top]
         kept = shortlist(retrieved, self.options.rescore_within, self.options.rescore_at_least)
         if len(kept) < len(top) and self.options.rescore_word_matches:
-            kept = with_word_matches(
-                kept, word_match_scores(match_query, [f"{p.title} {p.text}" for p in texts]),
-                self.options.rescore_word_matches)
+            kept = with_word_matches(kept, passage_match_scores(match_query, texts),
+                                     self.options.rescore_word_matches)
         logits = self.score(query, [texts[i] for i in kept])
         order = sorted(range(len(kept)), key=lambda j: (-logits[j], kept[j]))
         return fuse([RerankedHit(top[kept[j]].passage_id, logits[j], rank, retrieved[kept[j]],

@@ -32,7 +32,7 @@ import re
 from collections import Counter
 from typing import Sequence
 
-from convqa.types import Turn
+from convqa.types import Passage, Turn
 
 STOP_WORDS = frozenset(
     "a an and are as at be been but by did do does for from had has have he her his how i if "
@@ -59,6 +59,11 @@ def word_match_scores(query: str, texts: Sequence[str]) -> list[float]:
     n = len(texts)
     return [sum(math.log((n + 1) / (counts[word] + 0.5)) for word in wanted & found)
             for found in sets]
+
+
+def passage_match_scores(query: str, passages: Sequence[Passage]) -> list[float]:
+    """Each passage's match with `query` (`word_match_scores` of its title and text)."""
+    return word_match_scores(query, [f"{p.title} {p.text}" for p in passages])
 
 
 def with_word_matches(kept: Sequence[int], scores: Sequence[float], count: int) -> list[int]:

@@ -57,25 +57,25 @@ def benchmark_turns(args: argparse.Namespace, source: Any, reranker: Any) -> lis
     from convqa.corpus.store import PassageStore
     from convqa.front.cli.train_fusion import retrieved_turns
     from convqa.front.evaluation.rerank import cached_rerank_turns
-    from retrievers.rerank.word_matches import match_text, word_match_scores
+    from retrievers.rerank.word_matches import match_text, passage_match_scores
 
     data, turns, hits = retrieved_turns(args, source, args.top_n)
     reranker.for_retriever(source.retriever)
     passages = Path(source.benchmark) / "passages"
     ranked = cached_rerank_turns(reranker, turns, data.conversations, hits, passages,
                                  args.top_n, args.cache, progress=not args.quiet)
-    store = PassageStore.open(passages) if any(args.word_matches) else None
-
-    def matches(turn: Any) -> list[float]:
-        if store is None:
-            return []
-        history = data.conversations[turn.conversation_id].history(turn.turn)
-        texts = [store.get(h.passage_id) for h in hits[turn.qid][:args.top_n]]
-        return word_match_scores(match_text(turn.question, history),
-                                 [f"{p.title} {p.text}" for p in texts])
-
-    return [([(h.passage_id, float(h.score)) for h in hits[t.qid][:args.top_n]],
-             [h.passage_id for h in ranked.hits[t.qid]], set(t.answer_passage_ids), matches(t))
+    retrieved = {t.qid: hits[t.qid][:args.top_n] for t in turns}
+    matches: dict[str, list[float]] = {t.qid: [] for t in turns}
+    if any(args.word_matches):
+        with PassageStore.open(passages) as store:
+            for t in turns:
+                history = data.conversations[t.conversation_id].history(t.turn)
+                matches[t.qid] = passage_match_scores(
+                    match_text(t.question, history),
+                    [store.get(h.passage_id) for h in retrieved[t.qid]])
+    return [([(h.passage_id, float(h.score)) for h in retrieved[t.qid]],
+             [h.passage_id for h in ranked.hits[t.qid]], set(t.answer_passage_ids),
+             matches[t.qid])
             for t in turns]
 
 
@@ -94,8 +94,8 @@ def report(args: argparse.Namespace) -> dict[str, Any]:
         for count in sorted({0, *args.word_matches}):
             for gap, s in gap_scores(turns, at_least=args.at_least,
                                      word_matches=count).items():
-                if gap is not None or not count:
-                    scores[(gap, count if gap is not None else 0)] = s
+                if gap is not None or not count:  # every hit: the same at every count
+                    scores[(gap, count)] = s
         benchmarks.append((str(source.benchmark), len(turns), scores))
     chosen_gap, chosen_matches = choose_gap([scores for _, _, scores in benchmarks],
                                             baseline=(args.against, 0))
