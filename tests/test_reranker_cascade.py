@@ -202,6 +202,44 @@ def test_command_line_bad_input_is_one_line(folders, tmp_path, capsys):
         assert len(err) == 1 and message in err[0]
 
 
+def test_command_line_leaves_out_the_turns_a_model_trained_on(folders, tmp_path, capsys):
+    from training_helpers import make_benchmark_with_bm25
+
+    from convqa.benchmark import load_labelled_turns
+    from convqa.front.cli.main import main as convqa
+
+    first, second = folders
+    bench, bm25 = make_benchmark_with_bm25(tmp_path)
+    data = load_labelled_turns(bench)
+    usable = [t for t in data.turns
+              if t.split == "train" and t.answer_evaluable and t.answer_passage_ids]
+    report = tmp_path / "r.json"
+    args = ["train", "reranker-cascade", "--reranker", str(first), "--then", str(second),
+            "--top-n", "4", "--then-top-n", "2", "--benchmark", str(bench),
+            "--retriever", json.dumps({"name": "bm25", "index": str(bm25)}),
+            "--turns", "1000", "--cache", str(tmp_path / "cache"), "--report", str(report),
+            "--quiet"]
+    assert convqa(args) == 0
+    assert json.loads(report.read_text())["turns"] == len(usable) >= 2
+
+    trained = tmp_path / "examples.jsonl"
+    trained.write_text(json.dumps({"id": f"another-collection/{usable[0].qid}"}) + "\n"
+                       + json.dumps({"id": "dev-v2.0/some-squad-question"}) + "\n")
+    assert convqa(args + ["--unseen-by", str(trained)]) == 0
+    assert json.loads(report.read_text())["turns"] == len(usable) - 1
+
+    other = tmp_path / "other.jsonl"
+    other.write_text(json.dumps({"id": "dev-v2.0/some-squad-question"}) + "\n")
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text(json.dumps({"id": f"full/{usable[0].qid}"}) + "\n[1, 2]\n")
+    capsys.readouterr()
+    for path, message in [(other, f"no example is a turn of {bench}"),
+                          (broken, f"{broken}:2")]:
+        assert convqa(args + ["--unseen-by", str(path)]) != 0
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], err
+
+
 class FixedRetriever:
     """Returns the module's hits whatever the query."""
 

@@ -59,6 +59,10 @@ def add_turn_arguments(p: argparse.ArgumentParser, cached: str, chosen: str,
     p.add_argument("--turns", type=int, default=300,
                    help="answer-evaluable turns per benchmark, a seeded sample (default 300)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
+    p.add_argument("--unseen-by", action="append", default=[], metavar="EXAMPLES",
+                   help="leave out the turns among these training examples (a `convqa train "
+                        "reranker-examples` or reader data file; ids `<corpus>/<qid>`), so a "
+                        "setting is chosen on turns the models did not train on (repeatable)")
     p.add_argument("--cache", metavar="DIR", help=f"keep {cached} here")
     p.add_argument("--report", metavar="FILE", help=f"write the scores of every {chosen} as JSON")
     p.add_argument("--write", action="store_true",
@@ -127,7 +131,10 @@ def retrieved_turns(args: argparse.Namespace, source: Source, top_n: int
     from readers.extractive.calibration_data import benchmark_turns, retrieve
 
     data = load_labelled_turns(source.benchmark)
-    turns, _ = benchmark_turns(data.turns, args.split, args.turns, 0, args.seed)
+    pool = data.turns
+    if getattr(args, "unseen_by", None):
+        pool = unseen_turns(pool, args.unseen_by, source.benchmark)
+    turns, _ = benchmark_turns(pool, args.split, args.turns, 0, args.seed)
     turns = [t for t in turns if t.answer_passage_ids]
     if not turns:
         raise ConfigError(f"{source.benchmark}: no answer-evaluable turns with answer passages "
@@ -135,6 +142,29 @@ def retrieved_turns(args: argparse.Namespace, source: Source, top_n: int
     hits = retrieve(turns, data.conversations, source.retriever, source.history, top_n,
                     progress=not args.quiet)
     return data, turns, hits
+
+
+def unseen_turns(turns: list, example_files: list[str], benchmark: str) -> list:
+    """`turns` less those whose qid an example of `example_files` holds (ids
+    `<collection>/<qid>`, the same TopiOCQA turn whichever collection it was read against: a
+    model that trained on a turn against the vital collection has seen its question and answer
+    passage on the full one too). A model ranks the turns it trained on better than new ones, so
+    a setting chosen on them trusts it too much. Files that hold none of the benchmark's turns
+    are refused (the wrong file) rather than leaving nothing out in silence."""
+    from convqa.errors import ConfigError, DataError
+    from convqa.io import iter_jsonl
+
+    seen: set[str] = set()
+    for path in example_files:
+        for line, record in iter_jsonl(path):
+            if not isinstance(record, dict) or not isinstance(record.get("id"), (str, int)):
+                raise DataError('expected a training example with an "id"', path, line)
+            seen.add(str(record["id"]).split("/", 1)[-1])
+    kept = [t for t in turns if t.qid not in seen]
+    if len(kept) == len(turns):
+        raise ConfigError(f"--unseen-by {', '.join(example_files)}: no example is a turn of "
+                          f"{benchmark} (their ids would be '<collection>/<qid>')")
+    return kept
 
 
 def scored_turns(args: argparse.Namespace, source: Source, reranker: Any, say
