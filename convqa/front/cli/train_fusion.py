@@ -61,8 +61,9 @@ def add_turn_arguments(p: argparse.ArgumentParser, cached: str, chosen: str,
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
     p.add_argument("--unseen-by", action="append", default=[], metavar="EXAMPLES",
                    help="leave out the turns among these training examples (a `convqa train "
-                        "reranker-examples` or reader data file; ids `<corpus>/<qid>`), so a "
-                        "setting is chosen on turns the models did not train on (repeatable)")
+                        "reranker-examples` or reader data file; ids `<collection>/<qid>`, "
+                        "matched on the qid), so a setting is chosen on turns the models did "
+                        "not train on (repeatable)")
     p.add_argument("--cache", metavar="DIR", help=f"keep {cached} here")
     p.add_argument("--report", metavar="FILE", help=f"write the scores of every {chosen} as JSON")
     p.add_argument("--write", action="store_true",
@@ -132,7 +133,7 @@ def retrieved_turns(args: argparse.Namespace, source: Source, top_n: int
 
     data = load_labelled_turns(source.benchmark)
     pool = data.turns
-    if getattr(args, "unseen_by", None):
+    if args.unseen_by:
         pool = unseen_turns(pool, args.unseen_by, source.benchmark)
     turns, _ = benchmark_turns(pool, args.split, args.turns, 0, args.seed)
     turns = [t for t in turns if t.answer_passage_ids]
