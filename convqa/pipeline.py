@@ -94,6 +94,7 @@ class Pipeline:
         self.reader = reader
         self.top_k = top_k
         self.config = config or {}
+        self._check_depth(top_k)
         # whether the reranker reports its second stage's time (a registered one need not)
         self._reranker_times_stages = reranker is not None and "timings" in inspect.signature(
             reranker.rerank_turn).parameters
@@ -127,6 +128,15 @@ class Pipeline:
         store = PassageStore.open(Path(config["passages"]))
         return cls(retriever, history, store, reader, top_k, dict(config), reranker)
 
+    def _check_depth(self, k: int) -> None:
+        """Refuse a top_k deeper than the reranker hands on: the reader would read fewer
+        passages than asked for without a word."""
+        returned = getattr(self.reranker, "returned", None)
+        if returned is not None and k > returned:
+            raise ConfigError(f"top_k {k} is more than the {returned} passages the reranker "
+                              "returns (its top_n, or its second stage's): lower top_k or "
+                              "raise that top_n")
+
     def _rerank(self, question: str, history: list[Turn], hits: list[Hit],
                 passages: list[Passage], stages: dict[str, float]) -> list[RerankedHit]:
         """The reranker's order of the turn; `stages` gets its second stage's ms when it
@@ -141,6 +151,7 @@ class Pipeline:
         if not question:
             raise ConvQAError("the question is empty")
         k = top_k or self.top_k
+        self._check_depth(k)
         timings: dict[str, float] = {}
         start = time.perf_counter()
         query_text = self.history.format(question, list(history))

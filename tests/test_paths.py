@@ -96,8 +96,13 @@ def test_a_reranker_sits_between_retriever_and_reader(film_yaml, tmp_path):
     assert path.reranker == RerankerConfig.from_spec(spec) and path.reranker.name == \
         "cross_encoder"
     assert path.with_overrides(["top_k=2"]).reranker == path.reranker
-    pipeline = build(path.without_reader())
+    # the reranker hands on its top 4: a reader asked for 5 would read 4 without a word
+    with pytest.raises(ConfigError, match="top_k 5 is more than the 4 passages the reranker"):
+        build(path.without_reader())
+    pipeline = build(path.with_overrides(["top_k=2"]).without_reader())
     assert isinstance(pipeline.reranker, CrossEncoderReranker)
+    with pytest.raises(ConfigError, match="top_k 6 is more than the 4 passages"):
+        pipeline.answer("Who directed the film?", top_k=6)
     plain = build(configured_path(film_yaml).without_reader())
     question = "Who directed the film?"
     retrieved = plain.answer(question, top_k=4)
