@@ -126,7 +126,7 @@ def test_a_cascade_reports_on_how_many_turns_its_second_stage_ran(bench, pipelin
     ran = {}
     for margin in ("never", 0):
         path = tmp_path / f"cascade-{margin}.yaml"
-        path.write_text(yaml.safe_dump({**config, "reranker": {
+        path.write_text(yaml.safe_dump({**config, "top_k": 2, "reranker": {
             "name": "cross_encoder", "model": str(first), "top_n": 3, "precision": "fp32",
             "second_stage": {"model": str(second), "top_n": 2, "precision": "fp32",
                              "skip_margin": margin}}}), encoding="utf-8")
