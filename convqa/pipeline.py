@@ -132,10 +132,14 @@ class Pipeline:
         """Refuse a top_k deeper than the reranker hands on: the reader would read fewer
         passages than asked for without a word."""
         returned = getattr(self.reranker, "returned", None)
-        if returned is not None and k > returned:
-            raise ConfigError(f"top_k {k} is more than the {returned} passages the reranker "
-                              "returns (its top_n, or its second stage's): lower top_k or "
-                              "raise that top_n")
+        if returned is None or k <= returned:
+            return
+        second = getattr(self.reranker, "second", None)
+        limit = ("reranker.second_stage.top_n"
+                 if second is not None and second.options.top_n == returned else
+                 "reranker.top_n")
+        raise ConfigError(f"top_k {k} is more than the {returned} passages the reranker "
+                          f"returns ({limit}): lower top_k or raise {limit}")
 
     def _rerank(self, question: str, history: list[Turn], hits: list[Hit],
                 passages: list[Passage], stages: dict[str, float]) -> list[RerankedHit]:

@@ -97,7 +97,7 @@ def test_a_reranker_sits_between_retriever_and_reader(film_yaml, tmp_path):
         "cross_encoder"
     assert path.with_overrides(["top_k=2"]).reranker == path.reranker
     # the reranker hands on its top 4: a reader asked for 5 would read 4 without a word
-    with pytest.raises(ConfigError, match="top_k 5 is more than the 4 passages the reranker"):
+    with pytest.raises(ConfigError, match=r"top_k 5 is more than the 4 passages the reranker returns \(reranker.top_n\)"):
         build(path.without_reader())
     pipeline = build(path.with_overrides(["top_k=2"]).without_reader())
     assert isinstance(pipeline.reranker, CrossEncoderReranker)
