@@ -134,10 +134,7 @@ class Pipeline:
         returned = getattr(self.reranker, "returned", None)
         if returned is None or k <= returned:
             return
-        second = getattr(self.reranker, "second", None)
-        limit = ("reranker.second_stage.top_n"
-                 if second is not None and second.options.top_n == returned else
-                 "reranker.top_n")
+        limit = getattr(self.reranker, "returned_by", "the reranker's top_n")
         raise ConfigError(f"top_k {k} is more than the {returned} passages the reranker "
                           f"returns ({limit}): lower top_k or raise {limit}")
 

@@ -50,7 +50,7 @@ from .cascade import AUTO, NEVER, cascade_key, check_skip_margin, skips
 from .fusion import fuse, is_weight, retriever_key
 from .model import CrossEncoder
 from .shortlist import check_within, shortlist
-from .word_matches import match_text, passage_match_scores, with_word_matches
+from .word_matches import match_text, passage_match_scores
 
 # fp32's pairwise order of the probe pairs that another precision must keep
 ORDER_AGREEMENT = 0.95
@@ -160,6 +160,13 @@ class CrossEncoderReranker(MeasuredPrecision):
         if self.second is None:
             return int(self.options.top_n)
         return min(int(self.options.top_n), int(self.second.options.top_n))
+
+    @property
+    def returned_by(self) -> str:
+        """The option that sets `returned`, as a pipeline config names it."""
+        if self.second is not None and self.second.options.top_n <= self.options.top_n:
+            return "reranker.second_stage.top_n"
+        return "reranker.top_n"
 
     @property
     def skip_margin(self) -> float | None:
@@ -292,10 +299,9 @@ class CrossEncoderReranker(MeasuredPrecision):
         if not top:
             return []
         retrieved = [float(hit.score) for hit in top]
-        kept = shortlist(retrieved, self.options.rescore_within, self.options.rescore_at_least)
-        if len(kept) < len(top) and self.options.rescore_word_matches:
-            kept = with_word_matches(kept, passage_match_scores(match_query, texts),
-                                     self.options.rescore_word_matches)
+        kept = shortlist(retrieved, self.options.rescore_within, self.options.rescore_at_least,
+                         self.options.rescore_word_matches,
+                         lambda: passage_match_scores(match_query, texts))
         logits = self.score(query, [texts[i] for i in kept])
         order = sorted(range(len(kept)), key=lambda j: (-logits[j], kept[j]))
         return fuse([RerankedHit(top[kept[j]].passage_id, logits[j], rank, retrieved[kept[j]],

@@ -18,21 +18,31 @@ retriever is sure of its best costs a few pairs instead of top_n.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from convqa.errors import ConfigError
 
 from .fusion import is_weight, standardised
+from .word_matches import with_word_matches
 
 
 def shortlist(retriever_scores: Sequence[float], within: float | None,
-              at_least: int = 1) -> list[int]:
-    """Indices (in the given order) of the hits to rescore."""
+              at_least: int = 1, word_matches: int = 0,
+              match_scores: Callable[[], Sequence[float]] | None = None) -> list[int]:
+    """Indices (in the given order) of the hits to rescore. With `word_matches` (the
+    `rescore_word_matches` option) also that many of the hits the gap leaves out, those whose
+    words best match the question (word_matches.py); `match_scores` gives every hit's match,
+    asked for only when the gap leaves some out."""
     if within is None:
         return list(range(len(retriever_scores)))
     z = standardised([float(s) for s in retriever_scores])
     best = max(z, default=0.0)
-    return [i for i, zi in enumerate(z) if i < at_least or best - zi <= within]
+    kept = [i for i, zi in enumerate(z) if i < at_least or best - zi <= within]
+    if word_matches and len(kept) < len(z):
+        if match_scores is None:
+            raise ConfigError("word matches need each retrieved hit's match score")
+        kept = with_word_matches(kept, match_scores(), word_matches)
+    return kept
 
 
 def check_within(value: Any) -> float | None:
@@ -59,8 +69,6 @@ def gap_scores(turns: Iterable[Sequence[Any]], gaps: Sequence[float] = GAPS,
     out, word_matches.py), each retrieved hit's word match with the question. A shortlist keeps
     the rescored hits' scores (the fusion standardises over all top_n), so its ranking is the
     full one without the hits left out: comparing gaps scores no pair twice."""
-    from .word_matches import with_word_matches
-
     turns = [tuple(t) for t in turns]
     if not turns:
         raise ConfigError("no turns to score the rescoring gaps on")
@@ -75,9 +83,8 @@ def gap_scores(turns: Iterable[Sequence[Any]], gaps: Sequence[float] = GAPS,
     for gap in (None, *gaps):
         hits1 = hits5 = pairs = 0
         for retrieved, order, relevant, *matches in turns:
-            kept = shortlist([s for _, s in retrieved], gap, at_least)
-            if word_matches and len(kept) < len(retrieved):
-                kept = with_word_matches(kept, matches[0], word_matches)
+            kept = shortlist([s for _, s in retrieved], gap, at_least, word_matches,
+                             lambda: matches[0])
             kept_ids = {retrieved[i][0] for i in kept}
             ranked = [pid for pid in order if pid in kept_ids]
             pairs += len(kept_ids)
