@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -223,14 +224,17 @@ def benchmark_examples(folder: str | os.PathLike, article_negatives: int = 16,
                        mined_negatives: int = 16, run: str | os.PathLike | None = None,
                        history: Any = None, max_examples: int | None = None,
                        max_heldout: int | None = None, seed: int = 0,
-                       report: Any = None) -> list[RerankExample]:
+                       report: Any = None, weak: Any = None) -> list[RerankExample]:
     """Examples of a benchmark folder (module docstring); `run` mines from a run file, else
-    BM25 (FOLDER/indexes/bm25, or built in memory) over the `history`-formatted turn."""
+    BM25 (FOLDER/indexes/bm25, or built in memory) over the `history`-formatted turn. With a
+    `weak` rule (weak_positives.WeakPositiveRule) the train turns without an answer passage
+    join too, where the rule finds one (source "topiocqa-wiki:CORPUS:weak")."""
     from convqa.benchmark.labelled_turns import (article_id_of, evaluable_answers,
                                                  load_labelled_turns, occurs)
     from convqa.corpus import PassageStore
     from convqa.metrics.answer import normalize_answer
     from readers.extractive.data import BuildReport
+    from retrievers.rerank.weak_positives import content_words, coverage
 
     folder = Path(folder)
     report = report if report is not None else BuildReport()
@@ -244,19 +248,32 @@ def benchmark_examples(folder: str | os.PathLike, article_negatives: int = 16,
             splits["train" if turn.split == "train" else "heldout"].append(turn)
     turns = (sample(splits["train"], max_examples, seed, f"{corpus}:train")
              + sample(splits["heldout"], max_heldout, seed, f"{corpus}:heldout"))
+    weak_positive = _weak_positives(data, store, weak) if weak is not None else {}
+    turns += sample([t for t in data.turns if t.qid in weak_positive], max_examples, seed,
+                    f"{corpus}:weak")
     rankings = _benchmark_rankings(turns, data, folder, store, run, history)
     examples = []
     for turn, ranking in zip(turns, rankings):
         split = "train" if turn.split == "train" else "heldout"
-        positives = set(turn.answer_passage_ids)
-        answers = evaluable_answers(turn.answers)
+        if turn.answer_evaluable:
+            positive_ids, turn_source = list(turn.answer_passage_ids), source
+            answers = evaluable_answers(turn.answers)
+
+            def holds_answer(pid: str, answers=answers) -> bool:
+                text = normalize_answer(_get(store, pid, run).text)
+                return any(occurs(answer, text) for answer in answers)
+        else:
+            positive_ids, turn_source = [weak_positive[turn.qid]], f"{source}:weak"
+            answer_words = content_words(_written_answer(turn))
+
+            def holds_answer(pid: str, words=answer_words) -> bool:
+                passage_words = Counter(content_words(_get(store, pid, run).text))
+                return coverage(words, passage_words) >= weak.max_negative_coverage
+        positives = set(positive_ids)
         article = [pid for pid in turn.gold_passage_ids() if pid not in positives]
 
-        def clean(pid: str, answers=answers, positives=positives) -> bool:
-            if pid in positives:
-                return False
-            text = normalize_answer(_get(store, pid, run).text)
-            return not any(occurs(answer, text) for answer in answers)
+        def clean(pid: str, positives=positives, holds_answer=holds_answer) -> bool:
+            return pid not in positives and not holds_answer(pid)
 
         gold = turn.gold_article_id
         chosen_article, mined = pick_negatives(
@@ -266,13 +283,40 @@ def benchmark_examples(folder: str | os.PathLike, article_negatives: int = 16,
         examples.append(RerankExample(
             f"{corpus}/{turn.qid}", turn.question,
             [(t.question, t.answer) for t in conversation.history(turn.turn)],
-            [store.get(pid) for pid in turn.answer_passage_ids],
+            [store.get(pid) for pid in positive_ids],
             [store.get(pid) for pid in chosen_article], [_get(store, pid, run) for pid in mined],
-            split, source))
-        report.add(source, f"{split}_examples")
-        report.add(source, f"{split}_article_negatives", len(chosen_article))
-        report.add(source, f"{split}_mined_negatives", len(mined))
+            split, turn_source))
+        report.add(turn_source, f"{split}_examples")
+        report.add(turn_source, f"{split}_article_negatives", len(chosen_article))
+        report.add(turn_source, f"{split}_mined_negatives", len(mined))
     return examples
+
+
+def _weak_positives(data: Any, store: Any, rule: Any) -> dict[str, str]:
+    """qid -> the weak answer passage of each train turn that is retrieval-evaluable, has a
+    written answer but no answer passage, and whose article has one by `rule`."""
+    from retrievers.rerank.weak_positives import weak_answer_passage
+
+    found = {}
+    for turn in data.turns:
+        if turn.split != "train" or turn.answer_evaluable or not turn.retrieval_evaluable:
+            continue
+        answer = _written_answer(turn)
+        if answer is None:
+            continue
+        texts = {pid: store.get(pid).text for pid in turn.gold_passage_ids()}
+        pid = weak_answer_passage(answer, texts, rule)
+        if pid is not None:
+            found[turn.qid] = pid
+    return found
+
+
+def _written_answer(turn: Any) -> str | None:
+    """The turn's first answer that is a written one (not yes / no / UNANSWERABLE)."""
+    from convqa.benchmark.labelled_turns import EXCLUDED_ANSWERS
+    from convqa.metrics.answer import normalize_answer
+
+    return next((a for a in turn.answers if normalize_answer(a) not in EXCLUDED_ANSWERS), None)
 
 
 def _get(store: Any, pid: str, run: Any) -> Passage:
@@ -397,6 +441,7 @@ class ExampleSources:
     max_heldout: int | None = 1000                        # per source
     history: Any = None                                   # BM25 mining's query formatting
     seed: int = 0
+    weak_positives: Any = None      # a WeakPositiveRule: also the benchmarks' weakly labelled turns
 
     def __post_init__(self) -> None:
         from convqa.errors import ConfigError
@@ -428,7 +473,8 @@ def build_examples(sources: ExampleSources, say: Callable[[str], None] = lambda 
         examples += benchmark_examples(folder, sources.article_negatives,
                                        sources.mined_negatives, sources.runs.get(folder),
                                        sources.history, sources.max_examples,
-                                       sources.max_heldout, sources.seed, report)
+                                       sources.max_heldout, sources.seed, report,
+                                       sources.weak_positives)
     return examples, report.to_dict()
 
 

@@ -122,6 +122,11 @@ def _add_sources(p: argparse.ArgumentParser) -> None:
                    help="training questions per source (a seeded sample)")
     p.add_argument("--max-heldout", type=positive_int, default=1000, metavar="N",
                    help="held-out questions kept per source (default 1000)")
+    p.add_argument("--weak-positives", type=fraction, metavar="COVERAGE",
+                   help="also the benchmarks' train turns whose answer occurs in no passage "
+                        "word for word: the passage of the topic article holding this share of "
+                        "the answer's content words, 0.2 ahead of any other, is their positive "
+                        "(e.g. 0.7; retrievers/rerank/weak_positives.py)")
 
 
 def _sources(args: argparse.Namespace):
@@ -144,7 +149,18 @@ def _sources(args: argparse.Namespace):
                           article_negatives=args.article_negatives,
                           mined_negatives=args.mined_negatives,
                           heldout_fraction=args.heldout_fraction, max_examples=args.max_examples,
-                          max_heldout=args.max_heldout, history=history, seed=args.seed)
+                          max_heldout=args.max_heldout, history=history, seed=args.seed,
+                          weak_positives=_weak_rule(getattr(args, "weak_positives", None)))
+
+
+def _weak_rule(min_coverage: float | None):
+    from retrievers.rerank.weak_positives import WeakPositiveRule
+
+    if min_coverage is None:
+        return None
+    return WeakPositiveRule(min_coverage=min_coverage,
+                            max_negative_coverage=min(WeakPositiveRule.max_negative_coverage,
+                                                      min_coverage))
 
 
 def run_reranker(args: argparse.Namespace) -> int:

@@ -1,0 +1,81 @@
+"""Answer passages for the turns whose answer occurs in no passage word for word.
+
+TopiOCQA answers are free-form sentences written from a passage of the topic article, so most
+retrieval-evaluable turns have no answer passage by the benchmark's rule (the normalized
+answer inside the normalized passage): 7,578 full-collection train turns against 3,561 with
+one. Their passage is usually still plain to see: the one passage of the article that holds
+most of the answer's content words, well ahead of its siblings. `weak_answer_passage` names it
+when that is so, for training a reranker on more turns than the exact rule gives; evaluation
+keeps the exact rule.
+
+    >>> rule = WeakPositiveRule(min_coverage=0.7, min_lead=0.2)
+    >>> weak_answer_passage("It is a large freshwater fish of North America.", {
+    ...     "A#0": "The muskellunge is a large, uncommon freshwater fish of North America.",
+    ...     "A#1": "It is the largest member of the pike family."}, rule)
+    'A#0'
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Mapping
+
+from convqa.errors import ConfigError
+from convqa.metrics.answer import normalize_answer
+
+# Function words carry no evidence of where an answer was read; normalize_answer has already
+# dropped the articles.
+FUNCTION_WORDS = frozenset(
+    "of in on at to and or is was were are be been by for with as from that this it its his "
+    "her their he she they them which who whom what when where how not no yes".split())
+
+
+def content_words(text: str) -> list[str]:
+    return [w for w in normalize_answer(text).split() if w not in FUNCTION_WORDS]
+
+
+def coverage(answer_words: list[str], passage_words: Counter) -> float:
+    """The share of the answer's content words (counted with repeats) found in the passage."""
+    if not answer_words:
+        return 0.0
+    found = sum((Counter(answer_words) & passage_words).values())
+    return found / len(answer_words)
+
+
+@dataclass(frozen=True)
+class WeakPositiveRule:
+    """When a passage counts as the answer passage, and which siblings may be negatives."""
+
+    min_coverage: float = 0.7      # of the answer's content words, in the chosen passage
+    min_lead: float = 0.2          # over the passage with the next best coverage
+    max_negative_coverage: float = 0.5  # a negative covers less than this: no second source
+    min_answer_words: int = 2      # shorter answers ("1997") match too many passages by chance
+
+    def __post_init__(self) -> None:
+        for name in ("min_coverage", "min_lead", "max_negative_coverage"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                    or not 0 <= value <= 1:
+                raise ConfigError(f"weak positives: {name} must be in [0, 1], got {value!r}")
+        if self.max_negative_coverage > self.min_coverage:
+            raise ConfigError("weak positives: max_negative_coverage must not exceed "
+                              "min_coverage")
+
+
+def coverages(answer: str, passages: Mapping[str, str]) -> dict[str, float]:
+    words = content_words(answer)
+    return {pid: coverage(words, Counter(content_words(text))) for pid, text in passages.items()}
+
+
+def weak_answer_passage(answer: str, passages: Mapping[str, str],
+                        rule: WeakPositiveRule) -> str | None:
+    """The id of the passage (of one article: id -> text) that holds the answer by `rule`, or
+    None where no passage covers enough of it or two come close."""
+    if len(content_words(answer)) < rule.min_answer_words or not passages:
+        return None
+    ranked = sorted(coverages(answer, passages).items(), key=lambda item: (-item[1], item[0]))
+    best_id, best = ranked[0]
+    runner_up = ranked[1][1] if len(ranked) > 1 else 0.0
+    if best < rule.min_coverage or best - runner_up < rule.min_lead:
+        return None
+    return best_id
