@@ -229,12 +229,9 @@ def benchmark_examples(folder: str | os.PathLike, article_negatives: int = 16,
     BM25 (FOLDER/indexes/bm25, or built in memory) over the `history`-formatted turn. With a
     `weak` rule (weak_positives.WeakPositiveRule) the train turns without an answer passage
     join too, where the rule finds one (source "topiocqa-wiki:CORPUS:weak")."""
-    from convqa.benchmark.labelled_turns import (article_id_of, evaluable_answers,
-                                                 load_labelled_turns, occurs)
+    from convqa.benchmark.labelled_turns import article_id_of, load_labelled_turns
     from convqa.corpus import PassageStore
-    from convqa.metrics.answer import normalize_answer
     from readers.extractive.data import BuildReport
-    from retrievers.rerank.weak_positives import content_words, coverage
 
     folder = Path(folder)
     report = report if report is not None else BuildReport()
@@ -253,22 +250,18 @@ def benchmark_examples(folder: str | os.PathLike, article_negatives: int = 16,
                     f"{corpus}:weak")
     rankings = _benchmark_rankings(turns, data, folder, store, run, history)
     examples = []
+
+    def text_of(pid: str) -> str:
+        return _get(store, pid, run).text
+
     for turn, ranking in zip(turns, rankings):
         split = "train" if turn.split == "train" else "heldout"
         if turn.answer_evaluable:
             positive_ids, turn_source = list(turn.answer_passage_ids), source
-            answers = evaluable_answers(turn.answers)
-
-            def holds_answer(pid: str, answers=answers) -> bool:
-                text = normalize_answer(_get(store, pid, run).text)
-                return any(occurs(answer, text) for answer in answers)
+            holds_answer = _exact_answer_test(turn, text_of)
         else:
             positive_ids, turn_source = [weak_positive[turn.qid]], f"{source}:weak"
-            answer_words = content_words(_written_answer(turn))
-
-            def holds_answer(pid: str, words=answer_words) -> bool:
-                passage_words = Counter(content_words(_get(store, pid, run).text))
-                return coverage(words, passage_words) >= weak.max_negative_coverage
+            holds_answer = _weak_answer_test(turn, text_of, weak)
         positives = set(positive_ids)
         article = [pid for pid in turn.gold_passage_ids() if pid not in positives]
 
@@ -290,6 +283,26 @@ def benchmark_examples(folder: str | os.PathLike, article_negatives: int = 16,
         report.add(turn_source, f"{split}_article_negatives", len(chosen_article))
         report.add(turn_source, f"{split}_mined_negatives", len(mined))
     return examples
+
+
+def _exact_answer_test(turn: Any, text_of: Callable[[str], str]) -> Callable[[str], bool]:
+    """Whether a passage holds one of the turn's answers by the benchmark's own rule."""
+    from convqa.benchmark.labelled_turns import evaluable_answers, occurs
+    from convqa.metrics.answer import normalize_answer
+
+    answers = evaluable_answers(turn.answers)
+    return lambda pid: any(occurs(a, normalize_answer(text_of(pid))) for a in answers)
+
+
+def _weak_answer_test(turn: Any, text_of: Callable[[str], str], rule: Any
+                      ) -> Callable[[str], bool]:
+    """Whether a passage covers enough of a weakly labelled turn's answer to be a second source
+    of it (never a negative)."""
+    from retrievers.rerank.weak_positives import content_words, coverage
+
+    words = content_words(_written_answer(turn))
+    return lambda pid: coverage(words, Counter(content_words(text_of(pid)))) \
+        >= rule.max_negative_coverage
 
 
 def _weak_positives(data: Any, store: Any, rule: Any) -> dict[str, str]:
