@@ -291,7 +291,12 @@ def _exact_answer_test(turn: Any, text_of: Callable[[str], str]) -> Callable[[st
     from convqa.metrics.answer import normalize_answer
 
     answers = evaluable_answers(turn.answers)
-    return lambda pid: any(occurs(a, normalize_answer(text_of(pid))) for a in answers)
+
+    def holds_answer(pid: str) -> bool:
+        text = normalize_answer(text_of(pid))
+        return any(occurs(answer, text) for answer in answers)
+
+    return holds_answer
 
 
 def _weak_answer_test(turn: Any, text_of: Callable[[str], str], rule: Any
@@ -325,11 +330,10 @@ def _weak_positives(data: Any, store: Any, rule: Any) -> dict[str, str]:
 
 
 def _written_answer(turn: Any) -> str | None:
-    """The turn's first answer that is a written one (not yes / no / UNANSWERABLE)."""
-    from convqa.benchmark.labelled_turns import EXCLUDED_ANSWERS
-    from convqa.metrics.answer import normalize_answer
+    """The turn's first written answer (not yes / no / UNANSWERABLE), normalized."""
+    from convqa.benchmark.labelled_turns import evaluable_answers
 
-    return next((a for a in turn.answers if normalize_answer(a) not in EXCLUDED_ANSWERS), None)
+    return next(iter(evaluable_answers(turn.answers)), None)
 
 
 def _get(store: Any, pid: str, run: Any) -> Passage:

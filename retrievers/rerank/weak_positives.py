@@ -62,18 +62,15 @@ class WeakPositiveRule:
                               "min_coverage")
 
 
-def coverages(answer: str, passages: Mapping[str, str]) -> dict[str, float]:
-    words = content_words(answer)
-    return {pid: coverage(words, Counter(content_words(text))) for pid, text in passages.items()}
-
-
 def weak_answer_passage(answer: str, passages: Mapping[str, str],
                         rule: WeakPositiveRule) -> str | None:
     """The id of the passage (of one article: id -> text) that holds the answer by `rule`, or
     None where no passage covers enough of it or two come close."""
-    if len(content_words(answer)) < rule.min_answer_words or not passages:
+    words = content_words(answer)
+    if len(words) < rule.min_answer_words or not passages:
         return None
-    ranked = sorted(coverages(answer, passages).items(), key=lambda item: (-item[1], item[0]))
+    ranked = sorted(((pid, coverage(words, Counter(content_words(text))))
+                     for pid, text in passages.items()), key=lambda item: (-item[1], item[0]))
     best_id, best = ranked[0]
     runner_up = ranked[1][1] if len(ranked) > 1 else 0.0
     if best < rule.min_coverage or best - runner_up < rule.min_lead:
