@@ -13,7 +13,7 @@ from conftest import shared_file
 from convqa.corpus.passages import article_passages
 from convqa.errors import ConfigError
 from retrievers.rerank.data import ExampleSources, benchmark_examples, build_examples
-from retrievers.rerank.weak_positives import (WeakPositiveRule, content_words, coverage,
+from convqa.benchmark.weak_positives import (WeakPositiveRule, content_words, coverage,
                                               weak_answer_passage)
 from training_helpers import TURNS, make_benchmark
 

@@ -12,7 +12,10 @@ Sources (`build_examples([(source, path), ...])`):
   *train* turns that have answer passages, those passages as positives (ids of the benchmark's
   store), history with answers, no rewrite. Rank-trained on them with the teacher's index of
   the same store, a student learns to tell the answer passage from the other passages of its
-  article, which the teacher's top-k is full of (dev turns are never read);
+  article, which the teacher's top-k is full of (dev turns are never read). With a
+  weak-positive rule (`--weak-positives`, convqa/benchmark/weak_positives.py) also the train
+  turns whose free-form answer occurs in no passage word for word: the passage the rule names is
+  their positive, the siblings that may hold the answer too are their `not_negatives`;
 - `jsonl`: this module's JSONL format (below), for any other data.
 
 An example's id is `"{conversation_id}_{turn}"` (`str(QueryId)`), so the same turn read from two
@@ -38,7 +41,8 @@ JSONL format, one example per line:
      "history": [{"question": "...", "answer": "..." | null}, ...],
      "rewrite": "what did X do?" | null,
      "positives": [{"id": "passage id" | null, "text": "..." | null, "title": ""}],
-     "source": "jsonl", "query": "formatted student input (optional, written by run.py)"}
+     "source": "jsonl", "query": "formatted student input (optional, written by run.py)",
+     "not_negatives": ["passage id", ...]}    (optional: never mined as negatives)
 `id`, `conversation_id`, `turn` (>= 1), `question`, `history` are required; a positive needs an
 `id` or a `text`. Any problem is a DataError naming the file, line and field.
 """
@@ -83,6 +87,7 @@ class ConvDRExample:
     rewrite: str | None = None
     positives: list[PassageRef] = field(default_factory=list)
     query: str | None = None  # the student's input text, once formatted (run.py)
+    not_negatives: list[str] = field(default_factory=list)  # passage ids never mined as negatives
 
     @property
     def has_rewrite(self) -> bool:
@@ -95,6 +100,8 @@ class ConvDRExample:
                 "rewrite": self.rewrite, "positives": [p.to_dict() for p in self.positives]}
         if self.query is not None:
             data["query"] = self.query
+        if self.not_negatives:
+            data["not_negatives"] = list(self.not_negatives)
         return data
 
 
@@ -147,20 +154,34 @@ def cast_examples(directory: str | os.PathLike, min_relevance: int = 1) -> list[
     return examples
 
 
-def benchmark_examples(folder: str | os.PathLike) -> list[ConvDRExample]:
-    """The train turns of a benchmark folder with answer passages, those as positives."""
+def benchmark_examples(folder: str | os.PathLike, weak: Any = None) -> list[ConvDRExample]:
+    """The train turns of a benchmark folder with answer passages, those as positives; with a
+    `weak` rule (convqa.benchmark.weak_positives.WeakPositiveRule) also the train turns whose
+    answer occurs in no passage word for word, where the rule names their passage (source
+    "benchmark:weak"; the siblings that may hold the answer too are never negatives)."""
     from convqa.benchmark.labelled_turns import load_labelled_turns
 
     labelled = load_labelled_turns(folder)
+    labels = {}
+    if weak is not None:
+        from convqa.benchmark.weak_positives import weak_labels
+        from convqa.corpus import PassageStore
+
+        labels = weak_labels(labelled, PassageStore.open(Path(folder) / "passages"), weak)
     examples = []
     for record in labelled.turns:
-        if record.split != "train" or not record.answer_passage_ids:
+        label = labels.get(record.qid)
+        if record.split != "train" or not (record.answer_passage_ids or label):
             continue
         conversation = labelled.conversations[record.conversation_id]
-        examples.append(ConvDRExample(
-            record.qid, "benchmark", record.conversation_id, record.turn, record.question,
-            list(conversation.history(record.turn)),
-            positives=[PassageRef(pid) for pid in record.answer_passage_ids]))
+        example = ConvDRExample(record.qid, "benchmark", record.conversation_id, record.turn,
+                                record.question, list(conversation.history(record.turn)))
+        if record.answer_passage_ids:
+            example.positives = [PassageRef(pid) for pid in record.answer_passage_ids]
+        else:
+            example.source, example.positives = "benchmark:weak", [PassageRef(label.passage)]
+            example.not_negatives = list(label.second_sources)
+        examples.append(example)
     return examples
 
 
@@ -218,6 +239,15 @@ def _positives(record: dict, path: Path, line: int) -> list[PassageRef]:
     return refs
 
 
+def _not_negatives(record: dict, path: Path, line: int) -> list[str]:
+    items = record.get("not_negatives")
+    if items is None:
+        return []
+    if not isinstance(items, list) or not all(isinstance(i, str) and i for i in items):
+        raise DataError("expected a list of passage ids", path, line, "not_negatives")
+    return list(items)
+
+
 def load_examples_jsonl(path: str | os.PathLike) -> list[ConvDRExample]:
     """Examples from the JSONL format of the module doc; ids must be unique."""
     path = Path(path)
@@ -244,7 +274,7 @@ def load_examples_jsonl(path: str | os.PathLike) -> list[ConvDRExample]:
         examples.append(ConvDRExample(
             example_id, source, conversation, turn, question, _history(record, path, line),
             rewrite.strip() if rewrite and rewrite.strip() else None,
-            _positives(record, path, line), query))
+            _positives(record, path, line), query, _not_negatives(record, path, line)))
     return examples
 
 
@@ -268,8 +298,10 @@ def parse_data_spec(text: str) -> tuple[str, str]:
     return source, path.strip()
 
 
-def load_source(source: str, path: str | os.PathLike,
-                cast_min_relevance: int = 1) -> list[ConvDRExample]:
+def load_source(source: str, path: str | os.PathLike, cast_min_relevance: int = 1,
+                weak: Any = None) -> list[ConvDRExample]:
+    """The examples of one source; `weak` (a WeakPositiveRule) adds a benchmark's weakly
+    labelled turns."""
     if not Path(path).exists():
         raise DataError("not found", path)
     if source == "canard":
@@ -281,7 +313,7 @@ def load_source(source: str, path: str | os.PathLike,
     if source == "cast":
         return cast_examples(path, cast_min_relevance)
     if source == "benchmark":
-        return benchmark_examples(path)
+        return benchmark_examples(path, weak)
     if source == "jsonl":
         return load_examples_jsonl(path)
     raise ConfigError(f"unknown data source {source!r} (known: {', '.join(SOURCES)})")
@@ -293,14 +325,15 @@ class BuiltExamples:
     counts: dict[str, dict[str, int]]  # per source: read, kept, duplicates
 
 
-def build_examples(specs: Sequence[tuple[str, str]],
-                   cast_min_relevance: int = 1) -> BuiltExamples:
-    """Every example of every (source, path), the first of each id kept."""
+def build_examples(specs: Sequence[tuple[str, str]], cast_min_relevance: int = 1,
+                   weak: Any = None) -> BuiltExamples:
+    """Every example of every (source, path), the first of each id kept; `weak` as for
+    `load_source` (counted as `weak` among the kept)."""
     examples: list[ConvDRExample] = []
     seen: set[str] = set()
     counts: dict[str, dict[str, int]] = {}
     for source, path in specs:
-        loaded = load_source(source, path, cast_min_relevance)
+        loaded = load_source(source, path, cast_min_relevance, weak)
         count = counts.setdefault(source, {"read": 0, "kept": 0, "duplicates": 0})
         count["read"] += len(loaded)
         for example in loaded:
@@ -310,6 +343,8 @@ def build_examples(specs: Sequence[tuple[str, str]],
             seen.add(example.id)
             examples.append(example)
             count["kept"] += 1
+            if example.source.endswith(":weak"):
+                count["weak"] = count.get("weak", 0) + 1
     return BuiltExamples(examples, counts)
 
 

@@ -12,8 +12,8 @@ rewrite, or, for an example without a rewrite, for the conversation text. Then:
   with a rewrite but no usable positive takes the teacher's top-1 on the rewrite as its
   positive. This is the teacher's judgement, not a label; it makes Rank trainable on data
   without gold passages (OR-QuAC train, CANARD);
-- negatives: the top-k minus the positives (and minus any passage whose text equals a
-  positive's text), best first.
+- negatives: the top-k minus the positives, the example's `not_negatives` and any passage
+  whose text equals a positive's text, best first.
 An example left without a positive or without a negative gets no group; in multitask mode its
 Rank term is masked (KD only), in rank mode it is not trained on.
 
@@ -147,6 +147,8 @@ def examples_digest(examples: Sequence[ConvDRExample]) -> str:
         for ref in example.positives:
             digest.update(repr((ref.id, ref.text, ref.title)).encode("utf-8"))
         digest.update(b"\x01" if example.has_rewrite else b"\x02")
+        if example.not_negatives:
+            digest.update(repr(sorted(example.not_negatives)).encode("utf-8"))
     return digest.hexdigest()
 
 
@@ -210,7 +212,8 @@ def mine_groups(teacher, examples: Sequence[ConvDRExample], query_vectors: np.nd
         positive_ranks = [rank for rank, row in enumerate(ranked, 1) if row in positives]
         if positives and not pseudo and positive_ranks:
             counts["given_positive_in_top_k"] += 1
-        taken = set(positives)
+        taken = set(positives) | {store.index(pid) for pid in example.not_negatives
+                                  if pid in store}
         negatives = [row for row in ranked if row not in taken
                      and not (texts and store.at(row).text.strip() in texts)]
         if not positives:

@@ -62,6 +62,7 @@ class ConvDRRunConfig:
     exclude: list[str] = field(default_factory=list)  # benchmark folders: dialogs held out
     max_examples: int | None = None     # seeded sample of the training examples
     cast_min_relevance: int = 1
+    weak_positives: float | None = None  # min coverage: also benchmarks' weakly labelled turns
     lora_r: int = 0
     fidelity_examples: int | None = 1000
     encode_batch_size: int = 64
@@ -89,6 +90,16 @@ class ConvDRRunConfig:
         from convqa.history import build_history_strategy
 
         build_history_strategy(self.history)  # an unknown strategy or option fails here
+        self.weak_rule()  # a coverage outside [0, 1] fails here
+        if self.weak_positives is not None and all(src != "benchmark" for src, _ in self.data):
+            raise ConfigError("weak positives label a benchmark's turns: give --data "
+                              "benchmark=DIR with --weak-positives")
+
+    def weak_rule(self):
+        from convqa.benchmark.weak_positives import WeakPositiveRule
+
+        return (None if self.weak_positives is None
+                else WeakPositiveRule.for_coverage(self.weak_positives))
 
     def strategy(self):
         from convqa.history import build_history_strategy
@@ -100,7 +111,9 @@ class ConvDRRunConfig:
                 "history": self.strategy().to_dict(), "heldout_fraction": self.heldout_fraction,
                 "exclude": [_file_id(p) for p in self.exclude], "seed": self.train.seed,
                 "max_examples": self.max_examples,
-                "cast_min_relevance": self.cast_min_relevance}
+                "cast_min_relevance": self.cast_min_relevance,
+                **({"weak_positives": self.weak_positives}
+                   if self.weak_positives is not None else {})}
 
     def settings(self) -> dict[str, Any]:
         """What the outputs depend on (compared on rerun)."""
@@ -160,7 +173,7 @@ def prepare_examples(config: ConvDRRunConfig, folder: Path,
     from .orquac_bench import benchmark_conversations
 
     began = time.perf_counter()
-    built = build_examples(config.data, config.cast_min_relevance)
+    built = build_examples(config.data, config.cast_min_relevance, config.weak_rule())
     forced: set[str] = set()
     for bench in config.exclude:
         forced |= benchmark_conversations(bench)

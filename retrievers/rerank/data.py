@@ -230,6 +230,7 @@ def benchmark_examples(folder: str | os.PathLike, article_negatives: int = 16,
     `weak` rule (weak_positives.WeakPositiveRule) the train turns without an answer passage
     join too, where the rule finds one (source "topiocqa-wiki:CORPUS:weak")."""
     from convqa.benchmark.labelled_turns import article_id_of, load_labelled_turns
+    from convqa.benchmark.weak_positives import weak_labels
     from convqa.corpus import PassageStore
     from readers.extractive.data import BuildReport
 
@@ -245,7 +246,8 @@ def benchmark_examples(folder: str | os.PathLike, article_negatives: int = 16,
             splits["train" if turn.split == "train" else "heldout"].append(turn)
     turns = (sample(splits["train"], max_examples, seed, f"{corpus}:train")
              + sample(splits["heldout"], max_heldout, seed, f"{corpus}:heldout"))
-    weak_positive = _weak_positives(data, store, weak) if weak is not None else {}
+    weak_positive = ({qid: label.passage for qid, label in weak_labels(data, store, weak).items()}
+                     if weak is not None else {})
     turns += sample([t for t in data.turns if t.qid in weak_positive], max_examples, seed,
                     f"{corpus}:weak")
     rankings = _benchmark_rankings(turns, data, folder, store, run, history)
@@ -303,37 +305,11 @@ def _weak_answer_test(turn: Any, text_of: Callable[[str], str], rule: Any
                       ) -> Callable[[str], bool]:
     """Whether a passage covers enough of a weakly labelled turn's answer to be a second source
     of it (never a negative)."""
-    from retrievers.rerank.weak_positives import content_words, coverage
+    from convqa.benchmark.weak_positives import content_words, coverage, written_answer
 
-    words = content_words(_written_answer(turn))
+    words = content_words(written_answer(turn))
     return lambda pid: coverage(words, Counter(content_words(text_of(pid)))) \
         >= rule.max_negative_coverage
-
-
-def _weak_positives(data: Any, store: Any, rule: Any) -> dict[str, str]:
-    """qid -> the weak answer passage of each train turn that is retrieval-evaluable, has a
-    written answer but no answer passage, and whose article has one by `rule`."""
-    from retrievers.rerank.weak_positives import weak_answer_passage
-
-    found = {}
-    for turn in data.turns:
-        if turn.split != "train" or turn.answer_evaluable or not turn.retrieval_evaluable:
-            continue
-        answer = _written_answer(turn)
-        if answer is None:
-            continue
-        texts = {pid: store.get(pid).text for pid in turn.gold_passage_ids()}
-        pid = weak_answer_passage(answer, texts, rule)
-        if pid is not None:
-            found[turn.qid] = pid
-    return found
-
-
-def _written_answer(turn: Any) -> str | None:
-    """The turn's first written answer (not yes / no / UNANSWERABLE), normalized."""
-    from convqa.benchmark.labelled_turns import evaluable_answers
-
-    return next(iter(evaluable_answers(turn.answers)), None)
 
 
 def _get(store: Any, pid: str, run: Any) -> Passage:

@@ -43,9 +43,9 @@ from convqa.errors import ConvQAError
 from convqa.quiet import add_verbose_argument
 
 from .train_args import (add_distillation_args, add_example_sources, add_loader_workers_arg,
-                         add_process_args, add_schedule_args, add_training_precision_arg, count,
-                         fraction, int_at_least, positive_float, positive_int,
-                         schedule_settings, start_run)
+                         add_process_args, add_schedule_args, add_training_precision_arg,
+                         add_weak_positives_arg, count, fraction, int_at_least, positive_float,
+                         positive_int, schedule_settings, start_run)
 
 
 
@@ -459,6 +459,7 @@ def _add_convdr(jobs) -> None:
                    help="train on a seeded sample of N examples")
     p.add_argument("--cast-min-relevance", type=count, default=1, metavar="R",
                    help="CAsT qrels relevance that makes a positive (default 1)")
+    add_weak_positives_arg(p, what="the benchmark= sources'")
     p.add_argument("--lora", type=count, default=0, metavar="R",
                    help="train LoRA adapters of rank R on the student instead of all weights")
     p.add_argument("--fast", action="store_true",
@@ -500,7 +501,8 @@ def _convdr_config(args: argparse.Namespace):
         data=data, teacher=args.teacher, history=_history_spec(args), index=args.index,
         passages=args.passages, heldout_fraction=args.heldout_fraction,
         exclude=list(args.exclude_benchmark), max_examples=args.max_examples,
-        cast_min_relevance=args.cast_min_relevance, lora_r=args.lora,
+        cast_min_relevance=args.cast_min_relevance, weak_positives=args.weak_positives,
+        lora_r=args.lora,
         fidelity_examples=args.fidelity_examples or None,
         encode_batch_size=args.encode_batch_size, fast=args.fast, anchor=args.anchor,
         mining=mining, train=train)

@@ -103,6 +103,21 @@ def add_example_sources(p: argparse.ArgumentParser) -> None:
                    help="prepared reader examples (readers/extractive/data.py format)")
 
 
+def add_weak_positives_arg(p: argparse.ArgumentParser, *, what: str) -> None:
+    p.add_argument("--weak-positives", type=fraction, metavar="COVERAGE",
+                   help=f"also {what} train turns whose answer occurs in no passage word for "
+                        "word: the passage of the topic article holding this share of the "
+                        "answer's content words, 0.2 ahead of any other, is their positive (e.g. "
+                        "0.7; convqa/benchmark/weak_positives.py)")
+
+
+def weak_rule(min_coverage: float | None):
+    """The WeakPositiveRule of `--weak-positives`, None without it."""
+    from convqa.benchmark.weak_positives import WeakPositiveRule
+
+    return None if min_coverage is None else WeakPositiveRule.for_coverage(min_coverage)
+
+
 def add_training_precision_arg(p: argparse.ArgumentParser) -> None:
     """--precision auto|fp32|bf16 of a trainer whose config has `precision`."""
     p.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",

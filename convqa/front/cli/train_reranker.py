@@ -18,8 +18,9 @@ import json
 from pathlib import Path
 
 from .train_args import (add_distillation_args, add_loader_workers_arg, add_process_args,
-                         add_schedule_args, add_training_precision_arg, count, fraction,
-                         int_at_least, positive_int, schedule_settings, start_run)
+                         add_schedule_args, add_training_precision_arg, add_weak_positives_arg,
+                         count, fraction, int_at_least, positive_int, schedule_settings,
+                         start_run, weak_rule)
 
 LORA_LR, FULL_LR = 2e-4, 3e-5  # the default peak learning rates with and without LoRA
 
@@ -122,11 +123,7 @@ def _add_sources(p: argparse.ArgumentParser) -> None:
                    help="training questions per source (a seeded sample)")
     p.add_argument("--max-heldout", type=positive_int, default=1000, metavar="N",
                    help="held-out questions kept per source (default 1000)")
-    p.add_argument("--weak-positives", type=fraction, metavar="COVERAGE",
-                   help="also the benchmarks' train turns whose answer occurs in no passage "
-                        "word for word: the passage of the topic article holding this share of "
-                        "the answer's content words, 0.2 ahead of any other, is their positive "
-                        "(e.g. 0.7; retrievers/rerank/weak_positives.py)")
+    add_weak_positives_arg(p, what="the benchmarks'")
 
 
 def _sources(args: argparse.Namespace):
@@ -150,17 +147,8 @@ def _sources(args: argparse.Namespace):
                           mined_negatives=args.mined_negatives,
                           heldout_fraction=args.heldout_fraction, max_examples=args.max_examples,
                           max_heldout=args.max_heldout, history=history, seed=args.seed,
-                          weak_positives=_weak_rule(getattr(args, "weak_positives", None)))
+                          weak_positives=weak_rule(getattr(args, "weak_positives", None)))
 
-
-def _weak_rule(min_coverage: float | None):
-    from retrievers.rerank.weak_positives import WeakPositiveRule
-
-    if min_coverage is None:
-        return None
-    return WeakPositiveRule(min_coverage=min_coverage,
-                            max_negative_coverage=min(WeakPositiveRule.max_negative_coverage,
-                                                      min_coverage))
 
 
 def run_reranker(args: argparse.Namespace) -> int:

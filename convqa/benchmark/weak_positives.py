@@ -6,7 +6,9 @@ answer inside the normalized passage): 7,578 full-collection train turns against
 one. Their passage is usually still plain to see: the one passage of the article that holds
 most of the answer's content words, well ahead of its siblings. `weak_answer_passage` names it
 when that is so, for training a reranker on more turns than the exact rule gives; evaluation
-keeps the exact rule.
+keeps the exact rule. `weak_labels` labels a benchmark's train turns for both the reranker
+(`convqa train reranker-examples --weak-positives`) and the query tower (`convqa train convdr
+--weak-positives`).
 
     >>> rule = WeakPositiveRule(min_coverage=0.7, min_lead=0.2)
     >>> weak_answer_passage("It is a large freshwater fish of North America.", {
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any, Mapping
 
 from convqa.errors import ConfigError
 from convqa.metrics.answer import normalize_answer
@@ -61,11 +63,27 @@ class WeakPositiveRule:
             raise ConfigError("weak positives: max_negative_coverage must not exceed "
                               "min_coverage")
 
+    @classmethod
+    def for_coverage(cls, min_coverage: float) -> "WeakPositiveRule":
+        """The rule of `--weak-positives COVERAGE`: the defaults with that coverage (the negatives'
+        limit lowered to it where it is lower)."""
+        return cls(min_coverage=min_coverage,
+                   max_negative_coverage=min(cls.max_negative_coverage, min_coverage))
 
-def weak_answer_passage(answer: str, passages: Mapping[str, str],
-                        rule: WeakPositiveRule) -> str | None:
-    """The id of the passage (of one article: id -> text) that holds the answer by `rule`, or
-    None where no passage covers enough of it or two come close."""
+
+@dataclass(frozen=True)
+class WeakLabel:
+    """A weakly labelled turn's answer passage, and the siblings that may hold the answer too
+    (they cover at least `max_negative_coverage` of it): never to be trained as negatives."""
+
+    passage: str
+    second_sources: tuple[str, ...] = ()
+
+
+def weak_label(answer: str, passages: Mapping[str, str],
+               rule: WeakPositiveRule) -> WeakLabel | None:
+    """The label of an answer among the passages of one article (id -> text), or None where
+    no passage covers enough of it or two come close."""
     words = content_words(answer)
     if len(words) < rule.min_answer_words or not passages:
         return None
@@ -75,4 +93,39 @@ def weak_answer_passage(answer: str, passages: Mapping[str, str],
     runner_up = ranked[1][1] if len(ranked) > 1 else 0.0
     if best < rule.min_coverage or best - runner_up < rule.min_lead:
         return None
-    return best_id
+    return WeakLabel(best_id, tuple(pid for pid, share in ranked[1:]
+                                    if share >= rule.max_negative_coverage))
+
+
+def weak_answer_passage(answer: str, passages: Mapping[str, str],
+                        rule: WeakPositiveRule) -> str | None:
+    """The id of the passage (of one article: id -> text) that holds the answer by `rule`, or
+    None where no passage covers enough of it or two come close."""
+    label = weak_label(answer, passages, rule)
+    return label.passage if label is not None else None
+
+
+def written_answer(turn: Any) -> str | None:
+    """A labelled turn's first written answer (not yes / no / UNANSWERABLE), normalized."""
+    from convqa.benchmark.labelled_turns import evaluable_answers
+
+    return next(iter(evaluable_answers(turn.answers)), None)
+
+
+def weak_labels(data: Any, store: Any, rule: WeakPositiveRule) -> dict[str, WeakLabel]:
+    """qid -> the weak label of each *train* turn of a benchmark (`load_labelled_turns`) that
+    is retrieval-evaluable and has a written answer but no answer passage, where its topic
+    article has one by `rule`; `store` holds the benchmark's passages. Dev turns are never
+    labelled: evaluation keeps the exact rule."""
+    found = {}
+    for turn in data.turns:
+        if turn.split != "train" or turn.answer_evaluable or not turn.retrieval_evaluable:
+            continue
+        answer = written_answer(turn)
+        if answer is None:
+            continue
+        label = weak_label(answer, {pid: store.get(pid).text
+                                    for pid in turn.gold_passage_ids()}, rule)
+        if label is not None:
+            found[turn.qid] = label
+    return found
