@@ -14,7 +14,7 @@ from convqa.corpus.passages import article_passages
 from convqa.errors import ConfigError
 from retrievers.rerank.data import ExampleSources, benchmark_examples, build_examples
 from convqa.benchmark.weak_positives import (WeakPositiveRule, content_words, coverage,
-                                              weak_answer_passage)
+                                              weak_label)
 from training_helpers import TURNS, make_benchmark
 
 RULE = WeakPositiveRule(min_coverage=0.7, min_lead=0.2, max_negative_coverage=0.5)
@@ -50,10 +50,10 @@ def test_coverage_counts_content_words_with_repeats():
 
 def test_the_rule_needs_enough_coverage_a_clear_lead_and_two_words():
     texts = {"X#0": "Paris is the capital of France.", "X#1": "France borders Spain."}
-    assert weak_answer_passage("It is Paris, the capital", texts, RULE) == "X#0"
-    assert weak_answer_passage("France", texts, RULE) is None          # one content word
-    assert weak_answer_passage("capital of Spain and France", texts, RULE) is None  # 2/3 each
-    assert weak_answer_passage("Paris capital", {}, RULE) is None
+    assert weak_label("It is Paris, the capital", texts, RULE).passage == "X#0"
+    assert weak_label("France", texts, RULE) is None          # one content word
+    assert weak_label("capital of Spain and France", texts, RULE) is None  # 2/3 each
+    assert weak_label("Paris capital", {}, RULE) is None
     with pytest.raises(ConfigError, match="min_coverage must be in"):
         WeakPositiveRule(min_coverage=1.5)
     with pytest.raises(ConfigError, match="max_negative_coverage must not exceed"):
@@ -107,6 +107,6 @@ def test_real_turns_find_the_passage_they_paraphrase():
                                                      article["text"])}
     answer = turn["Answer"]
     assert not any(answer.lower().rstrip(".") in t.lower() for t in texts.values())
-    chosen = weak_answer_passage(answer, texts, RULE)
+    chosen = weak_label(answer, texts, RULE).passage
     assert chosen == "10902#0" and "force is any interaction which tends to change the motion" \
         in texts[chosen]

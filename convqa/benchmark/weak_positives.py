@@ -4,17 +4,17 @@ TopiOCQA answers are free-form sentences written from a passage of the topic art
 retrieval-evaluable turns have no answer passage by the benchmark's rule (the normalized
 answer inside the normalized passage): 7,578 full-collection train turns against 3,561 with
 one. Their passage is usually still plain to see: the one passage of the article that holds
-most of the answer's content words, well ahead of its siblings. `weak_answer_passage` names it
-when that is so, for training a reranker on more turns than the exact rule gives; evaluation
-keeps the exact rule. `weak_labels` labels a benchmark's train turns for both the reranker
-(`convqa train reranker-examples --weak-positives`) and the query tower (`convqa train convdr
---weak-positives`).
+most of the answer's content words, well ahead of its siblings. `weak_label` names it when that
+is so (with the siblings that may hold the answer too), for training on more turns than the
+exact rule gives; evaluation keeps the exact rule. `weak_labels` labels a benchmark's train
+turns for the reranker (`convqa train reranker-examples --weak-positives`) and the query tower
+(`convqa train convdr --weak-positives`).
 
     >>> rule = WeakPositiveRule(min_coverage=0.7, min_lead=0.2)
-    >>> weak_answer_passage("It is a large freshwater fish of North America.", {
+    >>> weak_label("It is a large freshwater fish of North America.", {
     ...     "A#0": "The muskellunge is a large, uncommon freshwater fish of North America.",
     ...     "A#1": "It is the largest member of the pike family."}, rule)
-    'A#0'
+    WeakLabel(passage='A#0', second_sources=())
 """
 from __future__ import annotations
 
@@ -95,14 +95,6 @@ def weak_label(answer: str, passages: Mapping[str, str],
         return None
     return WeakLabel(best_id, tuple(pid for pid, share in ranked[1:]
                                     if share >= rule.max_negative_coverage))
-
-
-def weak_answer_passage(answer: str, passages: Mapping[str, str],
-                        rule: WeakPositiveRule) -> str | None:
-    """The id of the passage (of one article: id -> text) that holds the answer by `rule`, or
-    None where no passage covers enough of it or two come close."""
-    label = weak_label(answer, passages, rule)
-    return label.passage if label is not None else None
 
 
 def written_answer(turn: Any) -> str | None:
