@@ -18,20 +18,11 @@ from retrievers.convdr.targets import encode_teacher_queries
 from retrievers.dense.build import build_dense_index, load_encoder
 
 from convdr_helpers import examples, make_index, make_teacher
-from training_helpers import TURNS, make_benchmark
+from training_helpers import TURNS, WEAK_TURNS, make_benchmark
 
 RULE = WeakPositiveRule(min_coverage=0.7, min_lead=0.2, max_negative_coverage=0.5)
-# B#0 covers a quarter of the answer below: a second source under this rule, not under RULE
+# B#0 covers a quarter of turn c5_1's answer: a second source under this rule, not under RULE
 STRICT = WeakPositiveRule(min_coverage=0.6, min_lead=0.2, max_negative_coverage=0.2)
-
-WEAK_TURNS = [
-    # B#1 names three of the four content words (lennon, mccartney, members), B#0 one (band)
-    ("c5", 1, "who was in the band?", "Lennon and McCartney were members of the band",
-     "B", [], "train", "first"),
-    # a dev turn is never weakly labelled
-    ("c6", 1, "what is granite?", "an igneous rock of quartz and feldspar", "G", [], "dev",
-     "first"),
-]
 
 
 @pytest.fixture(scope="module")
@@ -61,9 +52,10 @@ def test_weak_turns_join_the_benchmark_source(bench):
     assert all(weak[k].to_dict() == e.to_dict() for k, e in exact.items())
     strict = {e.id: e for e in benchmark_examples(bench, STRICT)}
     assert strict["c5_1"].not_negatives == ["B#0"]
+    assert [p.id for p in strict["c5_2"].positives] == ["D#0"]  # 2 of 3 words pass 0.6
     built = build_examples([("benchmark", str(bench))], weak=STRICT)
-    assert built.counts["benchmark"]["weak"] == 1
-    assert built.counts["benchmark"]["kept"] == len(exact) + 1
+    assert built.counts["benchmark"]["weak"] == 2
+    assert built.counts["benchmark"]["kept"] == len(exact) + 2
 
 
 def test_not_negatives_survive_the_jsonl_round_trip(bench, tmp_path):

@@ -57,6 +57,22 @@ TURNS = [
 ]
 
 
+# train turns whose free-form answer occurs in no passage word for word (weak positives)
+WEAK_TURNS = [
+    # B#1 names three of the four content words, B#0 one: B#1 is the positive, B#0 a negative
+    ("c5", 1, "who was in the band?", "Lennon and McCartney were members of the band",
+     "B", [], "train", "first"),
+    # D#0 covers 2 of 3 words (danube, europe; not river): under 0.7, no positive
+    ("c5", 2, "where does it flow?", "The Danube is a river of Europe", "D", [], "train",
+     "no-switch"),
+    # one content word ("sun", in both passages of Alpha Centauri): too short to place
+    ("c5", 3, "what is near it?", "the Sun", "A", [], "train", "switch"),
+    # a dev turn is never weakly labelled
+    ("c6", 1, "what is granite?", "an igneous rock of quartz and feldspar", "G", [], "dev",
+     "first"),
+]
+
+
 def passages() -> list:
     from convqa.types import Passage
 
