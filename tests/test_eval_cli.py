@@ -330,3 +330,46 @@ def test_answer_table_script(bench, tmp_path):
     assert text.startswith("# Notes\n") and text.endswith("after\n") and "\nold\n" not in text
     assert "| BM25 q_t | 3 | 66.7 / 66.7 |" in text
     assert script.main(["--corpus", "novalue", "--systems", str(systems)]) == 2
+
+
+def test_two_retrieval_rows_compared_turn_by_turn(bench, tmp_path, capsys):
+    from convqa.front.tools import compare_retrieval
+
+    systems = systems_file(tmp_path, BM25_QT + BM25_XT)
+    out = tmp_path / "retrieval"
+    assert main(eval_args("retrieval", bench, systems, out, tmp_path / "runs", plots=False)) == 0
+    report = json.loads((tmp_path / "retrieval.json").read_text(encoding="utf-8"))
+    levels = {row["label"]: row["levels"] for row in report["results"]["tiny"]}
+    result = compare_retrieval.compare(tmp_path / "retrieval.json", "tiny", "BM25 X", "BM25 q",
+                                       ks=(1, 5))
+    assert result["split"] == "dev" and result["b"] == "BM25 q_t"
+    article = result["levels"]["article"]
+    assert article["turns"] == 4 and article["by_k"]["1"]["hits_b"] == 75.0  # by hand, above
+    assert result["levels"]["answer"]["turns"] == 3
+    for level, entry in result["levels"].items():
+        for k, row in entry["by_k"].items():
+            # the same Hits as the eval's own table, and a paired difference of them
+            for side, label in (("hits_a", "BM25 X_t"), ("hits_b", "BM25 q_t")):
+                table = levels[label][level]["groups"]["all"][f"hits@{k}"]
+                assert row[side] == pytest.approx(100 * table)
+            assert row["mean"] == pytest.approx(row["hits_a"] - row["hits_b"])
+            assert row["wins"] + row["losses"] + row["ties"] == entry["turns"]
+    json_out = tmp_path / "comparison.json"
+    assert compare_retrieval.main([str(tmp_path / "retrieval.json"), "--benchmark", "tiny",
+                                   "--a", "BM25 X", "--b", "BM25 q", "--json",
+                                   str(json_out)]) == 0
+    assert "article (4) H@1:" in capsys.readouterr().out
+    assert json.loads(json_out.read_text())["levels"]["article"]["by_k"]["20"]["hits_b"] == 75.0
+    cases = [(["--benchmark", "full", "--a", "BM25 X", "--b", "BM25 q"], "no benchmark 'full'"),
+             (["--benchmark", "tiny", "--a", "BM25", "--b", "BM25 q"],
+              "2 systems' labels start with 'BM25'"),
+             (["--benchmark", "tiny", "--a", "BM25 X", "--b", "BM25 q", "--ks", "0"],
+              "every k must be >= 1")]
+    for argv, message in cases:
+        assert compare_retrieval.main([str(tmp_path / "retrieval.json"), *argv]) == 2
+        assert message in one_error_line(capsys)
+    for run in (tmp_path / "runs").glob("*.jsonl"):
+        run.unlink()
+    assert compare_retrieval.main([str(tmp_path / "retrieval.json"), "--benchmark", "tiny",
+                                   "--a", "BM25 X", "--b", "BM25 q"]) == 2
+    assert "run file gone" in one_error_line(capsys)

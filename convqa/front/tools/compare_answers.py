@@ -23,18 +23,24 @@ from convqa.errors import ConvQAError, DataError
 from convqa.metrics.paired import paired_bootstrap
 
 
-def find_row(rows: list[dict], name: str, where: str) -> tuple[dict, str]:
-    """The eval row whose label is `name` (before its last `@k`, so a label may hold '@', as
-    "BM25 + reranker@20@5" does), else the one label that starts with it, and its k."""
-    label, at, k = name.rpartition("@")
-    if not at or not k.isdigit():
-        label, k = name, "1"
+def row_by_label(rows: list[dict], label: str, where: str) -> dict:
+    """The eval row whose label is `label`, else the one label that starts with it."""
     found = [row for row in rows if row.get("label", "") == label] or \
         [row for row in rows if row.get("label", "").startswith(label)]
     if len(found) != 1:
         labels = "; ".join(row.get("label", "") for row in rows)
         raise DataError(f"{len(found)} systems' labels start with {label!r} (labels: {labels})",
                         where)
+    return found[0]
+
+
+def find_row(rows: list[dict], name: str, where: str) -> tuple[dict, str]:
+    """The eval row named by `name` (`row_by_label` of its part before the last `@k`, so a
+    label may hold '@', as "BM25 + reranker@20@5" does) and its k."""
+    label, at, k = name.rpartition("@")
+    if not at or not k.isdigit():
+        label, k = name, "1"
+    found = [row_by_label(rows, label, where)]
     if k not in found[0].get("by_k", {}):
         raise DataError(f"system {found[0]['label']!r} has no top-{k} row "
                         f"(has {', '.join(found[0].get('by_k', {}))})", where)
