@@ -48,6 +48,10 @@ Builders:
   history-formatted query, of articles other than the gold article. With `unanswerable=True`
   the train turns whose gold answer is TopiOCQA's UNANSWERABLE become unanswerable examples,
   their negatives the top BM25 passages of the history-formatted query (dev turns: skipped).
+  With a weak-positive rule (`--weak-positives`, convqa/benchmark/weak_positives.py) the train
+  turns whose free-form answer occurs in no passage word for word join too: the span of the
+  passage the rule names that reads most like the answer (weak_spans.py, SQuAD F1 at least
+  MIN_WEAK_SPAN_F1) is their gold span (source "topiocqa-wiki:CORPUS:weak").
 """
 from __future__ import annotations
 
@@ -416,10 +420,11 @@ def benchmark_examples(folder: str | os.PathLike, negatives: int = 7,
                        history: Any = "current_first", bm25_index: str | os.PathLike | None = None,
                        max_examples: int | None = None, max_heldout: int | None = None,
                        seed: int = 0, report: BuildReport | None = None,
-                       unanswerable: bool = False) -> list[ReaderExample]:
+                       unanswerable: bool = False, weak: Any = None) -> list[ReaderExample]:
     """Examples from a benchmark folder (see the module docstring). The BM25 index defaults to
     FOLDER/indexes/bm25 (`convqa index --bm25`); without one it is built in memory.
-    `max_examples` caps the unanswerable train turns apart from the answerable ones."""
+    `max_examples` caps the unanswerable train turns apart from the answerable ones, and the
+    weakly labelled ones (`weak`, a WeakPositiveRule: source "topiocqa-wiki:CORPUS:weak")."""
     from convqa.benchmark.labelled_turns import (EXCLUDED_ANSWERS, article_id_of,
                                                  load_labelled_turns)
     from convqa.corpus import PassageStore
@@ -437,6 +442,9 @@ def benchmark_examples(folder: str | os.PathLike, negatives: int = 7,
     splits: dict[str, list[ReaderExample]] = {"train": [], "heldout": []}
     gold_article: dict[str, str] = {}
     impossible: list[ReaderExample] = []
+    weakly_labelled = _weak_examples(data, store, weak, corpus, source, report) if weak else []
+    gold_article.update({e.id: article_id_of(e.positives[0].passage.id)
+                         for e in weakly_labelled})
 
     def history_of(turn) -> list[tuple[str, str]]:
         return [(t.question, t.answer)
@@ -473,6 +481,7 @@ def benchmark_examples(folder: str | os.PathLike, negatives: int = 7,
     if unanswerable:
         splits["train"] += _sample(impossible, max_examples, seed,
                                    f"{corpus}:train-unanswerable")
+    splits["train"] += _sample(weakly_labelled, max_examples, seed, f"{corpus}:train-weak")
     examples = splits["train"] + splits["heldout"]
     if (negatives or unanswerable) and examples:
         index = Path(bm25_index) if bm25_index else folder / "indexes" / "bm25"
@@ -500,7 +509,42 @@ def benchmark_examples(folder: str | os.PathLike, negatives: int = 7,
         splits["train"] = kept
         examples = splits["train"] + splits["heldout"]
     for split, items in splits.items():
-        report.add(source, f"{split}_examples", len(items))
+        report.add(source, f"{split}_examples", sum(e.source == source for e in items))
+    if weakly_labelled:
+        report.add(f"{source}:weak", "train_examples",
+                   sum(e.source != source for e in splits["train"]))
     if unanswerable:
         report.add(source, "train_unanswerable", sum(e.unanswerable for e in splits["train"]))
+    return examples
+
+
+# a weak turn's best span must read at least this much like its answer (SQuAD F1)
+MIN_WEAK_SPAN_F1 = 0.5
+
+
+def _weak_examples(data: Any, store: Any, rule: Any, corpus: str, source: str,
+                   report: BuildReport) -> list[ReaderExample]:
+    """The train turns the weak rule labels, each with the span of its passage that reads most
+    like its written answer (weak_spans.py) as the gold span; none where that span is poor."""
+    from convqa.benchmark.weak_positives import weak_labels, written_answer
+
+    from .weak_spans import best_f1_span
+
+    examples = []
+    labels = weak_labels(data, store, rule)
+    for turn in data.turns:
+        label = labels.get(turn.qid)
+        if label is None:
+            continue
+        answer = written_answer(turn)
+        passage = store.get(label.passage)
+        found = best_f1_span(passage.text, answer)
+        if found is None or found[1] < MIN_WEAK_SPAN_F1:
+            report.add(f"{source}:weak", "train_skipped_poor_span")
+            continue
+        history = [(t.question, t.answer)
+                   for t in data.conversations[turn.conversation_id].history(turn.turn)]
+        examples.append(ReaderExample(f"{corpus}/{turn.qid}", turn.question, history,
+                                      [ReaderPassage(passage, [found[0]])], [],
+                                      list(turn.answers), "train", f"{source}:weak"))
     return examples

@@ -56,6 +56,7 @@ class ReaderRunConfig:
     dense_top_k: int = 50             # passages retrieved per turn for them
     dense_history: str | dict = "oldest_first"  # the dense retriever's query formatting
     unanswerable: bool = False        # also train on unanswerable questions (the null option)
+    weak_positives: float | None = None  # min coverage: also the benchmarks' weakly labelled turns
     absent_article: float = 0.0       # share of benchmark train turns copied without their article
     teacher_targets: str | None = None  # a teacher's targets of the examples (distill.py)
     evaluate: bool = True
@@ -78,7 +79,15 @@ class ReaderRunConfig:
                 **({"article_negatives": self.article_negatives}
                    if self.article_negatives else {}),
                 **({"unanswerable": True} if self.unanswerable else {}),
+                **({"weak_positives": self.weak_positives}
+                   if self.weak_positives is not None else {}),
                 **({"absent_article": self.absent_article} if self.absent_article else {})}
+
+    def weak_rule(self):
+        from convqa.benchmark.weak_positives import WeakPositiveRule
+
+        return (None if self.weak_positives is None
+                else WeakPositiveRule.for_coverage(self.weak_positives))
 
     def dense_config(self):
         from .dense_negatives import DenseNegativesConfig
@@ -137,7 +146,8 @@ def prepare_data(config: ReaderRunConfig, out: str | os.PathLike, progress: bool
         turns = benchmark_examples(path, config.negatives, config.train.history,
                                    max_examples=config.max_examples,
                                    max_heldout=config.max_heldout, seed=config.train.seed,
-                                   report=report, unanswerable=config.unanswerable)
+                                   report=report, unanswerable=config.unanswerable,
+                                   weak=config.weak_rule())
         if config.dense_negatives and config.negatives:
             _use_dense_negatives(turns, config, folder, report, say)
         if config.absent_article:  # before the gold article's own passages join the negatives

@@ -261,6 +261,7 @@ def _add_reader(jobs) -> None:
                         "turns is also read as unanswerable without its topic article (the "
                         "retriever's other passages only), as when a collection lacks the "
                         "answer (default 0)")
+    add_weak_positives_arg(p, what="the --benchmark folders'")
     add_distillation_args(
         p, "--teacher-targets", "learn from a teacher reader too: its targets of this run's "
         "examples (`convqa train reader-teacher --run OUT` writes them to "
@@ -350,7 +351,8 @@ def _reader_config(args: argparse.Namespace):
         dense_negatives=args.dense_negatives, dense_top_k=args.dense_top_k,
         article_negatives=args.article_negatives,
         dense_history=args.dense_history, unanswerable=args.unanswerable,
-        absent_article=args.absent_article, teacher_targets=args.teacher_targets, train=train)
+        weak_positives=args.weak_positives, absent_article=args.absent_article,
+        teacher_targets=args.teacher_targets, train=train)
 
 
 def run_reader(args: argparse.Namespace) -> int:
