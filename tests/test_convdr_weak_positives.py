@@ -38,6 +38,7 @@ def test_a_label_names_the_siblings_that_cover_much_of_the_answer():
     loose = WeakPositiveRule(min_coverage=0.7, min_lead=0.2, max_negative_coverage=0.25)
     assert weak_label(answer, texts, loose) == WeakLabel("X#0", ("X#1", "X#2"))
     assert weak_label("France", texts, RULE) is None
+    assert WeakPositiveRule.for_coverage(None) is None  # no --weak-positives
     assert WeakPositiveRule.for_coverage(0.4) == WeakPositiveRule(min_coverage=0.4,
                                                                   max_negative_coverage=0.4)
 

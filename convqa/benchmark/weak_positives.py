@@ -64,9 +64,11 @@ class WeakPositiveRule:
                               "min_coverage")
 
     @classmethod
-    def for_coverage(cls, min_coverage: float) -> "WeakPositiveRule":
-        """The rule of `--weak-positives COVERAGE`: the defaults with that coverage (the negatives'
-        limit lowered to it where it is lower)."""
+    def for_coverage(cls, min_coverage: float | None) -> "WeakPositiveRule | None":
+        """The rule of `--weak-positives COVERAGE` (None without the flag): the defaults with
+        that coverage, the negatives' limit lowered to it where it is lower."""
+        if min_coverage is None:
+            return None
         return cls(min_coverage=min_coverage,
                    max_negative_coverage=min(cls.max_negative_coverage, min_coverage))
 

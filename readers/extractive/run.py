@@ -86,8 +86,7 @@ class ReaderRunConfig:
     def weak_rule(self):
         from convqa.benchmark.weak_positives import WeakPositiveRule
 
-        return (None if self.weak_positives is None
-                else WeakPositiveRule.for_coverage(self.weak_positives))
+        return WeakPositiveRule.for_coverage(self.weak_positives)
 
     def dense_config(self):
         from .dense_negatives import DenseNegativesConfig

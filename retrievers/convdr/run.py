@@ -98,8 +98,7 @@ class ConvDRRunConfig:
     def weak_rule(self):
         from convqa.benchmark.weak_positives import WeakPositiveRule
 
-        return (None if self.weak_positives is None
-                else WeakPositiveRule.for_coverage(self.weak_positives))
+        return WeakPositiveRule.for_coverage(self.weak_positives)
 
     def strategy(self):
         from convqa.history import build_history_strategy

@@ -111,13 +111,6 @@ def add_weak_positives_arg(p: argparse.ArgumentParser, *, what: str) -> None:
                         "0.7; convqa/benchmark/weak_positives.py)")
 
 
-def weak_rule(min_coverage: float | None):
-    """The WeakPositiveRule of `--weak-positives`, None without it."""
-    from convqa.benchmark.weak_positives import WeakPositiveRule
-
-    return None if min_coverage is None else WeakPositiveRule.for_coverage(min_coverage)
-
-
 def add_training_precision_arg(p: argparse.ArgumentParser) -> None:
     """--precision auto|fp32|bf16 of a trainer whose config has `precision`."""
     p.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",

@@ -20,7 +20,7 @@ from pathlib import Path
 from .train_args import (add_distillation_args, add_loader_workers_arg, add_process_args,
                          add_schedule_args, add_training_precision_arg, add_weak_positives_arg,
                          count, fraction, int_at_least, positive_int, schedule_settings,
-                         start_run, weak_rule)
+                         start_run)
 
 LORA_LR, FULL_LR = 2e-4, 3e-5  # the default peak learning rates with and without LoRA
 
@@ -127,6 +127,7 @@ def _add_sources(p: argparse.ArgumentParser) -> None:
 
 
 def _sources(args: argparse.Namespace):
+    from convqa.benchmark.weak_positives import WeakPositiveRule
     from convqa.errors import ConfigError
     from retrievers.rerank.data import ExampleSources
 
@@ -147,7 +148,8 @@ def _sources(args: argparse.Namespace):
                           mined_negatives=args.mined_negatives,
                           heldout_fraction=args.heldout_fraction, max_examples=args.max_examples,
                           max_heldout=args.max_heldout, history=history, seed=args.seed,
-                          weak_positives=weak_rule(getattr(args, "weak_positives", None)))
+                          weak_positives=WeakPositiveRule.for_coverage(
+                              getattr(args, "weak_positives", None)))
 
 
 
