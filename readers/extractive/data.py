@@ -539,12 +539,13 @@ def _weak_examples(data: Any, store: Any, rule: Any, corpus: str, source: str,
         answer = written_answer(turn)
         passage = store.get(label.passage)
         found = best_f1_span(passage.text, answer)
-        if found is None or found[1] < MIN_WEAK_SPAN_F1:
+        if found is None or found.f1 < MIN_WEAK_SPAN_F1:
             report.add(f"{source}:weak", "train_skipped_poor_span")
             continue
         history = [(t.question, t.answer)
                    for t in data.conversations[turn.conversation_id].history(turn.turn)]
         examples.append(ReaderExample(f"{corpus}/{turn.qid}", turn.question, history,
-                                      [ReaderPassage(passage, [found[0]])], [],
+                                      [ReaderPassage(passage, [GoldSpan(found.text,
+                                                                        found.start)])], [],
                                       list(turn.answers), "train", f"{source}:weak"))
     return examples

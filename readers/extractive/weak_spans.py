@@ -6,28 +6,33 @@ answer was written from (convqa/benchmark/weak_positives.py), the span of that p
 best SQuAD F1 against the answer stands in for it, as extractive readers of free-form answer
 sets are commonly trained.
 
-    >>> span, f1 = best_f1_span("Force is any interaction that, when unopposed, changes the "
-    ...                         "motion of an object.", "any interaction that changes motion")
-    >>> span.text, round(f1, 2)
-    ('any interaction that, when unopposed, changes the motion', 0.83)
+    >>> found = best_f1_span("Force is any interaction that, when unopposed, changes the "
+    ...                      "motion of an object.", "any interaction that changes motion")
+    >>> found.text, found.start, round(found.f1, 2)
+    ('any interaction that, when unopposed, changes the motion', 9, 0.83)
 """
 from __future__ import annotations
 
 import re
 from collections import Counter
+from typing import NamedTuple
 
 from convqa.metrics.answer import normalize_answer
-
-from .data import GoldSpan
 
 _TOKEN = re.compile(r"\S+")
 _EDGE_PUNCTUATION = "\"'()[]{}.,;:!?"
 
 
-def best_f1_span(text: str, answer: str, extra_words: int = 10) -> tuple[GoldSpan, float] | None:
-    """(span, F1) of the span of `text` with the best SQuAD F1 against `answer`, at most
-    `extra_words` words longer than the answer (the first of equal ones); None when no word of
-    the answer occurs in the text."""
+class BestSpan(NamedTuple):
+    text: str
+    start: int   # character offset into the passage text
+    f1: float    # SQuAD F1 against the answer, 0-1
+
+
+def best_f1_span(text: str, answer: str, extra_words: int = 10) -> BestSpan | None:
+    """The span of `text` with the best SQuAD F1 against `answer`, at most `extra_words` words
+    longer than the answer (the first of equal ones); None when no word of the answer occurs in
+    the text."""
     wanted = Counter(normalize_answer(answer).split())
     size = sum(wanted.values())
     if not size:
@@ -54,13 +59,13 @@ def best_f1_span(text: str, answer: str, extra_words: int = 10) -> tuple[GoldSpa
                     best, best_f1 = (start, tokens[j][1]), f1
     if best is None:
         return None
-    return _trimmed(text, *best), best_f1
+    return _trimmed(text, *best, best_f1)
 
 
-def _trimmed(text: str, start: int, end: int) -> GoldSpan:
+def _trimmed(text: str, start: int, end: int, f1: float) -> BestSpan:
     """The span without the punctuation its edge words carry ("Paris," -> "Paris")."""
     while end > start and text[end - 1] in _EDGE_PUNCTUATION:
         end -= 1
     while start < end and text[start] in _EDGE_PUNCTUATION:
         start += 1
-    return GoldSpan(text[start:end], start)
+    return BestSpan(text[start:end], start, f1)
