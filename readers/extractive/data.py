@@ -442,13 +442,15 @@ def benchmark_examples(folder: str | os.PathLike, negatives: int = 7,
     splits: dict[str, list[ReaderExample]] = {"train": [], "heldout": []}
     gold_article: dict[str, str] = {}
     impossible: list[ReaderExample] = []
-    weakly_labelled = _weak_examples(data, store, weak, corpus, source, report) if weak else []
-    gold_article.update({e.id: article_id_of(e.positives[0].passage.id)
-                         for e in weakly_labelled})
 
     def history_of(turn) -> list[tuple[str, str]]:
         return [(t.question, t.answer)
                 for t in data.conversations[turn.conversation_id].history(turn.turn)]
+
+    weakly_labelled = (_weak_examples(data, store, weak, history_of, corpus, source, report)
+                       if weak else [])
+    gold_article.update({e.id: article_id_of(e.positives[0].passage.id)
+                         for e in weakly_labelled})
 
     for turn in data.turns:
         if unanswerable and turn.answers and is_unanswerable(turn.answers):
@@ -522,8 +524,8 @@ def benchmark_examples(folder: str | os.PathLike, negatives: int = 7,
 MIN_WEAK_SPAN_F1 = 0.5
 
 
-def _weak_examples(data: Any, store: Any, rule: Any, corpus: str, source: str,
-                   report: BuildReport) -> list[ReaderExample]:
+def _weak_examples(data: Any, store: Any, rule: Any, history_of: Any, corpus: str,
+                   source: str, report: BuildReport) -> list[ReaderExample]:
     """The train turns the weak rule labels, each with the span of its passage that reads most
     like its written answer (weak_spans.py) as the gold span; none where that span is poor."""
     from convqa.benchmark.weak_positives import weak_labels, written_answer
@@ -542,9 +544,7 @@ def _weak_examples(data: Any, store: Any, rule: Any, corpus: str, source: str,
         if found is None or found.f1 < MIN_WEAK_SPAN_F1:
             report.add(f"{source}:weak", "train_skipped_poor_span")
             continue
-        history = [(t.question, t.answer)
-                   for t in data.conversations[turn.conversation_id].history(turn.turn)]
-        examples.append(ReaderExample(f"{corpus}/{turn.qid}", turn.question, history,
+        examples.append(ReaderExample(f"{corpus}/{turn.qid}", turn.question, history_of(turn),
                                       [ReaderPassage(passage, [GoldSpan(found.text,
                                                                         found.start)])], [],
                                       list(turn.answers), "train", f"{source}:weak"))
