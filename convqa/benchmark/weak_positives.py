@@ -7,8 +7,9 @@ one. Their passage is usually still plain to see: the one passage of the article
 most of the answer's content words, well ahead of its siblings. `weak_label` names it when that
 is so (with the siblings that may hold the answer too), for training on more turns than the
 exact rule gives; evaluation keeps the exact rule. `weak_labels` labels a benchmark's train
-turns for the reranker (`convqa train reranker-examples --weak-positives`) and the query tower
-(`convqa train convdr --weak-positives`).
+turns for the reranker (`convqa train reranker-examples --weak-positives`), the query tower
+(`convqa train convdr --weak-positives`) and the reader (`convqa train reader
+--weak-positives`).
 
     >>> rule = WeakPositiveRule(min_coverage=0.7, min_lead=0.2)
     >>> weak_label("It is a large freshwater fish of North America.", {

@@ -40,13 +40,13 @@ def find_row(rows: list[dict], name: str, where: str) -> tuple[dict, str]:
     label, at, k = name.rpartition("@")
     if not at or not k.isdigit():
         label, k = name, "1"
-    found = [row_by_label(rows, label, where)]
-    if k not in found[0].get("by_k", {}):
-        raise DataError(f"system {found[0]['label']!r} has no top-{k} row "
-                        f"(has {', '.join(found[0].get('by_k', {}))})", where)
-    if not found[0]["by_k"][k].get("predictions"):
-        raise DataError(f"system {found[0]['label']!r} records no answer file at top {k}", where)
-    return found[0], k
+    row = row_by_label(rows, label, where)
+    if k not in row.get("by_k", {}):
+        raise DataError(f"system {row['label']!r} has no top-{k} row "
+                        f"(has {', '.join(row.get('by_k', {}))})", where)
+    if not row["by_k"][k].get("predictions"):
+        raise DataError(f"system {row['label']!r} records no answer file at top {k}", where)
+    return row, k
 
 
 def turn_f1(predictions: Path, turns: dict[str, dict], convention: str) -> dict[str, float]:
@@ -89,14 +89,21 @@ def compare(eval_json: Path, benchmark: str, first: str, second: str,
                         for kind in sorted(set(kinds))}}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("eval_json", help="OUT.json of `convqa eval answers --out OUT`")
+def comparison_parser(description: str, table: str, name: str) -> argparse.ArgumentParser:
+    """The arguments of a comparison of two rows of one `convqa eval TABLE` run; `name` says
+    how a row is named."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("eval_json", help=f"OUT.json of `convqa eval {table} --out OUT`")
     parser.add_argument("--benchmark", required=True, help="its benchmark name (NAME=FOLDER)")
-    parser.add_argument("--a", required=True, help="label prefix[@k] of the first system")
-    parser.add_argument("--b", required=True, help="label prefix[@k] of the second system")
+    parser.add_argument("--a", required=True, help=f"{name} of the first system")
+    parser.add_argument("--b", required=True, help=f"{name} of the second system")
     parser.add_argument("--bench-dir", help="the benchmark folder, if it moved since the eval")
     parser.add_argument("--json", help="also write the comparison here")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = comparison_parser(__doc__.split("\n\n")[0], "answers", "label prefix[@k]")
     args = parser.parse_args(argv)
     try:
         result = compare(Path(args.eval_json), args.benchmark, args.a, args.b, args.bench_dir)

@@ -12,7 +12,6 @@ them.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -22,12 +21,12 @@ import numpy as np
 from convqa.errors import ConvQAError, DataError
 from convqa.metrics.paired import paired_bootstrap
 
-from .compare_answers import row_by_label
+from .compare_answers import comparison_parser, row_by_label
 
 LEVELS = ("article", "answer")
 
 
-def _ranked_ids(row: dict, where: str) -> dict[str, list[str]]:
+def _ranked_ids(row: dict) -> dict[str, list[str]]:
     from convqa.runs import read_run
 
     path = Path(row.get("run_file") or "")
@@ -48,7 +47,7 @@ def compare(eval_json: Path, benchmark: str, first: str, second: str,
     split = rows[0].get("split") or "dev"
     folder = Path(bench_dir or rows[0]["benchmark"])
     turns = [t for t in load_labelled_turns(folder).turns if t.split == split]
-    runs = [_ranked_ids(row, str(eval_json)) for row in rows]
+    runs = [_ranked_ids(row) for row in rows]
     out = {"a": rows[0]["label"], "b": rows[1]["label"], "split": split, "levels": {}}
     for level in LEVELS:
         relevant = qrels(turns, level)
@@ -66,14 +65,8 @@ def compare(eval_json: Path, benchmark: str, first: str, second: str,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("eval_json", help="OUT.json of `convqa eval retrieval --out OUT`")
-    parser.add_argument("--benchmark", required=True, help="its benchmark name (NAME=FOLDER)")
-    parser.add_argument("--a", required=True, help="label (or its start) of the first system")
-    parser.add_argument("--b", required=True, help="label (or its start) of the second system")
+    parser = comparison_parser(__doc__.split("\n\n")[0], "retrieval", "label (or its start)")
     parser.add_argument("--ks", type=int, nargs="+", default=[1, 5, 20], metavar="K")
-    parser.add_argument("--bench-dir", help="the benchmark folder, if it moved since the eval")
-    parser.add_argument("--json", help="also write the comparison here")
     args = parser.parse_args(argv)
     try:
         if any(k < 1 for k in args.ks):
