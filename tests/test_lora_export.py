@@ -256,6 +256,7 @@ def test_reranker_export_keeps_head_weights_and_card_and_reproduces_logits(tmp_p
         tuned.head.weight.normal_(0.0, 0.5, generator=generator)
     tuned.retriever_weights = {"bm25": 0.25}
     tuned.cascade_margins = {"bm25 > abc": 1.5}
+    tuned.shortlist_weights = {"bm25": {"retriever": 1.5, "words": 0.5, "lead": 2.0}}
     tuned.save_pretrained(tmp_path / "tuned")
     from convqa.front.tools import export_lora as module
     assert module.main(["--tuned", str(tmp_path / "tuned"), "--rank", "2",
@@ -263,6 +264,7 @@ def test_reranker_export_keeps_head_weights_and_card_and_reproduces_logits(tmp_p
     adapter = CrossEncoder.from_pretrained(tmp_path / "adapter").eval()
     assert adapter.has_adapters and adapter.retriever_weights == {"bm25": 0.25}
     assert adapter.cascade_margins == {"bm25 > abc": 1.5}
+    assert adapter.shortlist_weights == {"bm25": {"retriever": 1.5, "words": 0.5, "lead": 2.0}}
     batch = two_pairs(tuned)
     with torch.no_grad():
         want = tuned.eval()(**batch)

@@ -51,7 +51,13 @@ def test_built_from_a_dict_and_from_yaml_with_overrides(folder, tmp_path):
      "rescore_at_least must be a positive integer"),
     ({"name": "cross_encoder", "model": "m",
       "second_stage": {"model": "m2", "rescore_within": 1}},
-     "rescore_within and rescore_word_matches belong to the first"),
+     "rescore_within, rescore_word_matches and rescore_pairs belong to the first"),
+    ({"name": "cross_encoder", "model": "m", "second_stage": {"model": "m2", "rescore_pairs": 5}},
+     "rescore_pairs belong to the first"),
+    ({"name": "cross_encoder", "model": "m", "rescore_pairs": 10, "rescore_within": 3},
+     "rescore_pairs and rescore_within are two ways"),
+    ({"name": "cross_encoder", "model": "m", "rescore_pairs": 0},
+     "rescore_pairs must be a positive integer"),
 ])
 def test_bad_specs_are_config_errors(spec, message):
     with pytest.raises(ConfigError, match=message):

@@ -92,7 +92,7 @@ def test_the_reranker_also_rescores_the_far_hits_whose_words_match():
     ({"rescore_word_matches": True}, "option 'rescore_word_matches': expected int"),
     ({"rescore_word_matches": 1.5}, "option 'rescore_word_matches': expected int"),
     ({"second_stage": {"model": "m2", "rescore_word_matches": 2}},
-     "rescore_within and rescore_word_matches belong to the first"),
+     "rescore_within, rescore_word_matches and rescore_pairs belong to the first"),
 ])
 def test_bad_word_match_options_are_config_errors(spec, message):
     with pytest.raises(ConfigError, match=message):

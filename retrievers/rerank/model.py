@@ -33,6 +33,8 @@ from convqa.types import Passage
 from .card import CARD_FILE, model_card
 from .cascade import MARGINS_KEY, margins_from_block
 from .fusion import WEIGHTS_KEY, weights_from_block
+from .learned_shortlist import SHORTLIST_KEY
+from .learned_shortlist import weights_from_block as shortlist_from_block
 
 META_FILE = "convqa_reranker.json"
 HEAD_FILE = "reranker_head.safetensors"
@@ -110,6 +112,8 @@ class CrossEncoder(ModelBase):
         self.retriever_weights: dict[str, float] = {}
         # calibrated first-stage lead that skips a second stage (cascade.py), by cascade key
         self.cascade_margins: dict[str, float] = {}
+        # learned shortlist's feature weights (learned_shortlist.py), by retriever key
+        self.shortlist_weights: dict[str, dict[str, float]] = {}
         self.saved_fingerprint: str | None = None  # the one its folder records, when loaded
         self.card_facts: dict[str, Any] = {}  # training facts written into the model card
 
@@ -153,6 +157,8 @@ class CrossEncoder(ModelBase):
                                                      folder / META_FILE)
         model.cascade_margins = margins_from_block(meta.get(MARGINS_KEY) or {},
                                                    folder / META_FILE)
+        model.shortlist_weights = shortlist_from_block(meta.get(SHORTLIST_KEY) or {},
+                                                       folder / META_FILE)
         saved = meta.get("fingerprint")
         model.saved_fingerprint = saved if isinstance(saved, str) and saved else None
         return model
@@ -232,6 +238,9 @@ class CrossEncoder(ModelBase):
         if self.cascade_margins:
             meta[MARGINS_KEY] = {key: {"skip_margin": margin}
                                  for key, margin in self.cascade_margins.items()}
+        if self.shortlist_weights:
+            meta[SHORTLIST_KEY] = {key: dict(weights)
+                                   for key, weights in self.shortlist_weights.items()}
         return meta
 
 
@@ -257,6 +266,14 @@ def write_margin(folder: str | os.PathLike, key: str, margin: float,
     convqa_reranker.json (atomically; everything else in the file is kept)."""
     return _write_entry(folder, MARGINS_KEY, key, {"skip_margin": float(margin), **provenance},
                         margins_from_block)
+
+
+def write_shortlist(folder: str | os.PathLike, key: str, weights: Mapping[str, float],
+                    provenance: Mapping[str, Any]) -> Path:
+    """Record the learned shortlist's `weights` for retriever `key` in the folder's
+    convqa_reranker.json (atomically; everything else in the file is kept)."""
+    return _write_entry(folder, SHORTLIST_KEY, key, {**weights, **provenance},
+                        shortlist_from_block)
 
 
 def _write_entry(folder: str | os.PathLike, block_key: str, key: str, entry: dict,

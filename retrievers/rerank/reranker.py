@@ -9,7 +9,9 @@ the reranker's logit (ties keep the retriever's order); each keeps the retriever
 rank. With `rescore_within` only those of them whose retriever score is close to the best are
 rescored and returned (at least the first `rescore_at_least`; retrievers/rerank/shortlist.py),
 and with `rescore_word_matches: N` also the N hits left out whose words best match the question
-and the one before it (retrievers/rerank/word_matches.py).
+and the one before it (retrievers/rerank/word_matches.py). `rescore_pairs: N` instead rescores
+N hits on every turn, the first `rescore_at_least` and those a logistic model recorded in the
+folder for the retriever ranks best (retrievers/rerank/learned_shortlist.py).
 The query of `rerank_turn` is the conversation formatted by a history strategy: by default the
 one the model was trained with (recorded in its folder), else the reader's (current question
 first). Scoring runs under `torch.inference_mode` in batches of `batch_size` pairs of similar
@@ -48,6 +50,7 @@ from convqa.types import Hit, Passage, RerankedHit, Turn
 
 from .cascade import AUTO, NEVER, cascade_key, check_skip_margin, skips
 from .fusion import fuse, is_weight, retriever_key
+from .learned_shortlist import hit_features, learned_shortlist
 from .model import CrossEncoder
 from .shortlist import check_within, shortlist
 from .word_matches import match_text, passage_match_scores
@@ -76,13 +79,19 @@ class CrossEncoderRerankerOptions:
     rescore_at_least: int = 5           # with rescore_within: the first hits always rescored
     rescore_word_matches: int = 0       # with rescore_within: also the hits left out whose
     #                                     words best match the question, this many (word_matches.py)
+    rescore_pairs: int | None = None    # rescore this many hits a turn: the first rescore_at_least
+    #                                     and the others the folder's learned shortlist ranks best
+    #                                     for the retriever (learned_shortlist.py); None: off
 
     def __post_init__(self) -> None:
         weight = self.retriever_weight
         if weight is not None and not is_weight(weight):
             raise ValueError(f"retriever_weight must be a number >= 0 or null, got {weight!r}")
         self.rescore_within = check_within(self.rescore_within)
-        for name in ("top_n", "batch_size", "max_length", "rescore_at_least"):
+        if self.rescore_pairs is not None and self.rescore_within is not None:
+            raise ValueError("rescore_pairs and rescore_within are two ways to choose the hits "
+                             "rescored: set one of them")
+        for name in ("top_n", "batch_size", "max_length", "rescore_at_least", "rescore_pairs"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                       or value < 1):
@@ -104,10 +113,11 @@ class CrossEncoderRerankerOptions:
                                  f"{self.second_stage.get('name')!r}")
             if "second_stage" in spec:
                 raise ValueError("second_stage cannot have a second_stage of its own")
-            if spec.get("rescore_within") is not None or spec.get("rescore_word_matches"):
-                raise ValueError("rescore_within and rescore_word_matches belong to the first "
-                                 "stage (they choose among the retriever's hits), not "
-                                 "second_stage")
+            if spec.get("rescore_within") is not None or spec.get("rescore_word_matches") \
+                    or spec.get("rescore_pairs") is not None:
+                raise ValueError("rescore_within, rescore_word_matches and rescore_pairs belong "
+                                 "to the first stage (they choose among the retriever's hits), "
+                                 "not second_stage")
             self.second_stage = {"top_n": 5, **spec}
 
 
@@ -186,6 +196,20 @@ class CrossEncoderReranker(MeasuredPrecision):
             self._second_fingerprint = self.second.model.known_fingerprint()
         return margins.get(cascade_key(self.retriever, self._second_fingerprint))
 
+    @property
+    def shortlist_weights(self) -> dict[str, float]:
+        """The learned shortlist's weights for the retriever followed (`rescore_pairs`); a
+        clear error when the folder has none for it."""
+        recorded = getattr(self.model, "shortlist_weights", None) or {}
+        if self.retriever in recorded:
+            return recorded[self.retriever]
+        known = ", ".join(sorted(recorded)) or "none"
+        raise ConfigError(f"reranker {self.options.model}: rescore_pairs needs the learned "
+                          f"shortlist's weights for retriever {self.retriever or '(unnamed)'} "
+                          f"and its folder has them for: {known} (fit them with `python -m "
+                          "convqa.front.tools.rescore_gaps --learn --write`, or use "
+                          "rescore_within)")
+
     def for_retriever(self, spec: Any) -> "CrossEncoderReranker":
         """Follow the retriever `spec` (a name or spec; `fusion.retriever_key`): its calibrated
         weight applies unless the options set one. Returns self."""
@@ -235,7 +259,11 @@ class CrossEncoderReranker(MeasuredPrecision):
                        if self.options.rescore_within is not None else {}),
                     **({"rescore_word_matches": self.options.rescore_word_matches}
                        if self.options.rescore_within is not None
-                       and self.options.rescore_word_matches else {})}
+                       and self.options.rescore_word_matches else {}),
+                    **({"rescore_pairs": self.options.rescore_pairs,
+                        "rescore_at_least": self.options.rescore_at_least,
+                        "shortlist_weights": self.shortlist_weights}
+                       if self.options.rescore_pairs is not None else {})}
         text = json.dumps(settings, sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:24]
 
@@ -299,9 +327,15 @@ class CrossEncoderReranker(MeasuredPrecision):
         if not top:
             return []
         retrieved = [float(hit.score) for hit in top]
-        kept = shortlist(retrieved, self.options.rescore_within, self.options.rescore_at_least,
-                         self.options.rescore_word_matches,
-                         lambda: passage_match_scores(match_query, texts))
+        if self.options.rescore_pairs is not None:
+            features = hit_features(retrieved, passage_match_scores(match_query, texts),
+                                    [hit.passage_id for hit in top])
+            kept = learned_shortlist(features, self.shortlist_weights,
+                                     self.options.rescore_pairs, self.options.rescore_at_least)
+        else:
+            kept = shortlist(retrieved, self.options.rescore_within,
+                             self.options.rescore_at_least, self.options.rescore_word_matches,
+                             lambda: passage_match_scores(match_query, texts))
         logits = self.score(query, [texts[i] for i in kept])
         order = sorted(range(len(kept)), key=lambda j: (-logits[j], kept[j]))
         return fuse([RerankedHit(top[kept[j]].passage_id, logits[j], rank, retrieved[kept[j]],

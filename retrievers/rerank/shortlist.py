@@ -79,20 +79,26 @@ def gap_scores(turns: Iterable[Sequence[Any]], gaps: Sequence[float] = GAPS,
                               "top_n")
         if word_matches and (len(rest) < 2 or len(rest[1]) != len(retrieved)):
             raise ConfigError("word matches need each retrieved hit's match score")
-    out: dict[float | None, dict[str, float]] = {}
-    for gap in (None, *gaps):
-        hits1 = hits5 = pairs = 0
-        for retrieved, order, relevant, *matches in turns:
-            kept = shortlist([s for _, s in retrieved], gap, at_least, word_matches,
-                             lambda: matches[0])
-            kept_ids = {retrieved[i][0] for i in kept}
-            ranked = [pid for pid in order if pid in kept_ids]
-            pairs += len(kept_ids)
-            hits1 += bool(ranked) and ranked[0] in relevant
-            hits5 += any(pid in relevant for pid in ranked[:5])
-        out[gap] = {"hits@1": hits1 / len(turns), "hits@5": hits5 / len(turns),
-                    "pairs": pairs / len(turns)}
-    return out
+    return {gap: shortlist_hits(turns, lambda retrieved, matches, gap=gap: shortlist(
+                [s for _, s in retrieved], gap, at_least, word_matches, lambda: matches[0]))
+            for gap in (None, *gaps)}
+
+
+def shortlist_hits(turns: Sequence[Sequence[Any]],
+                   kept_of: Callable[[Sequence[Any], Sequence[Any]], Sequence[int]]
+                   ) -> dict[str, float]:
+    """The answer passages' Hits@1 and Hits@5 and the mean pairs per turn when each turn
+    rescores the hits `kept_of(retrieved, [its word matches] or [])` names (turns as
+    `gap_scores` takes them): the full ranking without the hits left out."""
+    hits1 = hits5 = pairs = 0
+    for retrieved, order, relevant, *matches in turns:
+        kept_ids = {retrieved[i][0] for i in kept_of(retrieved, matches)}
+        ranked = [pid for pid in order if pid in kept_ids]
+        pairs += len(kept_ids)
+        hits1 += bool(ranked) and ranked[0] in relevant
+        hits5 += any(pid in relevant for pid in ranked[:5])
+    return {"hits@1": hits1 / len(turns), "hits@5": hits5 / len(turns),
+            "pairs": pairs / len(turns)}
 
 
 def choose_gap(benchmarks: Sequence[Mapping[Any, Mapping[str, float]]], baseline: Any = None

@@ -110,6 +110,7 @@ def export_reranker(tuned_path: str, rank: int, out: str, base_name: str | None,
                            tuned.tokenizer, tuned.head)
     adapted.retriever_weights = dict(tuned.retriever_weights)
     adapted.cascade_margins = dict(tuned.cascade_margins)
+    adapted.shortlist_weights = {key: dict(w) for key, w in tuned.shortlist_weights.items()}
     _save_adapter(adapted, out, storage)
     card = Path(tuned_path) / CARD_FILE
     if card.exists():  # the trained model's card, with how this folder was made from it
