@@ -10,9 +10,10 @@ import torch
 from convqa.errors import ConfigError, ConvQAError
 from phrase_index.data import benchmark_phrase_examples
 from phrase_index.model import PhraseModel
-from phrase_index.train import (FrozenPhrases, PhraseTrainConfig, PhraseTrainer,
-                                best_span_in_passage, chance_in_passage, evaluate_in_passage,
-                                export_adapter, train_phrase_model, train_stage)
+from phrase_index.export import export_adapter
+from phrase_index.frozen_pool import FrozenPhrases
+from phrase_index.in_passage import best_span_in_passage, chance_in_passage, evaluate_in_passage
+from phrase_index.train import PhraseTrainConfig, PhraseTrainer, train_phrase_model, train_stage
 from phrase_model_helpers import phrase_config, tiny_base, tiny_phrase_model
 from reader_helpers import tiny_reader
 from training_helpers import Killed, kill_after, make_benchmark
@@ -343,7 +344,7 @@ def test_a_run_may_start_from_a_saved_phrase_model(tmp_path):
     """`--init-model` naming a saved phrase model continues from its towers and heads (with
     the run's length limits); other architecture settings are refused; a plain checkpoint
     still builds a new model."""
-    from phrase_index.train import initial_phrase_model
+    from phrase_index.run import initial_phrase_model
 
     base = tiny_base(tmp_path / "base")
     saved = PhraseModel.build(phrase_config(base=str(base)))
@@ -384,19 +385,19 @@ def test_the_query_pool_adds_a_passage_store_and_searches_it_in_chunks(examples,
     """`pool_store` puts the corpus's passages (not only gold ones) in the frozen matrix, each
     once; the chunked search finds what one matrix product finds."""
     from convqa.corpus import PassageStore
-    from phrase_index.train import _pool
+    from phrase_index.frozen_pool import pool_passages
 
     bench = make_benchmark(tmp_path / "bench")
-    gold = _pool(examples, 2, seed=0)
+    gold = pool_passages(examples, 2, seed=0)
     assert len(gold) == 2
     with PassageStore.open(bench / "passages") as store:
         store_ids = list(store.ids())
-    pooled = _pool(examples, 2, seed=0, store=str(bench / "passages"))
+    pooled = pool_passages(examples, 2, seed=0, store=str(bench / "passages"))
     ids = [p.id for p in pooled]
     assert ids[:2] == [p.id for p in gold] and len(ids) == len(set(ids))
     assert set(ids) == set(store_ids) | {p.id for p in gold}
-    sampled = _pool(examples, 2, seed=0, store=str(bench / "passages"), store_size=3)
-    assert 3 <= len(sampled) <= 5 and sampled == _pool(examples, 2, seed=0,
+    sampled = pool_passages(examples, 2, seed=0, store=str(bench / "passages"), store_size=3)
+    assert 3 <= len(sampled) <= 5 and sampled == pool_passages(examples, 2, seed=0,
                                                        store=str(bench / "passages"),
                                                        store_size=3)
     model = tiny_phrase_model(max_answer_tokens=3)

@@ -1,4 +1,4 @@
-"""`convqa train phrase`: the PRO-ConvQA phrase model's flags in, phrase_index/train.py out.
+"""`convqa train phrase`: the PRO-ConvQA phrase model's flags in, phrase_index/run.py out.
 
 Wired into `convqa train` by `add_phrase_parser(jobs)` (convqa/front/cli/train.py).
 """
@@ -93,7 +93,8 @@ def add_phrase_parser(jobs) -> None:
 
 
 def run_phrase(args: argparse.Namespace) -> int:
-    from phrase_index.train import PhraseRunConfig, PhraseTrainConfig, run_phrase_training
+    from phrase_index.run import PhraseRunConfig, run_phrase_training
+    from phrase_index.train import PhraseTrainConfig
     from retrievers.training.trainer import make_accelerator
 
     teacher = None if args.teacher.lower() == "none" else args.teacher

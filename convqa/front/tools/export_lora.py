@@ -151,7 +151,7 @@ def export_phrase(tuned_path: str, rank: int, out: str, base_name: str | None,
                   exact: tuple[str, ...], storage: str = FP32, saved_as: str | None = None):
     """Both towers of a phrase model (phrase and query) as adapters; its heads exactly."""
     from phrase_index.model import PhraseModel
-    from phrase_index.train import export_adapter
+    from phrase_index.export import export_adapter
 
     tuned = PhraseModel.load(tuned_path)
     if tuned.has_adapters:

@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from phrase_index.data import build_examples
     from phrase_index.model import PhraseModel
-    from phrase_index.train import heldout_scores
+    from phrase_index.in_passage import heldout_scores
 
     models = dict(item.split("=", 1) for item in args.model)
     examples = build_examples(args.squad, args.benchmark, [], args.max_examples,

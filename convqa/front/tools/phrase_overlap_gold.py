@@ -20,7 +20,7 @@ import torch
 
 def candidates(model, examples, pool: int) -> list[list[tuple[float, str]]]:
     """Per example, its gold passage's best `pool` phrases as (score, text), best first."""
-    from phrase_index.train import gold_passage_token_scores, phrase_scores_in_passage
+    from phrase_index.in_passage import gold_passage_token_scores, phrase_scores_in_passage
 
     out = []
     with torch.no_grad():

@@ -94,7 +94,7 @@ def export_candidate(weights: Path, assets: Path, stage: str, rank: int, out: Pa
         return export.export_phrase(str(weights), rank, str(out), None,
                                     export.EXACT_MODULES + export.SMALL_EMBEDDINGS)
     from phrase_index.model import PhraseModel
-    from phrase_index.train import export_query_adapter
+    from phrase_index.export import export_query_adapter
 
     tuned = PhraseModel.load(weights)
     try:
@@ -127,7 +127,7 @@ def load_model(folder: str | Path):
 
 
 def score(folder: str | Path, heldout, per_source: int) -> dict[str, Any]:
-    from phrase_index.train import heldout_scores
+    from phrase_index.in_passage import heldout_scores
 
     model = load_model(folder)
     sources = heldout_scores(model, heldout, per_source)
