@@ -103,3 +103,36 @@ def rescore_gaps_args(root) -> tuple:
                    "--retriever", json.dumps({"name": "bm25", "index": str(bm25)}),
                    "--history", "current_first", "--cache", str(root / "cache"),
                    "--report", str(root / "r.json"), "--quiet"]
+
+
+def topic_article_turns(first_passages: int) -> list:
+    """Real TopiOCQA train turns whose topic is an article among the first `first_passages`
+    passages of the shared Wikipedia file, with 10+ passages, and whose answer is in exactly
+    one of them: (the article's passages, the index of the one holding the answer, the text a
+    passage's words are matched with: the question and the one before it)."""
+    import collections
+    import gzip
+    import itertools
+
+    from conftest import shared_file
+    from convqa.corpus import iter_article_passages
+    from convqa.types import Turn
+    from retrievers.rerank.word_matches import match_text
+
+    path = shared_file("wikipedia/topiocqa_wiki_articles.jsonl.gz")
+    articles: dict[str, list] = collections.defaultdict(list)
+    for passage in itertools.islice(iter_article_passages(path), first_passages):
+        articles[passage.title].append(passage)
+    with gzip.open(shared_file("topiocqa/topiocqa_train.json.gz"), "rt", encoding="utf-8") as f:
+        rows = json.load(f)
+    questions = {(r["Conversation_no"], r["Turn_no"]): r["Question"] for r in rows}
+    turns = []
+    for r in rows:
+        siblings = articles.get(r["Topic"], [])
+        holders = [i for i, p in enumerate(siblings) if r["Answer"] in p.text]
+        if len(siblings) < 10 or len(r["Answer"]) < 4 or len(holders) != 1:
+            continue
+        before = questions.get((r["Conversation_no"], r["Turn_no"] - 1))
+        history = [Turn(before, "")] if before else []
+        turns.append((siblings, holders[0], match_text(r["Question"], history)))
+    return turns

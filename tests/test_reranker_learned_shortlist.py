@@ -5,25 +5,22 @@ the tool that fits and scores it; on real TopiOCQA turns the fitted model finds 
 passage among its article's siblings more often than the words alone."""
 from __future__ import annotations
 
-import collections
-import gzip
-import itertools
 import json
 
 import numpy as np
 import pytest
 
-from conftest import shared_file
 from convqa.errors import ConfigError
 from convqa.types import Hit, Passage, Turn
 from reader_helpers import single_thread  # noqa: F401 (autouse fixture)
-from reranker_helpers import rescore_gaps_args, scored_passages, tiny_cross_encoder
+from reranker_helpers import (rescore_gaps_args, scored_passages, tiny_cross_encoder,
+                              topic_article_turns)
 from retrievers.rerank.learned_shortlist import (FEATURES, fit_weights, hit_features, is_lead,
                                                  learned_shortlist, training_rows,
                                                  weights_from_block)
 from retrievers.rerank.model import CrossEncoder, write_shortlist
 from retrievers.rerank.reranker import CrossEncoderReranker
-from retrievers.rerank.word_matches import match_text, word_match_scores
+from retrievers.rerank.word_matches import word_match_scores
 
 WEIGHTS = {"retriever": 1.0, "words": 1.0, "lead": 2.0}
 
@@ -165,27 +162,11 @@ def test_on_real_turns_the_fitted_shortlist_finds_the_answer_passage_among_its_s
     shortlist of 5 holds the answer passage of the odd turns at least as often as the 5 best
     word matches and twice as often as chance, and weighs both the words and the lead
     passage."""
-    from convqa.corpus import iter_article_passages
-
-    path = shared_file("wikipedia/topiocqa_wiki_articles.jsonl.gz")
-    articles: dict[str, list] = collections.defaultdict(list)
-    for passage in itertools.islice(iter_article_passages(path), 8000):
-        articles[passage.title].append(passage)
-    with gzip.open(shared_file("topiocqa/topiocqa_train.json.gz"), "rt", encoding="utf-8") as f:
-        rows = json.load(f)
-    questions = {(r["Conversation_no"], r["Turn_no"]): r["Question"] for r in rows}
     turns, chance = [], 0.0
-    for r in rows:
-        siblings = articles.get(r["Topic"], [])
-        holders = [i for i, p in enumerate(siblings) if r["Answer"] in p.text]
-        if len(siblings) < 10 or len(r["Answer"]) < 4 or len(holders) != 1:
-            continue
-        before = questions.get((r["Conversation_no"], r["Turn_no"] - 1))
-        history = [Turn(before, "")] if before else []
-        matches = word_match_scores(match_text(r["Question"], history),
-                                    [f"{p.title} {p.text}" for p in siblings])
+    for siblings, holder, text in topic_article_turns(8000):
+        matches = word_match_scores(text, [f"{p.title} {p.text}" for p in siblings])
         features = hit_features([0.0] * len(siblings), matches, [p.id for p in siblings])
-        turns.append((features, holders[0], matches))
+        turns.append((features, holder, matches))
         chance += 5 / len(siblings)
     assert len(turns) >= 40
     fit, held = turns[0::2], turns[1::2]

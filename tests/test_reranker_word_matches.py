@@ -4,19 +4,16 @@ tool that reports them; on real TopiOCQA turns the words find the answer passage
 article's siblings far more often than chance."""
 from __future__ import annotations
 
-import collections
-import gzip
-import itertools
 import json
 
 import pytest
 
-from conftest import shared_file
 from convqa.errors import ConfigError
 from convqa.registry import RERANKERS
 from convqa.types import Hit, Passage, Turn
 from reader_helpers import single_thread  # noqa: F401 (autouse fixture)
-from reranker_helpers import rescore_gaps_args, scored_passages, tiny_cross_encoder
+from reranker_helpers import (rescore_gaps_args, scored_passages, tiny_cross_encoder,
+                              topic_article_turns)
 from retrievers.rerank.reranker import CrossEncoderReranker
 from retrievers.rerank.shortlist import choose_gap, gap_scores
 from retrievers.rerank.word_matches import (match_text, with_word_matches, word_match_scores,
@@ -158,28 +155,12 @@ def test_on_real_turns_the_words_find_the_answer_passage_among_its_siblings():
     file (10+ passages) and whose answer is in exactly one of its passages: ranked by their
     word match with the question and the one before it, the answer passage is among the
     article's best 5 in most turns, against 5 / passages by chance."""
-    from convqa.corpus import iter_article_passages
-
-    path = shared_file("wikipedia/topiocqa_wiki_articles.jsonl.gz")
-    articles: dict[str, list] = collections.defaultdict(list)
-    for passage in itertools.islice(iter_article_passages(path), 3000):
-        articles[passage.title].append(passage)
-    with gzip.open(shared_file("topiocqa/topiocqa_train.json.gz"), "rt", encoding="utf-8") as f:
-        rows = json.load(f)
-    questions = {(r["Conversation_no"], r["Turn_no"]): r["Question"] for r in rows}
     found = chance = turns = 0
-    for r in rows:
-        siblings = articles.get(r["Topic"], [])
-        holders = [i for i, p in enumerate(siblings) if r["Answer"] in p.text]
-        if len(siblings) < 10 or len(r["Answer"]) < 4 or len(holders) != 1:
-            continue
-        before = questions.get((r["Conversation_no"], r["Turn_no"] - 1))
-        history = [Turn(before, "")] if before else []
-        scores = word_match_scores(match_text(r["Question"], history),
-                                   [f"{p.title} {p.text}" for p in siblings])
+    for siblings, holder, text in topic_article_turns(3000):
+        scores = word_match_scores(text, [f"{p.title} {p.text}" for p in siblings])
         best = sorted(range(len(siblings)), key=lambda i: (-scores[i], i))[:5]
         turns += 1
-        found += holders[0] in best
+        found += holder in best
         chance += 5 / len(siblings)
     assert turns >= 20
     assert found / turns >= 0.5 and found / turns >= 5 * chance / turns
