@@ -449,3 +449,12 @@ def test_the_shipped_reader_passes_the_readme_questions_on_answer_odds(embedded_
         odds[question] = confidence_features(choice, spans, result.passages,
                                              reader.config.null_option)["answer_odds"]
     assert odds[decline[0]] < 0 < 2 < odds[README_QUESTION[0]]
+
+
+def test_the_card_module_example_runs():
+    import doctest
+
+    from convqa.front.tools import promotion_cards
+
+    result = doctest.testmod(promotion_cards)
+    assert result.attempted >= 2 and result.failed == 0

@@ -45,6 +45,7 @@ from typing import Any
 
 from convqa.errors import ConvQAError, DataError, reports_errors
 from convqa.front.tools import export_lora, phrase_ablation, promote_reader
+from convqa.front.tools.promotion_cards import demoted, previous_card, score_table
 
 HEADER = "# convqa-phrase: PRO-ConvQA phrase model as LoRA adapters + heads"
 CHECK_QUESTION = "Who directed 2001: A Space Odyssey?"
@@ -184,9 +185,8 @@ def open_domain(folder: Path, benchmark: str, work: Path, index: Path | None = N
 def model_card(facts: dict[str, Any], rank: int, counts: dict[str, list[int]],
                new: dict[str, Any], old: dict[str, Any], old_card: str,
                old_fingerprint: str) -> str:
-    reader = promote_reader
     today = _dt.date.today().isoformat()
-    body, history = reader.previous_card(old_card)
+    body, history = previous_card(old_card)
     progress = "" if facts.get("finished") else ", a checkpoint of a run in progress"
     stage = ("both stages finished (phrase stage, then query-side fine-tuning)"
              if facts["stage"] == "both" else
@@ -221,7 +221,7 @@ def model_card(facts: dict[str, Any], rank: int, counts: dict[str, list[int]],
         f"{new['count']:,} held-out questions for both models; SQuAD convention for SQuAD-format "
         "sources, TopiOCQA convention for the benchmark's turns; chance = a random phrase of the "
         "same passage:", "",
-        reader._table(new, old, noun="model", chance=True), "",
+        score_table(new, old, noun="model", chance=True), "",
         ("Open domain (an index of a whole corpus, no reader): docs/results/phrase.md. "
          "The default weight of an index's BM25 sparse side (`--sparse`, "
          "phrase_index/sparse.py) is on the scale of the shipped model's phrase scores; after "
@@ -235,7 +235,7 @@ def model_card(facts: dict[str, Any], rank: int, counts: dict[str, list[int]],
         "CC BY-SA 4.0. SQuADShifts: CC BY 4.0. COVID-QA: Apache-2.0 repository, papers of "
         "mixed licenses. Wikipedia text: CC BY-SA 3.0 / GFDL. MiniLM: Apache-2.0.", "",
         "## History", "",
-        f"### Until {today}: phrase model {old_fingerprint}", "", reader._demoted(body)]
+        f"### Until {today}: phrase model {old_fingerprint}", "", demoted(body)]
     if history:
         parts += ["", history]
     return "\n".join(parts).rstrip() + "\n"

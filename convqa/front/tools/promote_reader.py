@@ -58,6 +58,8 @@ from typing import Any
 from convqa.errors import ConvQAError, DataError, reports_errors
 from convqa.model_packages import package_named
 
+from .promotion_cards import demoted, previous_card, score_table
+
 REPO = Path(__file__).resolve().parents[3]
 DEFAULT_ALIAS = "convqa-reader"
 HEADER = "# {alias}: extractive reader (DPR reader design) as a LoRA adapter + heads"
@@ -260,23 +262,6 @@ def failed_checks(folder: str | Path, checks: list[tuple[str, str | None]],
     return failed
 
 
-def _table(new: dict[str, Any], old: dict[str, Any], noun: str = "reader",
-           chance: bool = False) -> str:
-    """The card's held-out table, new vs previous per source (+ chance F1, for phrase models)."""
-    extra = " chance F1 |" if chance else ""
-    lines = [f"| source | n | this {noun} EM / F1 | previous EM / F1 |{extra}",
-             "|---|---:|---:|---:|" + ("---:|" if chance else "")]
-    for source, entry in new["sources"].items():
-        before = old["sources"].get(source)
-        previous = f"{before['em']:.1f} / {before['f1']:.1f}" if before else "-"
-        lines.append(f"| {source} | {entry['count']} | {entry['em']:.1f} / {entry['f1']:.1f} | "
-                     f"{previous} |" + (f" {entry['chance_f1']:.1f} |" if chance else ""))
-    lines.append(f"| **mean over sources** | {new['count']} | **{new['em']:.1f} / "
-                 f"{new['f1']:.1f}** | {old['em']:.1f} / {old['f1']:.1f} |"
-                 + ("  |" if chance else ""))
-    return "\n".join(lines)
-
-
 def _data_lines(run: Path) -> list[str]:
     from convqa.io import load_json
 
@@ -293,21 +278,6 @@ def _data_lines(run: Path) -> list[str]:
     lines.append(f"- in all {meta.get('train', 0):,} training and {meta.get('heldout', 0):,} "
                  "held-out examples")
     return lines
-
-
-def previous_card(text: str) -> tuple[str, str]:
-    """(the card's body without its title and History, its History section's content)."""
-    body, _, history = text.partition("\n## History\n")
-    lines = body.splitlines()
-    if lines and lines[0].startswith("# "):
-        lines = lines[1:]
-    return "\n".join(lines).strip(), history.strip()
-
-
-def _demoted(markdown: str) -> str:
-    """Headings two levels down, so a previous card sits under one History entry."""
-    return "\n".join("##" + line if line.startswith("#") else line
-                     for line in markdown.splitlines())
 
 
 def _base_lines(base: str) -> tuple[str, str]:
@@ -378,7 +348,7 @@ def model_card(run: Path, facts: dict[str, Any], export: dict[str, Any],
         "SQuAD-format sources, TopiOCQA convention for the benchmark's turns)"
         + (f"; \"previous\" is `{baseline}`, the reader it had to beat" if baseline else "")
         + ":", "",
-        _table(new, old), ""]
+        score_table(new, old), ""]
     if curve is not None:
         try:
             shown = curve.resolve().relative_to(REPO)
@@ -396,7 +366,7 @@ def model_card(run: Path, facts: dict[str, Any], export: dict[str, Any],
               ""]
     if body or history:
         parts += ["## History", "", f"### Until {today}: reader {old_fingerprint}", "",
-                  _demoted(body)]
+                  demoted(body)]
     if history:
         parts += ["", history]
     return "\n".join(parts).rstrip() + "\n"
@@ -541,7 +511,7 @@ def _keep(candidate: Path, into: Path, run: Path, facts: dict[str, Any],
         hint = str(into.resolve().relative_to(REPO))
     except ValueError:
         hint = str(into)
-    card = kept_candidate.candidate_card(alias, baseline, record, _table(new, old), hint)
+    card = kept_candidate.candidate_card(alias, baseline, record, score_table(new, old), hint)
     kept_candidate.write_records(candidate, record, card)
     into.parent.mkdir(parents=True, exist_ok=True)
     install(candidate, into)
