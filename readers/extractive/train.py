@@ -66,8 +66,8 @@ from convqa.example_records import ids_digest
 from convqa.precision import autocast, training_precision_setting
 from convqa.training.loader import loader_workers_setting
 from convqa.training.loop import StepTrainer, TrainResult, make_accelerator
-from convqa.training.schedule import (bucketed_batches, check_counts, check_schedule,
-                                      example_rng, schedule_key)
+from convqa.training.schedule import (bucketed_batches, check_counts, check_distillation,
+                                      check_schedule, example_rng, schedule_key)
 from convqa.training_log import append_log
 from convqa.types import Passage
 
@@ -119,11 +119,7 @@ class ReaderTrainConfig:
         check_schedule(self)
         self.precision = training_precision_setting(self.precision, self.bf16)
         self.loader_workers = loader_workers_setting(self.loader_workers)
-        if isinstance(self.distill_weight, bool) or not 0.0 <= self.distill_weight <= 1.0:
-            raise ValueError(f"distill_weight must be in [0, 1], got {self.distill_weight!r}")
-        if isinstance(self.distill_temperature, bool) or not self.distill_temperature > 0:
-            raise ValueError("distill_temperature must be > 0, got "
-                             f"{self.distill_temperature!r}")
+        check_distillation(self)
 
     def schedule_key(self) -> dict[str, Any]:
         """The settings a checkpoint must share with the run that resumes it (the held-out
