@@ -167,7 +167,8 @@ def benchmark_examples(folder: str | os.PathLike, weak: Any = None) -> list[Conv
         from convqa.benchmark.weak_positives import weak_labels
         from convqa.corpus import PassageStore
 
-        labels = weak_labels(labelled, PassageStore.open(Path(folder) / "passages"), weak)
+        with PassageStore.open(Path(folder) / "passages") as store:
+            labels = weak_labels(labelled, store, weak)
     examples = []
     for record in labelled.turns:
         label = labels.get(record.qid)

@@ -63,7 +63,7 @@ def learned_shortlist(features: np.ndarray, weights: Mapping[str, float], pairs:
     """Indices (in the given order) of the hits to rescore: the first `at_least` and the
     `pairs - at_least` others with the best weighted features (ties: the earlier hit)."""
     vector = np.array([float(weights[name]) for name in FEATURES])
-    scores = features @ vector if len(features) else np.zeros(0)
+    scores = features @ vector
     first = list(range(min(at_least, len(scores))))
     others = sorted(range(len(first), len(scores)), key=lambda i: (-scores[i], i))
     return sorted(first + others[:max(pairs - len(first), 0)])

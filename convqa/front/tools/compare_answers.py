@@ -119,7 +119,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {kind} ({row['turns']}): {row['mean']:+.2f} [{row['low']:+.2f}, "
               f"{row['high']:+.2f}], {row['wins']}/{row['losses']}/{row['ties']}")
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=1), encoding="utf-8")
+        from convqa.io import write_json
+
+        write_json(args.json, result, indent=1)
     return 0
 
 

@@ -83,7 +83,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"{d['hits_b']:.1f}, a - b {d['mean']:+.2f} [{d['low']:+.2f}, "
                   f"{d['high']:+.2f}], a wins {d['wins']} turns, loses {d['losses']}")
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=1), encoding="utf-8")
+        from convqa.io import write_json
+
+        write_json(args.json, result, indent=1)
     return 0
 
 
