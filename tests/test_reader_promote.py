@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import shared_file
-from convqa.front.tools import plot_reader_curve, promote_reader
+from convqa.front.tools import answer_checks, plot_reader_curve, promote_reader, reader_card
 from readers.extractive.model import ExtractiveReader
 from readers.extractive.run import ReaderRunConfig, run_reader_training
 from readers.extractive.train import ReaderTrainConfig
@@ -109,7 +109,7 @@ def test_a_better_reader_is_installed_with_its_card_and_history(run, tmp_path):
     assert result["promoted"] and result["steps"] == 6 and result["examples_seen"] == 24
     assert curve.exists()
     card = (assets / "README.md").read_text()
-    assert card.startswith(promote.HEADER.format(alias="convqa-reader"))
+    assert card.startswith(reader_card.HEADER.format(alias="convqa-reader"))
     assert "It is the default reader" in card
     assert "Steps: 6" in card and "questions seen: 24" in card
     assert "squad:dev-v2.0" in card and str(curve) in card
@@ -157,7 +157,7 @@ def test_a_first_reader_of_another_family_creates_its_folder_against_a_baseline(
     assert result["promoted"] and result["baseline"] == str(baseline)
     assert (large / INT8_FILE).exists()
     card = (large / "README.md").read_text()
-    assert card.startswith(promote.HEADER.format(alias="convqa-reader-large"))
+    assert card.startswith(reader_card.HEADER.format(alias="convqa-reader-large"))
     assert "default reader" not in card and "## History" not in card
     assert str(baseline) in card and "with int8 factors" in card
     reader = ExtractiveReader.from_pretrained(large)
@@ -193,7 +193,7 @@ def test_a_run_in_progress_is_read_from_its_checkpoint(run, tmp_path):
         {"step": 4, "schedule": schedule, "processes": 1}))
     weights, facts = promote.snapshot(live, tmp_path / "copy")
     assert weights == live / "checkpoint" / "model" and facts["steps"] == 4
-    assert not facts["finished"] and promote.examples_seen(facts) == 16
+    assert not facts["finished"] and reader_card.examples_seen(facts) == 16
     assert (tmp_path / "copy" / "convqa_reader.json").exists()
     result = promote.promote(live, shipped_copy(run, tmp_path / "assets"), per_source=8,
                              seed=0, rank=4, min_gain=0.0, curve=None, dry_run=True,
@@ -215,15 +215,15 @@ def test_checks_run_the_readme_question_through_the_default_pipeline(run, tmp_pa
                                                                       monkeypatch):
     monkeypatch.setenv("CONVQA_CACHE", str(embedded_cache))
     promote = promote_reader
-    assert promote.parse_check(promote.README_CHECK) == README_QUESTION
+    assert answer_checks.parse_check(answer_checks.README_CHECK) == README_QUESTION
     with pytest.raises(promote.ConvQAError, match="expected QUESTION=ANSWER"):
-        promote.parse_check("no answer given")
+        answer_checks.parse_check("no answer given")
     from convqa.models import ASSETS_DIR, SHIPPED_MODELS
 
     # the shipped reader answers the README's question exactly; a 6-step tiny reader does not
-    assert promote.failed_checks(ASSETS_DIR / SHIPPED_MODELS["convqa-reader"],
+    assert answer_checks.failed_checks(ASSETS_DIR / SHIPPED_MODELS["convqa-reader"],
                                  [README_QUESTION]) == []
-    tiny = promote.failed_checks(run / "model", [README_QUESTION])
+    tiny = answer_checks.failed_checks(run / "model", [README_QUESTION])
     assert len(tiny) == 1 and "expected 'Stanley Kubrick'" in tiny[0]
 
 
@@ -233,19 +233,19 @@ def test_decline_checks_want_no_answer_where_the_collection_has_none(embedded_ca
     promote = promote_reader
     from convqa.models import ASSETS_DIR, SHIPPED_MODELS
 
-    decline = promote.parse_decline(promote.DECLINE_CHECK)
+    decline = answer_checks.parse_decline(answer_checks.DECLINE_CHECK)
     assert decline == ("What is the capital of Australia?", None)
     with pytest.raises(promote.ConvQAError, match="expected a question"):
-        promote.parse_decline("  ")
+        answer_checks.parse_decline("  ")
     shipped = ASSETS_DIR / SHIPPED_MODELS["convqa-reader"]
     # the embedded collection names no capital of Australia: the shipped reader declines
-    assert promote.failed_checks(shipped, [decline]) == []
+    assert answer_checks.failed_checks(shipped, [decline]) == []
     # a question it can answer, expected to be declined, fails and names what was said
-    wrong = promote.failed_checks(shipped, [(README_QUESTION[0], None)])
+    wrong = answer_checks.failed_checks(shipped, [(README_QUESTION[0], None)])
     assert len(wrong) == 1 and "'Stanley Kubrick'" in wrong[0]
     assert wrong[0].endswith("(expected no answer)")
     # and a declined question expected to have an answer says it got none
-    missing = promote.failed_checks(shipped, [(decline[0], "Canberra")])
+    missing = answer_checks.failed_checks(shipped, [(decline[0], "Canberra")])
     assert missing == ["'What is the capital of Australia?' -> no answer (expected 'Canberra')"]
 
 
@@ -269,15 +269,15 @@ def test_checks_can_run_through_a_model_family_pipeline(embedded_cache, monkeypa
     monkeypatch.setattr(paths, "build", lambda path, progress=True: (
         built.append(path), real_build(path, progress))[1])
     shipped = ASSETS_DIR / SHIPPED_MODELS["convqa-reader"]
-    assert promote_reader.failed_checks(shipped, [README_QUESTION], family="large") == []
+    assert answer_checks.failed_checks(shipped, [README_QUESTION], family="large") == []
     assert built[-1].reader["model"] == str(shipped)
     assert built[-1].reranker.options == {"model": FAMILIES["large"].reranker,
                                           "top_n": FAMILIES["large"].rerank_top_n,
                                           **FAMILIES["large"].rerank_shortlist}
-    assert promote_reader.failed_checks(shipped, [README_QUESTION]) == []
+    assert answer_checks.failed_checks(shipped, [README_QUESTION]) == []
     assert built[-1].reranker is None
     with pytest.raises(ConfigError, match="--model-family must be one of"):
-        promote_reader.failed_checks(shipped, [README_QUESTION], family="huge")
+        answer_checks.failed_checks(shipped, [README_QUESTION], family="huge")
 
 
 def test_a_better_reader_that_fails_a_check_is_not_promoted(run, tmp_path, embedded_cache,
@@ -295,14 +295,13 @@ def test_a_better_reader_that_fails_a_check_is_not_promoted(run, tmp_path, embed
 
 
 def test_card_of_a_continued_run_says_where_its_time_starts(run):
-    promote = promote_reader
     schedule = json.loads((run / "training.json").read_text())["config"]["schedule"]
     scores = {"fingerprint": "f", "count": 1, "em": 1.0, "f1": 2.0,
               "sources": {"squad:dev-v2.0": {"em": 1.0, "f1": 2.0, "count": 1}}}
     for start, expected in ((0, False), (1400, True)):
         facts = {"steps": 1600, "finished": False, "processes": 2,
                  "schedule": {**schedule, "start_step": start}}
-        card = promote.model_card(run, facts, {"rank": 4}, scores, scores, None, OLD_CARD,
+        card = reader_card.model_card(run, facts, {"rank": 4}, scores, scores, None, OLD_CARD,
                                   "old", seconds=7200.0)
         assert "training time 2.0 h of optimizer steps" in card
         assert ("since step 1,400 (the run continued an earlier one" in card) == expected
@@ -413,7 +412,7 @@ def test_a_better_candidate_not_installed_is_kept_then_promoted_without_its_run(
     assert again["promoted"] and again["candidate"]["f1"] == result["candidate"]["f1"]
     assert again["candidate"]["sample"] == result["candidate"]["sample"]
     installed = (assets / "README.md").read_text()
-    assert installed.startswith(promote.HEADER.format(alias="convqa-reader"))
+    assert installed.startswith(reader_card.HEADER.format(alias="convqa-reader"))
     assert "Steps: 6" in installed and "squad:dev-v2.0" in installed
     assert not (assets / reader_candidate.CANDIDATE_FILE).exists()
     assert ExtractiveReader.from_pretrained(assets).fingerprint() == \
@@ -432,9 +431,8 @@ def test_the_shipped_reader_passes_the_readme_questions_on_answer_odds(embedded_
 
     shipped = Path(__file__).resolve().parents[1] / "convqa" / "assets" / "reader-extractive"
     monkeypatch.setenv("CONVQA_CACHE", str(embedded_cache))
-    promote = promote_reader
-    decline = promote.parse_decline(promote.DECLINE_CHECK)
-    assert promote.failed_checks(shipped, [decline, README_QUESTION]) == []
+    decline = answer_checks.parse_decline(answer_checks.DECLINE_CHECK)
+    assert answer_checks.failed_checks(shipped, [decline, README_QUESTION]) == []
 
     pipeline = default_pipeline(embedded_cache, progress=False,
                                 reader={"name": "extractive", "model": str(shipped)})
