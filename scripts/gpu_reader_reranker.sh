@@ -7,7 +7,7 @@
 # Prepare the carry folder here first (scripts/prepare_gpu_reader_reranker.sh), then call the
 # run tool from the repository root with
 #     command: bash scripts/gpu_reader_reranker.sh .gpu 540     carry: [".gpu"]     timeout_s: 590
-# (the machine's start, a minute or two, comes on top: about 12 of the session's 15 minutes).
+# (the machine's start, a minute or two, comes on top: about 12 of the 15 minutes a loan lasts).
 #
 #   bash scripts/gpu_reader_reranker.sh [CARRY_DIR] [SECONDS] [OUT_DIR]
 #
