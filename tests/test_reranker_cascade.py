@@ -13,7 +13,8 @@ from convqa.registry import RERANKERS
 from convqa.types import Hit, Passage, RerankedHit, Turn
 from reader_helpers import single_thread  # noqa: F401 (autouse fixture)
 from reranker_helpers import tiny_cross_encoder
-from retrievers.rerank.cascade import (cascade_key, choose_margin, lead, margin_scores, skips)
+from retrievers.rerank.cascade import (cascade_key, choose_margin, continue_below, lead,
+                                       margin_scores, skips)
 from retrievers.rerank.model import META_FILE, write_margin
 
 PASSAGES = [Passage(f"p{i}", f"passage number {i} " + "about a harbour " * i, f"Title {i}")
@@ -118,6 +119,47 @@ def test_a_confident_first_stage_skips_the_second(folders):
     copy = first.parent / "copy"
     recorded.model.save_pretrained(copy)
     assert build(copy, second).for_retriever("bm25").skip_margin == 0.0
+
+
+def test_the_rest_follows_below_the_reordered_best():
+    head = ranked(("c", 7.0), ("a", 4.0))   # the second stage's order, its own scale
+    first = ranked(("a", 2.0), ("c", 1.5), ("d", 1.0), ("e", -0.5))
+    rest = continue_below(head, first[2:], first[1].score)
+    assert [(h.passage_id, h.score, h.rank) for h in rest] == [("d", 3.5, 3), ("e", 2.0, 4)]
+    assert continue_below([], first[2:], 0.0) == first[2:]
+
+
+def test_keep_rest_hands_on_the_first_stage_after_the_second(folders):
+    """A second stage that reorders the best 3 of 6 hands on all 6 with keep_rest: its order of
+    the 3, then the first stage's other 3 in its order, scored below them; on a turn that skips
+    it, the first stage's whole order; the reader may then read past the second stage's 3."""
+    first, second = folders
+    question, history = "where is the harbour?", [Turn("what is a port?", "a harbour")]
+    alone = RERANKERS.build({"name": "cross_encoder", "model": str(first), "top_n": 6,
+                             "precision": "fp32", "device": "cpu"})
+    first_order = alone.rerank_turn(question, history, HITS, PASSAGES)
+    three = build(first, second, skip_margin="never").rerank_turn(question, history, HITS,
+                                                                   PASSAGES)
+    kept = build(first, second, skip_margin="never", keep_rest=True)
+    assert kept.returned == 6 and kept.returned_by == "reranker.top_n"
+    assert build(first, second).returned == 3
+    got = kept.rerank_turn(question, history, HITS, PASSAGES)
+    assert got[:3] == three
+    assert [h.passage_id for h in got[3:]] == [h.passage_id for h in first_order[3:]]
+    assert [h.rank for h in got] == [1, 2, 3, 4, 5, 6]
+    assert all(a.score >= b.score for a, b in zip(got, got[1:]))
+    assert kept.rerank(question, HITS, PASSAGES)[3:] == \
+        continue_below(kept.rerank(question, HITS, PASSAGES)[:3],
+                       alone.rerank(question, HITS, PASSAGES)[3:],
+                       alone.rerank(question, HITS, PASSAGES)[2].score)
+    skipping = build(first, second, skip_margin=0, keep_rest=True)
+    assert skipping.rerank_turn(question, history, HITS, PASSAGES) == first_order
+    assert kept.fingerprint() != build(first, second, skip_margin="never").fingerprint()
+    with pytest.raises(ConfigError, match="keep_rest belongs in second_stage"):
+        RERANKERS.build({"name": "cross_encoder", "model": str(first), "keep_rest": True,
+                         "second_stage": str(second)})
+    with pytest.raises(ConfigError, match="keep_rest must be true or false"):
+        build(first, second, keep_rest="yes")
 
 
 def test_bad_margins_are_one_line_errors(folders):

@@ -27,7 +27,7 @@ import math
 from typing import Any, Iterable, Mapping, Sequence
 
 from convqa.errors import ConfigError
-from convqa.types import Hit
+from convqa.types import Hit, RerankedHit
 
 from .fusion import is_weight as is_margin  # the same test: a finite number >= 0, not a bool
 from .fusion import numbers_from_block
@@ -55,6 +55,20 @@ def lead(hits: Sequence[Hit]) -> float:
 def skips(hits: Sequence[Hit], margin: float | None) -> bool:
     """Whether a turn whose first stage ranked `hits` skips the second stage (None: never)."""
     return margin is not None and lead(hits) >= margin
+
+
+def continue_below(head: Sequence[RerankedHit], rest: Sequence[RerankedHit], last_head: float
+                   ) -> list[RerankedHit]:
+    """The first stage's hits after its best, placed after `head` (the second stage's order of
+    that best, on the second stage's scale): each keeps its gap to the first stage's score of
+    the best's last hit (`last_head`), counted down from head's lowest score, so a reader that
+    weighs the scores sees them below the reordered ones and apart as the first stage had them."""
+    if not head:
+        return list(rest)
+    floor = min(float(hit.score) for hit in head)
+    return [RerankedHit(hit.passage_id, floor - (last_head - float(hit.score)), len(head) + i,
+                        hit.retriever_score, hit.retriever_rank)
+            for i, hit in enumerate(rest, start=1)]
 
 
 def check_skip_margin(value: Any) -> float | str:

@@ -48,7 +48,7 @@ from convqa.precision import (MeasuredPrecision, PrecisionChoice, PrecisionOnFir
 from convqa.registry import RERANKERS
 from convqa.types import Hit, Passage, RerankedHit, Turn
 
-from .cascade import AUTO, NEVER, cascade_key, check_skip_margin, skips
+from .cascade import AUTO, NEVER, cascade_key, check_skip_margin, continue_below, skips
 from .fusion import fuse, is_weight, retriever_key
 from .learned_shortlist import hit_features, learned_shortlist
 from .model import CrossEncoder
@@ -74,6 +74,8 @@ class CrossEncoderRerankerOptions:
     #                                         this stage's first top_n of its own; None: none
     skip_margin: float | str = AUTO     # as a second stage: the first stage's lead at which a
     #                                     turn skips it; auto (calibrated) | never | a number
+    keep_rest: bool = False             # as a second stage: the first stage's hits after the
+    #                                     top_n it reorders follow them (a reader may read on)
     rescore_within: float | None = None  # rescore only hits whose standardised retriever score
     #                                      is within this of the best (shortlist.py); None: all
     rescore_at_least: int = 5           # with rescore_within: the first hits always rescored
@@ -101,6 +103,8 @@ class CrossEncoderRerankerOptions:
             raise ValueError(f"rescore_word_matches must be an integer >= 0, got {matches!r}")
         self.precision = normalize_precision(self.precision, "reranker precision")
         self.skip_margin = check_skip_margin(self.skip_margin)
+        if not isinstance(self.keep_rest, bool):
+            raise ValueError(f"keep_rest must be true or false, got {self.keep_rest!r}")
         if isinstance(self.second_stage, str):
             self.second_stage = {"model": self.second_stage}
         if self.second_stage is not None:
@@ -167,14 +171,15 @@ class CrossEncoderReranker(MeasuredPrecision):
     def returned(self) -> int:
         """How many hits a turn gets back at most: `top_n`, or the second stage's when it
         keeps fewer (what a reader after it can read)."""
-        if self.second is None:
+        if self.second is None or self.second.options.keep_rest:
             return int(self.options.top_n)
         return min(int(self.options.top_n), int(self.second.options.top_n))
 
     @property
     def returned_by(self) -> str:
         """The option that sets `returned`, as a pipeline config names it."""
-        if self.second is not None and self.second.options.top_n <= self.options.top_n:
+        if self.second is not None and not self.second.options.keep_rest \
+                and self.second.options.top_n <= self.options.top_n:
             return "reranker.second_stage.top_n"
         return "reranker.top_n"
 
@@ -221,9 +226,11 @@ class CrossEncoderReranker(MeasuredPrecision):
         if not options.model:
             raise ConfigError("reranker 'cross_encoder': option 'model' (a folder made by "
                               "`convqa train reranker`) is required")
-        if options.second_stage is not None and options.skip_margin != AUTO:
-            raise ConfigError("reranker 'cross_encoder': skip_margin belongs in second_stage "
-                              "(the stage a turn skips), not beside it")
+        for name, default in (("skip_margin", AUTO), ("keep_rest", False)):
+            if options.second_stage is not None and getattr(options, name) != default:
+                raise ConfigError(f"reranker 'cross_encoder': {name} belongs in second_stage "
+                                  "(the stage that reorders the first one's best), not beside "
+                                  "it")
         model = CrossEncoder.from_pretrained(options.model)
         built = cls(model.for_inference(options.device, "reranker 'cross_encoder'"), options)
         if options.second_stage is not None:
@@ -254,6 +261,7 @@ class CrossEncoderReranker(MeasuredPrecision):
                     **({"second_stage": self.second.fingerprint()} if self.second else {}),
                     **({"skip_margin": self.skip_margin}
                        if self.skip_margin is not None else {}),
+                    **({"keep_rest": True} if self.options.keep_rest else {}),
                     **({"rescore_within": self.options.rescore_within,
                         "rescore_at_least": self.options.rescore_at_least}
                        if self.options.rescore_within is not None else {}),
@@ -284,13 +292,13 @@ class CrossEncoderReranker(MeasuredPrecision):
         if timings is not None:
             timings["second"] = 0.0
         if skips(first, self.skip_margin):
-            return first[:self.second.options.top_n]
+            return self._handed_on(first, [])
         start = time.perf_counter()
         reordered = self.second.reorder(self.second.query_text(question, history), first,
                                         _by_id(hits, passages))
         if timings is not None:
             timings["second"] = (time.perf_counter() - start) * 1000
-        return reordered
+        return self._handed_on(first, reordered)
 
     def reorder(self, query: str, ranked: Sequence[RerankedHit], passages: Any
                 ) -> list[RerankedHit]:
@@ -314,8 +322,18 @@ class CrossEncoderReranker(MeasuredPrecision):
         if self.second is None:
             return first
         if skips(first, self.skip_margin):
-            return first[:self.second.options.top_n]
-        return self.second.reorder(query, first, _by_id(hits, passages))
+            return self._handed_on(first, [])
+        return self._handed_on(first, self.second.reorder(query, first, _by_id(hits, passages)))
+
+    def _handed_on(self, first: list[RerankedHit], reordered: list[RerankedHit]
+                   ) -> list[RerankedHit]:
+        """What a cascade returns: the second stage's order of the first stage's best (the
+        first stage's own order on a turn that skips it), and with `keep_rest` the first
+        stage's other hits after them."""
+        head = reordered or first[:self.second.options.top_n]
+        if not self.second.options.keep_rest:
+            return head
+        return head + continue_below(head, first[len(head):], first[len(head) - 1].score)
 
     def _rerank_first(self, query: str, hits: Sequence[Hit], passages: Any,
                       match_query: str) -> list[RerankedHit]:
