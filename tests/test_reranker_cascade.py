@@ -154,6 +154,9 @@ def test_keep_rest_hands_on_the_first_stage_after_the_second(folders):
                        alone.rerank(question, HITS, PASSAGES)[2].score)
     skipping = build(first, second, skip_margin=0, keep_rest=True)
     assert skipping.rerank_turn(question, history, HITS, PASSAGES) == first_order
+    by_id = {p.id: p for p in PASSAGES}
+    assert skipping.rerank_turn(question, history, [], by_id) == []  # nothing retrieved
+    assert kept.rerank(question, [], by_id) == []
     assert kept.fingerprint() != build(first, second, skip_margin="never").fingerprint()
     with pytest.raises(ConfigError, match="keep_rest belongs in second_stage"):
         RERANKERS.build({"name": "cross_encoder", "model": str(first), "keep_rest": True,

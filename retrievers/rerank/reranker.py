@@ -331,7 +331,7 @@ class CrossEncoderReranker(MeasuredPrecision):
         first stage's own order on a turn that skips it), and with `keep_rest` the first
         stage's other hits after them."""
         head = reordered or first[:self.second.options.top_n]
-        if not self.second.options.keep_rest:
+        if not self.second.options.keep_rest or not head:
             return head
         return head + continue_below(head, first[len(head):], first[len(head) - 1].score)
 

@@ -62,7 +62,6 @@ from .promotion_cards import score_table
 from .reader_card import DEFAULT_ALIAS, REPO, examples_seen, model_card, run_data_lines
 
 
-
 def latest_weights(run: Path) -> tuple[Path, dict[str, Any]]:
     """(model folder, facts about the training so far) of a run folder."""
     from convqa.io import load_json
