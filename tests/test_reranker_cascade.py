@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import math
+from types import SimpleNamespace
 
 import pytest
 
 from convqa.errors import ConfigError
+from convqa.pipeline import Pipeline
 from convqa.registry import RERANKERS
 from convqa.types import Hit, Passage, RerankedHit, Turn
 from reader_helpers import single_thread  # noqa: F401 (autouse fixture)
@@ -158,6 +160,12 @@ def test_keep_rest_hands_on_the_first_stage_after_the_second(folders):
     assert skipping.rerank_turn(question, history, [], by_id) == []  # nothing retrieved
     assert kept.rerank(question, [], by_id) == []
     assert kept.fingerprint() != build(first, second, skip_margin="never").fingerprint()
+    # a pipeline asking for 5 passages of a cascade that hands on 3 is told how to get them
+    with pytest.raises(ConfigError, match=r"top_k 5 is more than the 3 passages the reranker "
+                       r"returns \(reranker.second_stage.top_n\): lower top_k or raise "
+                       r"reranker.second_stage.top_n, or set reranker.second_stage.keep_rest"):
+        Pipeline._check_depth(SimpleNamespace(reranker=build(first, second)), 5)
+    Pipeline._check_depth(SimpleNamespace(reranker=kept), 5)
     with pytest.raises(ConfigError, match="keep_rest belongs in second_stage"):
         RERANKERS.build({"name": "cross_encoder", "model": str(first), "keep_rest": True,
                          "second_stage": str(second)})
