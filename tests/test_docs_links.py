@@ -50,7 +50,7 @@ def broken_sections(document: Path, text: str) -> list[str]:
     missing = []
     for target in LINK.findall(text):
         path, _, anchor = target.partition("#")
-        if not anchor or re.match(r"[a-z]+:", target) or not (path or "x.md").endswith(".md"):
+        if not anchor or re.match(r"[a-z]+:", target) or (path and not path.endswith(".md")):
             continue
         page = _page(document, path) if path else document
         if page is not None and anchor not in {slug(h) for h in headings(page)}:
