@@ -135,10 +135,9 @@ class Pipeline:
         if returned is None or k <= returned:
             return
         limit = getattr(self.reranker, "returned_by", "the reranker's top_n")
-        rest = (", or set reranker.second_stage.keep_rest to read the first stage's next "
-                "passages after them" if limit == "reranker.second_stage.top_n" else "")
+        deeper = getattr(self.reranker, "read_deeper", f"raise {limit}")
         raise ConfigError(f"top_k {k} is more than the {returned} passages the reranker "
-                          f"returns ({limit}): lower top_k or raise {limit}{rest}")
+                          f"returns ({limit}): lower top_k or {deeper}")
 
     def _rerank(self, question: str, history: list[Turn], hits: list[Hit],
                 passages: list[Passage], stages: dict[str, float]) -> list[RerankedHit]:

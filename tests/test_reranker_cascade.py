@@ -126,9 +126,9 @@ def test_a_confident_first_stage_skips_the_second(folders):
 def test_the_rest_follows_below_the_reordered_best():
     head = ranked(("c", 7.0), ("a", 4.0))   # the second stage's order, its own scale
     first = ranked(("a", 2.0), ("c", 1.5), ("d", 1.0), ("e", -0.5))
-    rest = continue_below(head, first[2:], first[1].score)
+    rest = continue_below(head, first)
     assert [(h.passage_id, h.score, h.rank) for h in rest] == [("d", 3.5, 3), ("e", 2.0, 4)]
-    assert continue_below([], first[2:], 0.0) == first[2:]
+    assert continue_below([], first) == first
 
 
 def test_keep_rest_hands_on_the_first_stage_after_the_second(folders):
@@ -152,8 +152,7 @@ def test_keep_rest_hands_on_the_first_stage_after_the_second(folders):
     assert all(a.score >= b.score for a, b in zip(got, got[1:]))
     assert kept.rerank(question, HITS, PASSAGES)[3:] == \
         continue_below(kept.rerank(question, HITS, PASSAGES)[:3],
-                       alone.rerank(question, HITS, PASSAGES)[3:],
-                       alone.rerank(question, HITS, PASSAGES)[2].score)
+                       alone.rerank(question, HITS, PASSAGES))
     skipping = build(first, second, skip_margin=0, keep_rest=True)
     assert skipping.rerank_turn(question, history, HITS, PASSAGES) == first_order
     by_id = {p.id: p for p in PASSAGES}

@@ -57,16 +57,18 @@ def skips(hits: Sequence[Hit], margin: float | None) -> bool:
     return margin is not None and lead(hits) >= margin
 
 
-def continue_below(head: Sequence[RerankedHit], rest: Sequence[RerankedHit], last_head: float
+def continue_below(head: Sequence[RerankedHit], first: Sequence[RerankedHit]
                    ) -> list[RerankedHit]:
-    """The first stage's hits after its best, placed after `head` (the second stage's order of
-    that best, on the second stage's scale): each keeps its gap to the first stage's score of
-    the best's last hit (`last_head`), counted down from head's lowest score, so a reader that
-    weighs the scores sees them below the reordered ones and apart as the first stage had them."""
+    """The first stage's hits (`first`, best first) after the ones `head` reorders (its first
+    len(head), now in the second stage's order and on its scale): each keeps its gap to the
+    first stage's score of the last reordered hit, counted down from head's lowest score, so a
+    reader that weighs the scores sees them below the reordered ones and apart as the first
+    stage had them."""
+    rest = list(first)[len(head):]
     if not head:
-        return list(rest)
-    floor = min(float(hit.score) for hit in head)
-    return [RerankedHit(hit.passage_id, floor - (last_head - float(hit.score)), len(head) + i,
+        return rest
+    floor, last = min(float(hit.score) for hit in head), float(first[len(head) - 1].score)
+    return [RerankedHit(hit.passage_id, floor - (last - float(hit.score)), len(head) + i,
                         hit.retriever_score, hit.retriever_rank)
             for i, hit in enumerate(rest, start=1)]
 

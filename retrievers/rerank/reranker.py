@@ -184,6 +184,14 @@ class CrossEncoderReranker(MeasuredPrecision):
         return "reranker.top_n"
 
     @property
+    def read_deeper(self) -> str:
+        """How a pipeline gets more passages than `returned` from this reranker."""
+        if self.returned_by == "reranker.second_stage.top_n":
+            return ("raise reranker.second_stage.top_n, or set reranker.second_stage.keep_rest "
+                    "to read the first stage's next passages after them")
+        return f"raise {self.returned_by}"
+
+    @property
     def skip_margin(self) -> float | None:
         """The first stage's lead at which a turn skips the second stage (None: never; also
         None without a second stage)."""
@@ -289,16 +297,8 @@ class CrossEncoderReranker(MeasuredPrecision):
                                    match_text(question, history))
         if self.second is None:
             return first
-        if timings is not None:
-            timings["second"] = 0.0
-        if skips(first, self.skip_margin):
-            return self._handed_on(first, [])
-        start = time.perf_counter()
-        reordered = self.second.reorder(self.second.query_text(question, history), first,
-                                        _by_id(hits, passages))
-        if timings is not None:
-            timings["second"] = (time.perf_counter() - start) * 1000
-        return self._handed_on(first, reordered)
+        return self._cascade(first, self.second.query_text(question, history), hits, passages,
+                             timings)
 
     def reorder(self, query: str, ranked: Sequence[RerankedHit], passages: Any
                 ) -> list[RerankedHit]:
@@ -321,19 +321,26 @@ class CrossEncoderReranker(MeasuredPrecision):
         first = self._rerank_first(query, hits, passages, query)
         if self.second is None:
             return first
-        if skips(first, self.skip_margin):
-            return self._handed_on(first, [])
-        return self._handed_on(first, self.second.reorder(query, first, _by_id(hits, passages)))
+        return self._cascade(first, query, hits, passages)
 
-    def _handed_on(self, first: list[RerankedHit], reordered: list[RerankedHit]
-                   ) -> list[RerankedHit]:
-        """What a cascade returns: the second stage's order of the first stage's best (the
-        first stage's own order on a turn that skips it), and with `keep_rest` the first
-        stage's other hits after them."""
-        head = reordered or first[:self.second.options.top_n]
-        if not self.second.options.keep_rest or not head:
+    def _cascade(self, first: list[RerankedHit], second_query: str, hits: Sequence[Hit],
+                 passages: Any, timings: dict[str, float] | None = None) -> list[RerankedHit]:
+        """What a cascade returns after its first stage ranked `first`: the second stage's order
+        of the first stage's best, or the first stage's own on a turn that skips it, and with
+        `keep_rest` the first stage's other hits after them. `timings` (when given) gets the
+        second stage's ms under "second" (0 on a skipped turn)."""
+        if timings is not None:
+            timings["second"] = 0.0
+        if skips(first, self.skip_margin):
+            head = first[:self.second.options.top_n]
+        else:
+            start = time.perf_counter()
+            head = self.second.reorder(second_query, first, _by_id(hits, passages))
+            if timings is not None:
+                timings["second"] = (time.perf_counter() - start) * 1000
+        if not self.second.options.keep_rest:
             return head
-        return head + continue_below(head, first[len(head):], first[len(head) - 1].score)
+        return head + continue_below(head, first)
 
     def _rerank_first(self, query: str, hits: Sequence[Hit], passages: Any,
                       match_query: str) -> list[RerankedHit]:
