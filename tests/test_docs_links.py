@@ -1,5 +1,6 @@
-"""The README, docs/ and the model cards point only at files and sections that exist: a renamed
-or deleted result file, module, script or heading must take its references along."""
+"""The README, docs/, the model cards and the comments of code and config files point only at
+files and sections that exist: a renamed or deleted result file, module, script or heading must
+take its references along."""
 from __future__ import annotations
 
 import re
@@ -83,9 +84,38 @@ def broken(document: Path) -> list[str]:
     return missing + broken_sections(document, text)
 
 
+# files whose comments and docstrings name pages, sections and paths
+SOURCES = ("benchmarks/*.yaml", "examples/*.yaml", "scripts/*.sh", "scripts/*.py", "apps/**/*.py",
+           "convqa/**/*.py", "retrievers/**/*.py", "readers/**/*.py", "phrase_index/**/*.py")
+COMMENT_START = re.compile(r"\n[ \t]*#[ \t]?")
+
+
+def broken_in_source(source: Path) -> list[str]:
+    """Paths and quoted sections in a code or config file; a reference that wraps onto the next
+    comment line is read as one line."""
+    text = COMMENT_START.sub("\n", source.read_text(encoding="utf-8"))
+    return [p for p in ROOTED.findall(text) if not (REPO / p).exists()] + \
+        broken_sections(source, text)
+
+
 def test_every_link_and_path_in_the_docs_exists():
     problems = {str(doc.relative_to(REPO)): bad for doc in documents() if (bad := broken(doc))}
     assert problems == {}
+
+
+def test_every_path_and_section_named_in_code_and_configs_exists():
+    sources = sorted({path for pattern in SOURCES for path in REPO.glob(pattern)})
+    assert len(sources) > 100
+    problems = {str(s.relative_to(REPO)): bad for s in sources if (bad := broken_in_source(s))}
+    assert problems == {}
+
+
+def test_the_checker_reads_a_section_name_across_comment_lines(tmp_path):
+    (tmp_path / "guide.md").write_text("# Guide\n\n## Which shortlist\n", encoding="utf-8")
+    config = tmp_path / "pipeline.yaml"
+    config.write_text('# read (guide.md, "Which\n# shortlist") and guide.md, "Two\n# stages"\n',
+                      encoding="utf-8")
+    assert broken_in_source(config) == ['guide.md, "Two stages"']
 
 
 def test_the_checker_sees_a_missing_file(tmp_path):

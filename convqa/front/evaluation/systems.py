@@ -29,7 +29,7 @@ that holds the passage store of an official file) and `{passages}` (the passage 
 
 Every component a file names is looked up before anything runs, so a typo in the last row fails
 in a second, not after an hour of retrieval: the error names the file and the system, e.g.
-"benchmarks/x.yaml: system 'foo': unknown retriever 'bm26' (known: bm25, dense, ...)".
+"systems.yaml: system 'foo': unknown retriever 'bm26' (known: bm25, dense, ...)".
 """
 from __future__ import annotations
 

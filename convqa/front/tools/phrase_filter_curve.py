@@ -5,7 +5,7 @@ its size. The dump-based index of the same dump is the exact-vector reference wh
     python -m convqa.front.tools.phrase_filter_curve --dump /tmp/work/phrase/vital-v2/dump \\
         --passages /tmp/work/bench/vital/passages --model convqa-phrase \\
         --benchmark /tmp/work/bench/vital --keep 1 0.8 0.6 0.4 0.2 --code-bytes 48 \\
-        --work /tmp/work/phrase/curve --json docs/results/phrase-filter-curve.json
+        --work /tmp/work/phrase/curve --json curve.json
 
 `--skip-punctuation` leaves out the tokens that are only punctuation in every index it builds.
 
