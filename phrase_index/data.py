@@ -98,7 +98,7 @@ def squad_phrase_examples(path: str | os.PathLike, heldout_fraction: float = 0.1
                           **kwargs: Any) -> list[PhraseExample]:
     """Train and held-out examples of a SQuAD-format file (the reader's split by article),
     each with `negatives` BM25 passages of the file that lack its answer."""
-    from readers.extractive.data import squad_examples
+    from readers.extractive.build_examples import squad_examples
 
     return [from_reader_example(e) for e in squad_examples(
         path, heldout_fraction, seed, negatives=negatives, max_examples=max_examples, **kwargs)]
@@ -109,7 +109,7 @@ def benchmark_phrase_examples(folder: str | os.PathLike, max_examples: int | Non
                               **kwargs: Any) -> list[PhraseExample]:
     """The benchmark's answer-evaluable turns (train split -> "train", dev -> "heldout"), each
     with `negatives` BM25 passages of the benchmark's corpus from other articles."""
-    from readers.extractive.data import benchmark_examples
+    from readers.extractive.build_examples import benchmark_examples
 
     return [from_reader_example(e) for e in benchmark_examples(
         folder, negatives=negatives, max_examples=max_examples, seed=seed, **kwargs)]

@@ -129,7 +129,7 @@ def squad_train_examples(count: int = 8):
     """`count` real SQuAD v2.0 dev questions of training articles with one gold span each and
     paragraphs under 700 characters (2 negatives each); skips without ../shared/data."""
     from conftest import shared_file
-    from readers.extractive.data import squad_examples
+    from readers.extractive.build_examples import squad_examples
 
     built = squad_examples(shared_file("squad/dev-v2.0.json"), negatives=2, max_examples=60,
                            max_heldout=1)

@@ -13,8 +13,8 @@ from convqa.errors import ConfigError
 from convqa.types import Passage
 from readers.extractive.absent_article import (SUFFIX, absent_article_example,
                                                add_absent_article_examples)
-from readers.extractive.data import (BuildReport, GoldSpan, ReaderExample, ReaderPassage,
-                                     benchmark_examples)
+from readers.extractive.build_examples import benchmark_examples
+from readers.extractive.data import BuildReport, GoldSpan, ReaderExample, ReaderPassage
 from training_helpers import make_benchmark
 
 

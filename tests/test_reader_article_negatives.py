@@ -12,7 +12,7 @@ import pytest
 from convqa.benchmark.labelled_turns import article_id_of
 from convqa.errors import ConfigError
 from readers.extractive.article_negatives import add_article_negatives
-from readers.extractive.data import benchmark_examples
+from readers.extractive.build_examples import benchmark_examples
 from training_helpers import TURNS, make_benchmark
 
 

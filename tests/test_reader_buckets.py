@@ -12,7 +12,7 @@ import torch
 
 from conftest import shared_file
 from convqa.training.schedule import bucketed_batches, global_batches
-from readers.extractive.data import squad_examples
+from readers.extractive.build_examples import squad_examples
 from readers.extractive.heldout import (heldout_sample, read_answers, score_answers,
                                         scores_by_source)
 from readers.extractive.model import ExtractiveReader

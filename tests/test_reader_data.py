@@ -8,9 +8,9 @@ import pytest
 
 from conftest import shared_file
 from convqa.errors import DataError
+from readers.extractive.build_examples import benchmark_examples, squad_examples
 from readers.extractive.data import (BuildReport, GoldSpan, ReaderExample, answer_variants,
-                                     benchmark_examples, find_answer_spans, find_spans,
-                                     load_examples, save_examples, squad_examples)
+                                     find_answer_spans, find_spans, load_examples, save_examples)
 from training_helpers import make_benchmark
 
 

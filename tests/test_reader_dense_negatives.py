@@ -12,7 +12,8 @@ from conftest import shared_file
 from convqa.corpus import PassageStore
 from convqa.errors import ConfigError
 from convqa.types import Passage
-from readers.extractive.data import benchmark_examples, find_answer_spans, squad_examples
+from readers.extractive.build_examples import benchmark_examples, squad_examples
+from readers.extractive.data import find_answer_spans
 from readers.extractive.dense_negatives import (DenseNegativesConfig, add_dense_negatives,
                                                 filter_hits, mine_dense_negatives)
 from retrievers.dense.build import build_dense_index

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from conftest import shared_file
-from readers.extractive.data import load_examples, save_examples, squad_examples
+from readers.extractive.build_examples import squad_examples
+from readers.extractive.data import load_examples, save_examples
 from readers.extractive.model import ExtractiveReader
 from readers.extractive.train import ReaderTrainConfig, train_reader
 from reader_helpers import one_thread, tiny_reader

@@ -388,7 +388,8 @@ def test_calibration_weighs_the_feature_and_the_reader_uses_it(tmp_path):
 def test_squad_v2_unanswerable_examples():
     from conftest import shared_file
     from convqa.loaders.squad import load_squad
-    from readers.extractive.data import BuildReport, heldout_keys, squad_examples
+    from readers.extractive.build_examples import squad_examples
+    from readers.extractive.data import BuildReport, heldout_keys
 
     path = shared_file("squad/dev-v2.0.json")
     raw = load_squad(path)
@@ -436,7 +437,8 @@ def load_examples_round_trip(examples) -> bool:
 
 
 def test_benchmark_unanswerable_turns(tmp_path):
-    from readers.extractive.data import BuildReport, benchmark_examples
+    from readers.extractive.build_examples import benchmark_examples
+    from readers.extractive.data import BuildReport
     from training_helpers import TURNS, make_benchmark
 
     turns = TURNS + [

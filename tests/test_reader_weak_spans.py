@@ -12,7 +12,8 @@ from conftest import shared_file
 from convqa.benchmark.weak_positives import WeakPositiveRule
 from convqa.corpus.passages import article_passages
 from convqa.metrics.answer import score_answer
-from readers.extractive.data import BuildReport, benchmark_examples, load_examples, save_examples
+from readers.extractive.build_examples import benchmark_examples
+from readers.extractive.data import BuildReport, load_examples, save_examples
 from readers.extractive.weak_spans import best_f1_span
 from training_helpers import TURNS, WEAK_TURNS, make_benchmark
 

@@ -16,7 +16,7 @@ from convqa.errors import ConfigError, DataError
 from convqa.training.loader import (AUTO, TOKENIZERS_PARALLELISM, BatchStream, DirectStream,
                                     MicroBatches, loader_workers_setting, resolve_workers)
 from convqa.training.schedule import plan_steps
-from readers.extractive.data import squad_examples
+from readers.extractive.build_examples import squad_examples
 from readers.extractive.train import ReaderTrainConfig, ReaderTrainer, train_reader
 from reader_helpers import single_thread  # noqa: F401 (autouse fixture: one thread)
 from reader_helpers import tiny_reader

@@ -160,7 +160,7 @@ def squad_questions(path: str | os.PathLike, side: str, fraction: float = 0.1, s
                     count: int | None = None, sample_seed: int = 0, with_share: bool = False
                     ) -> tuple:
     """(answerable, unanswerable) questions of the "train" or "heldout" articles of a SQuAD
-    file, split as `data.squad_examples` splits them (`fraction`, `seed`: the reader run's
+    file, split as `build_examples.squad_examples` splits them (`fraction`, `seed`: the reader run's
     held-out fraction and seed); at most `count` of each, a seeded sample. `with_share` adds
     the share of unanswerable questions on that side before sampling."""
     from convqa.loaders.squad import read_squad

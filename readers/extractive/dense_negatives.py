@@ -36,7 +36,7 @@ from .data import ReaderExample, find_answer_spans
 
 FORMAT = "convqa-reader-dense-negatives"
 VERSION = 1
-BENCHMARK_SOURCE = "topiocqa-wiki:"  # data.py benchmark_examples
+BENCHMARK_SOURCE = "topiocqa-wiki:"  # build_examples.benchmark_examples
 
 
 @dataclass

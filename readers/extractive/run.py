@@ -25,8 +25,8 @@ from convqa.errors import ConfigError, ConvQAError, DataError
 from convqa.io import load_json, write_json
 from convqa.models import DEFAULT_MODEL, resolve_model
 
-from .data import (BuildReport, ReaderExample, benchmark_examples, load_examples, save_examples,
-                   scoring_convention, squad_examples)
+from .build_examples import benchmark_examples, squad_examples
+from .data import BuildReport, ReaderExample, load_examples, save_examples, scoring_convention
 from .distill import load_teacher_targets
 from .heldout import evaluate_reader
 from .model import META_FILE, ExtractiveReader, ExtractiveReaderConfig

@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
                  "what does photosynthesis produce?", "who discovered penicillin?"]
     heldout = []
     if args.squad and Path(args.squad).exists():
-        from readers.extractive.data import squad_examples
+        from readers.extractive.build_examples import squad_examples
 
         heldout = [e for e in squad_examples(args.squad, negatives=0,
                                              max_heldout=args.heldout)

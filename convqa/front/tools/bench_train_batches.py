@@ -29,7 +29,8 @@ from convqa.errors import reports_errors
 
 
 def reader_examples(args):
-    from readers.extractive.data import load_examples, squad_examples
+    from readers.extractive.build_examples import squad_examples
+    from readers.extractive.data import load_examples
 
     if args.examples:
         examples = load_examples(args.examples)
