@@ -14,11 +14,10 @@ from conftest import shared_file
 from convqa.corpus import PassageStore
 from convqa.errors import ConfigError, ConvQAError, DataError
 from convqa.io import folder_bytes
-from phrase_index import compact as compact_module
+from phrase_index import compact_build as compact_build_module
 from phrase_index.codec import PQCodec
-from phrase_index.compact import (CompactPhraseIndex, build_compact_index, bytes_per_token,
-                                  choose_search_factory)
-from phrase_index.dump import PhraseDump
+from phrase_index.compact import CompactPhraseIndex
+from phrase_index.compact_build import build_compact_index, bytes_per_token, choose_search_factory
 from phrase_index.index import PhraseIndex
 from phrase_index.load import load_phrase_index
 from phrase_index.search import PhraseSearcher, search_phrases
@@ -157,7 +156,7 @@ def test_the_filter_keeps_a_fraction_per_side_and_a_side_only_token_bounds_only_
 def test_a_killed_build_resumes_to_the_same_index(tmp_path, monkeypatch):
     dump, passages, q_start, q_end, truth = planted_dump(tmp_path)
     reference = build_compact_index(dump, tmp_path / "a", **BUILD)
-    original = compact_module.save_array
+    original = compact_build_module.save_array
     calls = {"n": 0}
 
     def dies_on_the_third_part(path, array):
@@ -167,10 +166,10 @@ def test_a_killed_build_resumes_to_the_same_index(tmp_path, monkeypatch):
                 raise KeyboardInterrupt
         return original(path, array)
 
-    monkeypatch.setattr(compact_module, "save_array", dies_on_the_third_part)
+    monkeypatch.setattr(compact_build_module, "save_array", dies_on_the_third_part)
     with pytest.raises(KeyboardInterrupt):
         build_compact_index(dump, tmp_path / "b", **BUILD)
-    monkeypatch.setattr(compact_module, "save_array", original)
+    monkeypatch.setattr(compact_build_module, "save_array", original)
     parts = sorted(p.name for p in (tmp_path / "b" / ".build" / "parts").iterdir())
     assert parts == ["part-0000000000-0000000064", "part-0000000064-0000000128"]  # no .tmp
     finished = sorted((tmp_path / "b" / ".build" / "parts").glob("*/part.json"))

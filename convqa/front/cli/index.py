@@ -313,8 +313,8 @@ def _add_sparse(args: argparse.Namespace, store, out: Path) -> int:
 
 def _run_compact(args: argparse.Namespace, model, store, out: Path, threshold, keep,
                  started: float) -> int:
-    from phrase_index.compact import (DEFAULT_CODE_BYTES, DEFAULT_SEARCH_BYTES,
-                                      build_compact_phrase_index)
+    from phrase_index.compact_build import (DEFAULT_CODE_BYTES, DEFAULT_SEARCH_BYTES,
+                                            build_compact_phrase_index)
 
     thresholds = None
     if args.threshold is not None:

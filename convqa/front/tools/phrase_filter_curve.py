@@ -25,8 +25,8 @@ from convqa.errors import reports_errors
 
 def build(dump: str, out: Path, keep: float, code_bytes: int, opq: bool, passages: str,
           model: str, search_bytes: int | None, skip_punctuation: bool = False) -> dict:
-    from phrase_index.compact import (META_FILE, CompactPhraseIndex, build_compact_index,
-                                      choose_search_factory)
+    from phrase_index.compact import META_FILE, CompactPhraseIndex
+    from phrase_index.compact_build import build_compact_index, choose_search_factory
     from phrase_index.dump import PhraseDump
 
     if not (out / META_FILE).exists():
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="IVF-PQ code bytes (default: compact.DEFAULT_SEARCH_BYTES)")
     parser.add_argument("--no-opq", action="store_true", help="no rotation before PQ")
     parser.add_argument("--skip-punctuation", action="store_true",
-                        help="leave out tokens that are only punctuation (compact.py)")
+                        help="leave out tokens that are only punctuation (compact_build.py)")
     parser.add_argument("--reference", default=None,
                         help="a dump-based phrase index of the same dump (exact int8 vectors)")
     parser.add_argument("--work", required=True, help="folder for the built indexes")
