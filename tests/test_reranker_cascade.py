@@ -168,8 +168,17 @@ def test_keep_rest_hands_on_the_first_stage_after_the_second(folders):
     with pytest.raises(ConfigError, match="keep_rest belongs in second_stage"):
         RERANKERS.build({"name": "cross_encoder", "model": str(first), "keep_rest": True,
                          "second_stage": str(second)})
-    with pytest.raises(ConfigError, match="keep_rest must be true or false"):
-        build(first, second, keep_rest="yes")
+    # the second stage's options are read as the first stage's are ("yes" as a YAML true)
+    assert build(first, second, keep_rest="yes").second.options.keep_rest is True
+    # a misspelt option of the second stage is named with the options there are
+    with pytest.raises(ConfigError, match=r"^reranker 'cross_encoder': second_stage: unknown "
+                                          r"option 'keep_rst' \(options: model, top_n, "):
+        RERANKERS.build({"name": "cross_encoder", "model": str(first),
+                         "second_stage": {"model": str(second), "keep_rst": True}})
+    with pytest.raises(ConfigError, match=r"second_stage: option 'keep_rest': expected "
+                                          r"true/false, got 'maybe'"):
+        RERANKERS.build({"name": "cross_encoder", "model": str(first),
+                         "second_stage": {"model": str(second), "keep_rest": "maybe"}})
 
 
 def test_bad_margins_are_one_line_errors(folders):

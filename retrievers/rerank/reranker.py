@@ -45,7 +45,7 @@ import torch
 from convqa.errors import ConfigError, DataError
 from convqa.precision import (MeasuredPrecision, PrecisionChoice, PrecisionOnFirstUse, autocast,
                               choose_precision, normalize_precision, prepare)
-from convqa.registry import RERANKERS
+from convqa.registry import RERANKERS, build_dataclass
 from convqa.types import Hit, Passage, RerankedHit, Turn
 
 from .cascade import AUTO, NEVER, cascade_key, check_skip_margin, continue_below, skips
@@ -117,6 +117,11 @@ class CrossEncoderRerankerOptions:
                                  f"{self.second_stage.get('name')!r}")
             if "second_stage" in spec:
                 raise ValueError("second_stage cannot have a second_stage of its own")
+            known = [f.name for f in dataclasses.fields(self) if f.name != "second_stage"]
+            unknown = [key for key in spec if key not in known]
+            if unknown:
+                raise ValueError(f"second_stage: unknown option '{unknown[0]}' (options: "
+                                 f"{', '.join(known)})")
             if spec.get("rescore_within") is not None or spec.get("rescore_word_matches") \
                     or spec.get("rescore_pairs") is not None:
                 raise ValueError("rescore_within, rescore_word_matches and rescore_pairs belong "
@@ -242,12 +247,13 @@ class CrossEncoderReranker(MeasuredPrecision):
         model = CrossEncoder.from_pretrained(options.model)
         built = cls(model.for_inference(options.device, "reranker 'cross_encoder'"), options)
         if options.second_stage is not None:
+            where = "reranker 'cross_encoder': second_stage"
             try:
-                second = CrossEncoderRerankerOptions(**{"device": options.device,
-                                                        **options.second_stage,
-                                                        "retriever_weight": 0.0})
-            except (TypeError, ValueError) as exc:
-                raise ConfigError(f"reranker 'cross_encoder': second_stage: {exc}") from None
+                second = build_dataclass(CrossEncoderRerankerOptions,
+                                         {"device": options.device, **options.second_stage,
+                                          "retriever_weight": 0.0}, where)
+            except ValueError as exc:
+                raise ConfigError(f"{where}: {exc}") from None
             built.second = cls.from_config(second)
         return built
 
