@@ -315,6 +315,27 @@ def load_labelled_turns(path: str | os.PathLike) -> LabelledTurns:
     return LabelledTurns(turns, conversations, meta)
 
 
+class BenchmarkSource(NamedTuple):
+    """A benchmark folder opened to build training examples from."""
+
+    data: LabelledTurns
+    corpus: str    # the collection's name: meta.json's corpus, else the folder's name
+    source: str    # the examples' source: "topiocqa-wiki:CORPUS"
+    store: Any     # the folder's convqa.corpus.PassageStore
+
+
+def open_benchmark_source(folder: str | os.PathLike) -> BenchmarkSource:
+    """The labelled turns, the collection's name and passages of a benchmark folder, as the
+    reader's and the reranker's example builders both name and read them."""
+    from convqa.corpus import PassageStore
+
+    folder = Path(folder)
+    data = load_labelled_turns(folder)
+    corpus = str(data.meta.get("corpus") or folder.name)
+    return BenchmarkSource(data, corpus, f"topiocqa-wiki:{corpus}",
+                           PassageStore.open(folder / "passages"))
+
+
 def qrels(turns: Iterable[LabelledTurn], level: str = "article") -> dict[str, dict[str, int]]:
     """TREC-style relevance, `{qid: {passage_id: 1}}`. level="article": the retrieval-evaluable
     turns, every passage of the topic article; level="answer": the answer-evaluable turns, their

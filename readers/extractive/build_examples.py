@@ -181,18 +181,14 @@ def benchmark_examples(folder: str | os.PathLike, negatives: int = 7,
     `max_examples` caps the unanswerable train turns apart from the answerable ones, and the
     weakly labelled ones (`weak`, a WeakPositiveRule: source "topiocqa-wiki:CORPUS:weak")."""
     from convqa.benchmark.labelled_turns import (EXCLUDED_ANSWERS, article_id_of,
-                                                 load_labelled_turns)
-    from convqa.corpus import PassageStore
+                                                 open_benchmark_source)
     from convqa.history import build_history_strategy
     from convqa.metrics.answer import normalize_answer
     from retrievers.bm25 import BM25Retriever
 
     folder = Path(folder)
     report = report if report is not None else BuildReport()
-    data = load_labelled_turns(folder)
-    corpus = str(data.meta.get("corpus") or folder.name)
-    source = f"topiocqa-wiki:{corpus}"
-    store = PassageStore.open(folder / "passages")
+    data, corpus, source, store = open_benchmark_source(folder)
     strategy = build_history_strategy(history)
     splits: dict[str, list[ReaderExample]] = {"train": [], "heldout": []}
     gold_article: dict[str, str] = {}

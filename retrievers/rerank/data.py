@@ -229,17 +229,13 @@ def benchmark_examples(folder: str | os.PathLike, article_negatives: int = 16,
     BM25 (FOLDER/indexes/bm25, or built in memory) over the `history`-formatted turn. With a
     `weak` rule (weak_positives.WeakPositiveRule) the train turns without an answer passage
     join too, where the rule finds one (source "topiocqa-wiki:CORPUS:weak")."""
-    from convqa.benchmark.labelled_turns import article_id_of, load_labelled_turns
+    from convqa.benchmark.labelled_turns import article_id_of, open_benchmark_source
     from convqa.benchmark.weak_positives import weak_labels
-    from convqa.corpus import PassageStore
     from readers.extractive.data import BuildReport
 
     folder = Path(folder)
     report = report if report is not None else BuildReport()
-    data = load_labelled_turns(folder)
-    corpus = str(data.meta.get("corpus") or folder.name)
-    source = f"topiocqa-wiki:{corpus}"
-    store = PassageStore.open(folder / "passages")
+    data, corpus, source, store = open_benchmark_source(folder)
     splits: dict[str, list[Any]] = {"train": [], "heldout": []}
     for turn in data.turns:
         if turn.answer_evaluable:
