@@ -180,11 +180,8 @@ def benchmark_examples(folder: str | os.PathLike, negatives: int = 7,
     FOLDER/indexes/bm25 (`convqa index --bm25`); without one it is built in memory.
     `max_examples` caps the unanswerable train turns apart from the answerable ones, and the
     weakly labelled ones (`weak`, a WeakPositiveRule: source "topiocqa-wiki:CORPUS:weak")."""
-    from convqa.benchmark.labelled_turns import (EXCLUDED_ANSWERS, article_id_of,
-                                                 open_benchmark_source)
+    from convqa.benchmark.labelled_turns import article_id_of, open_benchmark_source
     from convqa.history import build_history_strategy
-    from convqa.metrics.answer import normalize_answer
-    from retrievers.bm25 import BM25Retriever
 
     folder = Path(folder)
     report = report if report is not None else BuildReport()
@@ -211,24 +208,16 @@ def benchmark_examples(folder: str | os.PathLike, negatives: int = 7,
             impossible.append(ReaderExample(f"{corpus}/{turn.qid}", turn.question,
                                             history_of(turn), [], [], [], "train", source,
                                             unanswerable=True))
-            continue
-        if not turn.answer_evaluable:
-            continue
-        split = "train" if turn.split == "train" else "heldout"
-        answers = [a for a in turn.answers if normalize_answer(a) not in EXCLUDED_ANSWERS]
-        positives = []
-        for pid in turn.answer_passage_ids:
-            passage = store.get(pid)
-            spans = find_answer_spans(passage.text, answers)
-            if spans:
-                positives.append(ReaderPassage(passage, spans))
-        if not positives:
-            report.add(source, f"{split}_skipped_no_exact_span")
-            continue
-        example = ReaderExample(f"{corpus}/{turn.qid}", turn.question, history_of(turn),
-                                positives, [], list(turn.answers), split, source)
-        gold_article[example.id] = turn.gold_article_id or ""
-        splits[split].append(example)
+        elif turn.answer_evaluable:
+            split = "train" if turn.split == "train" else "heldout"
+            positives = _answer_passages(turn, store)
+            if not positives:
+                report.add(source, f"{split}_skipped_no_exact_span")
+                continue
+            example = ReaderExample(f"{corpus}/{turn.qid}", turn.question, history_of(turn),
+                                    positives, [], list(turn.answers), split, source)
+            gold_article[example.id] = turn.gold_article_id or ""
+            splits[split].append(example)
     splits["train"] = _sample(splits["train"], max_examples, seed, f"{corpus}:train")
     splits["heldout"] = _sample(splits["heldout"], max_heldout, seed, f"{corpus}:heldout")
     if unanswerable:
@@ -237,30 +226,13 @@ def benchmark_examples(folder: str | os.PathLike, negatives: int = 7,
     splits["train"] += _sample(weakly_labelled, max_examples, seed, f"{corpus}:train-weak")
     examples = splits["train"] + splits["heldout"]
     if (negatives or unanswerable) and examples:
-        index = Path(bm25_index) if bm25_index else folder / "indexes" / "bm25"
-        if index.is_dir():
-            retriever = BM25Retriever.load(index)
-            retriever.check_store(store)
-        else:
-            retriever = BM25Retriever.build_from_store(store)
-        queries = [strategy.format(e.question, e.history_turns()) for e in examples]
-        hits = retriever.retrieve_batch(queries, k=3 * negatives + 20)
-        for example, row in zip(examples, hits):
-            if example.unanswerable:  # no passage answers it: the best ones are its negatives
-                ids = [h.passage_id for h in row]
-                wanted = max(negatives, 1)
-            else:
-                gold = gold_article[example.id]
-                ids = [h.passage_id for h in row if article_id_of(h.passage_id) != gold]
-                wanted = negatives
-            example.negatives = [store.get(pid) for pid in ids[:wanted]]
-            if len(example.negatives) < wanted:
-                report.add(source, "examples_with_fewer_negatives")
+        _add_bm25_negatives(examples, gold_article, negatives, strategy, store,
+                            Path(bm25_index) if bm25_index else folder / "indexes" / "bm25",
+                            source, report)
     kept = [e for e in splits["train"] if e.negatives or not e.unanswerable]
     if len(kept) < len(splits["train"]):  # a query BM25 finds nothing for (e.g. an empty turn)
         report.add(source, "train_unanswerable_without_passages", len(splits["train"]) - len(kept))
         splits["train"] = kept
-        examples = splits["train"] + splits["heldout"]
     for split, items in splits.items():
         report.add(source, f"{split}_examples", sum(e.source == source for e in items))
     if weakly_labelled:
@@ -268,7 +240,51 @@ def benchmark_examples(folder: str | os.PathLike, negatives: int = 7,
                    sum(e.source != source for e in splits["train"]))
     if unanswerable:
         report.add(source, "train_unanswerable", sum(e.unanswerable for e in splits["train"]))
-    return examples
+    return splits["train"] + splits["heldout"]
+
+
+def _answer_passages(turn: Any, store: Any) -> list[ReaderPassage]:
+    """The turn's answer passages in which one of its answers occurs as an exact span (the
+    yes / no / unanswerable answers left out), with every such span."""
+    from convqa.benchmark.labelled_turns import EXCLUDED_ANSWERS
+    from convqa.metrics.answer import normalize_answer
+
+    answers = [a for a in turn.answers if normalize_answer(a) not in EXCLUDED_ANSWERS]
+    positives = []
+    for pid in turn.answer_passage_ids:
+        passage = store.get(pid)
+        spans = find_answer_spans(passage.text, answers)
+        if spans:
+            positives.append(ReaderPassage(passage, spans))
+    return positives
+
+
+def _add_bm25_negatives(examples: Sequence[ReaderExample], gold_article: dict[str, str],
+                        negatives: int, strategy: Any, store: Any, index: Path, source: str,
+                        report: BuildReport) -> None:
+    """Each example's negatives: the best BM25 passages for its history-formatted question,
+    outside its gold article (an unanswerable example: the best ones, at least one)."""
+    from convqa.benchmark.labelled_turns import article_id_of
+    from retrievers.bm25 import BM25Retriever
+
+    if index.is_dir():
+        retriever = BM25Retriever.load(index)
+        retriever.check_store(store)
+    else:
+        retriever = BM25Retriever.build_from_store(store)
+    queries = [strategy.format(e.question, e.history_turns()) for e in examples]
+    hits = retriever.retrieve_batch(queries, k=3 * negatives + 20)
+    for example, row in zip(examples, hits):
+        if example.unanswerable:  # no passage answers it: the best ones are its negatives
+            ids = [h.passage_id for h in row]
+            wanted = max(negatives, 1)
+        else:
+            gold = gold_article[example.id]
+            ids = [h.passage_id for h in row if article_id_of(h.passage_id) != gold]
+            wanted = negatives
+        example.negatives = [store.get(pid) for pid in ids[:wanted]]
+        if len(example.negatives) < wanted:
+            report.add(source, "examples_with_fewer_negatives")
 
 
 # a weak turn's best span must read at least this much like its answer (SQuAD F1)
