@@ -42,6 +42,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 REPO = Path(__file__).resolve().parents[3]
@@ -323,7 +324,7 @@ def probe(host: str, port: int, turns: list) -> list[dict]:
 
 # -- main -------------------------------------------------------------------------------------
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--serve-args", default="",
                         help='arguments of `convqa serve` (e.g. "--retriever bm25 --workers 2"); '
@@ -358,19 +359,35 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--max-requests must be at least 1")
     if args.kill_restart and args.url:
         parser.error("--kill-restart needs the server started here (no --url)")
-    serve_args = shlex.split(args.serve_args)
     if not (args.data_dir / "topiocqa" / "topiocqa_train.json.gz").exists():
         parser.error(f"no TopiOCQA data under {args.data_dir} (see ../shared/data/README.md)")
+    if args.url and urlparse(args.url).hostname not in LOOPBACK:
+        parser.error("--url must be on loopback (127.0.0.1 / localhost)")
+    return args
 
-    import torch
 
+@dataclass
+class LoadRun:
+    """What one load run saw: the clients' statistics and, with --kill-restart, the probes'
+    answers before and after the restart."""
+
+    pipeline: str
+    stats: Stats
+    load_s: float
+    elapsed: float
+    restart: dict[str, Any] | None = None
+    before: list[dict[str, Any]] | None = None
+    after: list[dict[str, Any]] | None = None
+
+
+def run_load(args: argparse.Namespace, serve_args: list[str]) -> LoadRun:
+    """Start the server (or use --url), ask it from --clients threads for --seconds, with a
+    kill -9 and restart half-way when asked; the server started here is stopped."""
     from convqa.registry import HISTORY_STRATEGIES
 
     server = None
     if args.url:
         parsed = urlparse(args.url)
-        if parsed.hostname not in LOOPBACK:
-            parser.error("--url must be on loopback (127.0.0.1 / localhost)")
         host, port = parsed.hostname, parsed.port or 80
     else:
         host, port = "127.0.0.1", free_port()
@@ -385,25 +402,25 @@ def main(argv: list[str] | None = None) -> int:
             strategy.format("warm up", [])
         pipeline = args.pipeline or listing["default"]
         if pipeline not in strategies:
-            parser.error(f"pipeline {pipeline!r} has no history strategy to check queries with")
+            raise SystemExit(f"load_serve: error: pipeline {pipeline!r} has no history strategy "
+                             "to check queries with")
         checker = Checker(strategies, int(listing["limits"]["conversation_max_turns"]))
         queue = conversations(args.data_dir, max(50, args.clients * 10), args.max_turns,
                               args.seed)
         probe_turns = [(c.turns[-1].question, c.turns[:-1]) for c in queue[:args.probes]]
-        before = probe(host, port, probe_turns) if args.kill_restart else None
+        run = LoadRun(pipeline, Stats(), load_s, 0.0)
+        run.before = probe(host, port, probe_turns) if args.kill_restart else None
 
-        stats = Stats()
         budget = Budget(args.max_requests, args.seconds)
         server_up = threading.Event()
         server_up.set()
         lock = threading.Lock()
         threads = [threading.Thread(target=client_loop, daemon=True, args=(
-            n, host, port, queue, lock, budget, checker, stats, args.pipeline, server_up))
+            n, host, port, queue, lock, budget, checker, run.stats, args.pipeline, server_up))
             for n in range(args.clients)]
         began = time.perf_counter()
         for thread in threads:
             thread.start()
-        restart = None
         if args.kill_restart:
             time.sleep(args.seconds / 2)
             server_up.clear()
@@ -412,22 +429,28 @@ def main(argv: list[str] | None = None) -> int:
             server.start()
             ready_s = wait_healthy(host, port, args.load_timeout)
             server_up.set()
-            restart = {"at_s": round(killed - began, 1), "down_s": round(
+            run.restart = {"at_s": round(killed - began, 1), "down_s": round(
                 time.perf_counter() - killed, 1), "ready_after_start_s": round(ready_s, 1)}
         for thread in threads:
             thread.join(args.seconds + 600)
-        elapsed = time.perf_counter() - began
-        after = probe(host, port, probe_turns) if args.kill_restart else None
+        run.elapsed = time.perf_counter() - began
+        run.after = probe(host, port, probe_turns) if args.kill_restart else None
     finally:
         if server is not None:
             server.stop()
+    return run
 
-    ok = stats.statuses.get(200, 0)
+
+def load_report(args: argparse.Namespace, run: LoadRun) -> dict[str, Any]:
+    """Every number of the run, the CPU named."""
+    import torch
+
+    stats, ok = run.stats, run.stats.statuses.get(200, 0)
     report = {
         "cpu": torch.backends.cpu.get_cpu_capability(), "cores": os.cpu_count(),
-        "serve_args": args.serve_args, "pipeline": pipeline, "clients": args.clients,
-        "seconds": round(elapsed, 1), "server_ready_s": round(load_s, 1),
-        "answers": ok, "throughput_per_s": round(ok / elapsed, 2),
+        "serve_args": args.serve_args, "pipeline": run.pipeline, "clients": args.clients,
+        "seconds": round(run.elapsed, 1), "server_ready_s": round(run.load_s, 1),
+        "answers": ok, "throughput_per_s": round(ok / run.elapsed, 2),
         "latency_ms": {"p50": round(percentile(stats.latencies_ms, 0.5), 1),
                        "p99": round(percentile(stats.latencies_ms, 0.99), 1)},
         "status_counts": {str(k): v for k, v in sorted(stats.statuses.items())},
@@ -439,14 +462,24 @@ def main(argv: list[str] | None = None) -> int:
         "cross_talk_examples": stats.examples,
     }
     if args.kill_restart:
-        same = sum(b == a for b, a in zip(before, after))
-        report["restart"] = dict(restart, probes=len(before), same_answers=same,
-                                 all_ok=all(p["status"] == 200 for p in before + after))
+        same = sum(b == a for b, a in zip(run.before, run.after))
+        report["restart"] = dict(run.restart, probes=len(run.before), same_answers=same,
+                                 all_ok=all(p["status"] == 200 for p in run.before + run.after))
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    import torch
+
+    args = parse_args(argv)
+    serve_args = shlex.split(args.serve_args)
+    run = run_load(args, serve_args)
+    report = load_report(args, run)
     baseline_s = args.seconds if args.baseline_seconds is None else args.baseline_seconds
     if baseline_s > 0:
         torch.set_num_threads(args.baseline_threads or os.cpu_count() or 1)
         pipelines = build_pipelines(serve_args)
-        single = single_process_throughput(pipelines, stats.sent, baseline_s)
+        single = single_process_throughput(pipelines, run.stats.sent, baseline_s)
         report["single_process"] = dict(single, torch_threads=torch.get_num_threads())
         if single["per_s"]:
             report["server_vs_single"] = round(report["throughput_per_s"] / single["per_s"], 3)
