@@ -19,7 +19,8 @@ probes and the codes of the passages it scores.
 
 Folder: `phrase_index.json` (format `convqa-phrase-compact-index`), `codec/`, `search/` (a
 `retrievers.dense.index.DenseIndex`), `tokens/` (codes, token, chars, sides, ptr).
-Its build: compact_build.py.
+
+How one is built from a dump: compact_build.py.
 """
 from __future__ import annotations
 
