@@ -14,23 +14,10 @@ from convqa import __version__
 from convqa.errors import ConvQAError
 from convqa.quiet import quiet_third_party
 
-# name -> (module with add_parser, one-line help)
-BUILT = {
-    "data": ("convqa.front.cli.data", "build benchmarks from the official data files"),
-    "answer": ("convqa.front.cli.answer", "answer a question in a conversation, with evidence"),
-    "index": ("convqa.front.cli.index",
-              "build a BM25, dense (FAISS) or phrase index over a passage collection"),
-    "retrieve": ("convqa.front.cli.retrieve",
-                 "retrieve passages for conversational queries with any retriever"),
-    "train": ("convqa.front.cli.train",
-              "train DPR-IHN, ConvDR, the rerankers, the readers or the phrase model"),
-    "demo": ("convqa.front.cli.demo", "run the Gradio chat demo on 127.0.0.1"),
-    "serve": ("convqa.front.cli.serve", "serve the JSON API (POST /v1/answer) on 127.0.0.1"),
-    "eval": ("convqa.front.cli.eval",
-             "produce the QReCC / TopiOCQA retrieval and end-to-end tables"),
-    "reproduce": ("convqa.front.cli.reproduce", "rerun a named run of the reproduction matrix"),
-    "models": ("convqa.front.cli.models", "install larger pretrained models and list models"),
-}
+# name -> the module whose add_parser adds it (with its one-line help)
+BUILT = {name: f"convqa.front.cli.{name}" for name in (
+    "data", "answer", "index", "retrieve", "train", "demo", "serve", "eval", "reproduce",
+    "models")}
 # Planned subcommands: listed in --help, and they say plainly that they do not exist yet.
 PLANNED: dict[str, tuple[str, str]] = {}
 
@@ -50,8 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name in ("data", "index", "retrieve", "train", "answer", "eval", "reproduce", "demo",
                  "serve", "models"):
         if name in BUILT:
-            module, _ = BUILT[name]
-            importlib.import_module(module).add_parser(subparsers)
+            importlib.import_module(BUILT[name]).add_parser(subparsers)
         else:
             summary, where = PLANNED[name]
             sub = subparsers.add_parser(name, help=f"{summary} [not built yet]",

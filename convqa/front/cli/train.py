@@ -39,8 +39,8 @@ from convqa.quiet import add_verbose_argument
 
 
 def add_parser(subparsers) -> None:
-    train = subparsers.add_parser("train", help="train DPR-IHN, ConvDR, the readers or the "
-                                  "phrase model", description="Train models.")
+    train = subparsers.add_parser("train", help="train DPR-IHN, ConvDR, the rerankers, the "
+                                  "readers or the phrase model", description="Train models.")
     jobs = train.add_subparsers(dest="train_command", metavar="MODEL")
     jobs.required = True
     from .train_cascade import add_cascade_parser
