@@ -249,6 +249,16 @@ class BM25Retriever(Retriever):
         fingerprint = meta.get("fingerprint") or _fingerprint(folder, saved, passage_ids)
         return cls(model, passage_ids, saved, meta.get("corpus"), fingerprint)
 
+    @classmethod
+    def for_store(cls, store, index: str | Path | None = None) -> "BM25Retriever":
+        """The saved index at `index` when that folder exists (checked to belong to `store`),
+        else one built from `store` in memory: what the example builders mine negatives with."""
+        if index is not None and Path(index).is_dir():
+            retriever = cls.load(index)
+            retriever.check_store(store)
+            return retriever
+        return cls.build_from_store(store)
+
     def check_store(self, store) -> None:
         """ConvQAError unless this index was built from `store` (same size and checksum)."""
         if len(store) != len(self.passage_ids):

@@ -257,3 +257,18 @@ def test_history_strategy_is_the_query(hand, minilm_tokenizer):
 def test_module_doctest():
     result = doctest.testmod(bm25_module)
     assert result.attempted >= 1 and result.failed == 0
+
+
+def test_for_store_loads_a_saved_index_that_belongs_and_builds_one_otherwise(tmp_path):
+    from convqa.corpus import PassageStore
+
+    store = PassageStore.build(HAND, tmp_path / "passages", progress=False)
+    built = BM25Retriever.for_store(store, tmp_path / "no-index-here")
+    assert built.retrieve("cherry", 1)[0].passage_id == "b"
+    BM25Retriever.build_from_store(store).save(tmp_path / "bm25")
+    loaded = BM25Retriever.for_store(store, tmp_path / "bm25")
+    assert loaded.fingerprint() == BM25Retriever.load(tmp_path / "bm25").fingerprint()
+    assert loaded.retrieve("apple", 3) == built.retrieve("apple", 3)
+    other = PassageStore.build(HAND[:2], tmp_path / "other", progress=False)
+    with pytest.raises(ConvQAError, match="index has 3 passages but the store"):
+        BM25Retriever.for_store(other, tmp_path / "bm25")

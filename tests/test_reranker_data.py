@@ -12,9 +12,9 @@ from conftest import shared_file
 from convqa.errors import ConfigError, DataError
 from convqa.runs import write_run
 from convqa.types import Hit
-from retrievers.rerank.data import (ExampleSources, RerankExample, benchmark_examples,
-                                    export_examples, load_examples, save_examples,
-                                    squad_examples)
+from retrievers.rerank.build_examples import (ExampleSources, benchmark_examples, export_examples,
+                                              squad_examples)
+from retrievers.rerank.data import RerankExample, load_examples, save_examples
 from training_helpers import make_benchmark
 
 

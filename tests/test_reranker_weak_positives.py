@@ -12,7 +12,7 @@ import pytest
 from conftest import shared_file
 from convqa.corpus.passages import article_passages
 from convqa.errors import ConfigError
-from retrievers.rerank.data import ExampleSources, benchmark_examples, build_examples
+from retrievers.rerank.build_examples import ExampleSources, benchmark_examples, build_examples
 from convqa.benchmark.weak_positives import (WeakPositiveRule, content_words, coverage,
                                               weak_label)
 from training_helpers import TURNS, WEAK_TURNS, make_benchmark

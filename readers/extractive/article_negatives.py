@@ -49,11 +49,7 @@ def add_article_negatives(examples: Sequence[ReaderExample], folder: str | os.Pa
     if not chosen:
         return counts
     index = folder / "indexes" / "bm25"
-    if index.is_dir():
-        retriever = BM25Retriever.load(index)
-        retriever.check_store(store)
-    else:
-        retriever = BM25Retriever.build_from_store(store)
+    retriever = BM25Retriever.for_store(store, index)
     strategy = build_history_strategy(history)
     queries = [strategy.format(e.question, e.history_turns()) for e in chosen]
     rows = retriever.retrieve_batch(queries, k=SEARCH_DEPTH)

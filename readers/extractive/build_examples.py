@@ -267,11 +267,7 @@ def _add_bm25_negatives(examples: Sequence[ReaderExample], gold_article: dict[st
     from convqa.benchmark.labelled_turns import article_id_of
     from retrievers.bm25 import BM25Retriever
 
-    if index.is_dir():
-        retriever = BM25Retriever.load(index)
-        retriever.check_store(store)
-    else:
-        retriever = BM25Retriever.build_from_store(store)
+    retriever = BM25Retriever.for_store(store, index)
     queries = [strategy.format(e.question, e.history_turns()) for e in examples]
     hits = retriever.retrieve_batch(queries, k=3 * negatives + 20)
     for example, row in zip(examples, hits):

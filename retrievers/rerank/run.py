@@ -24,7 +24,8 @@ from convqa.errors import ConfigError, DataError
 from convqa.io import load_json, write_json
 from convqa.models import DEFAULT_MODEL
 
-from .data import ExampleSources, RerankExample, build_examples, load_examples, save_examples
+from .build_examples import ExampleSources, build_examples
+from .data import RerankExample, load_examples, save_examples
 from .distill import load_teacher_scores
 from .model import META_FILE, CrossEncoder, CrossEncoderConfig
 from .train import (RerankTrainConfig, evaluate_ranking, heldout_sample, make_accelerator,

@@ -129,7 +129,7 @@ def _add_sources(p: argparse.ArgumentParser) -> None:
 def _sources(args: argparse.Namespace):
     from convqa.benchmark.weak_positives import WeakPositiveRule
     from convqa.errors import ConfigError
-    from retrievers.rerank.data import ExampleSources
+    from retrievers.rerank.build_examples import ExampleSources
 
     runs = {}
     for item in args.mined_run:
@@ -187,7 +187,7 @@ def run_reranker(args: argparse.Namespace) -> int:
 
 
 def run_reranker_examples(args: argparse.Namespace) -> int:
-    from retrievers.rerank.data import export_examples
+    from retrievers.rerank.build_examples import export_examples
 
     report = export_examples(_sources(args), args.out, print)
     print(json.dumps({"out": args.out, "sources": report}))
