@@ -212,13 +212,14 @@ def reader_key(reader: Any) -> dict[str, Any]:
             "history": reader.history.to_dict(), "precision": reader.options.precision}
 
 
-def _turn_to_dict(turn: ReadTurn) -> dict[str, Any]:
+def turn_read_to_dict(turn: ReadTurn) -> dict[str, Any]:
+    """One read turn as a cache line holds it (`turn_read_from_dict` reads it back)."""
     return {"qid": turn.qid, "conversation_id": turn.conversation_id, "answers": turn.answers,
             "passages": [p.to_dict() for p in turn.passages], "scores": turn.scores,
             "spans": [asdict(s) if s is not None else None for s in turn.spans]}
 
 
-def _turn_from_dict(data: dict[str, Any]) -> ReadTurn:
+def turn_read_from_dict(data: dict[str, Any]) -> ReadTurn:
     return ReadTurn(data["qid"], data["conversation_id"], list(data["answers"]),
                     [Passage.from_dict(p) for p in data["passages"]],
                     [float(s) for s in data["scores"]],
@@ -250,9 +251,9 @@ def cached_reads(cache_dir: str | os.PathLike | None, key: dict[str, Any], compu
         return compute(), False
     path, text, rows = _cache_file(cache_dir, "reads", key)
     if rows is not None:
-        return [_turn_from_dict(row) for row in rows], True
+        return [turn_read_from_dict(row) for row in rows], True
     reads = compute()
-    write_jsonl(path, [{"key": text}] + [_turn_to_dict(t) for t in reads])
+    write_jsonl(path, [{"key": text}] + [turn_read_to_dict(t) for t in reads])
     return reads, False
 
 
@@ -295,12 +296,12 @@ def cached_turn_reads(cache_dir: str | os.PathLike | None, shared: dict[str, Any
     if cache_dir is None:
         return compute(turns), False
     path, text, rows = _cache_file(cache_dir, "turn-reads", shared)
-    known = {row["turn"]: _turn_from_dict(row) for row in rows or []}
+    known = {row["turn"]: turn_read_from_dict(row) for row in rows or []}
     keys = [turn_key(t) for t in turns]
     missing = [(t, key) for t, key in zip(turns, keys) if key not in known]
     if missing:
         known.update(zip([key for _, key in missing], compute([t for t, _ in missing])))
-        write_jsonl(path, [{"key": text}] + [{"turn": key, **_turn_to_dict(read)}
+        write_jsonl(path, [{"key": text}] + [{"turn": key, **turn_read_to_dict(read)}
                                               for key, read in known.items()])
     return [known[key] for key in keys], not missing
 
