@@ -82,8 +82,8 @@ def headroom(turns: Sequence[Any], ks: Sequence[int], fusion: Any,
     def mean(values: list[float]) -> float:
         return round(100.0 * sum(values) / len(values), 2) if values else 0.0
 
-    rows: dict[str, dict[str, float]] = {"first passage": {}, "fusion": {}, "fusion + agreement": {},
-                                         "best of the k read": {}}
+    rows: dict[str, dict[str, float]] = {name: {} for name in (
+        "first passage", "fusion", "fusion + agreement", "best of the k read")}
     for k in ks:
         rows["first passage"][str(k)] = mean([f1(answer_at(t, 1, None), t) for t in turns])
         rows["fusion"][str(k)] = mean([f1(answer_at(t, k, fusion), t) for t in turns])
