@@ -214,7 +214,7 @@ def test_a_second_stage_reorders_the_first_stages_top_n_by_its_own_logit(tmp_pat
     assert short.second.options.top_n == 5
     for bad, message in [({"model": str(second_folder), "second_stage": "x"},
                           "cannot have a second_stage"),
-                         ({"model": str(second_folder), "top_k": 2}, "unexpected keyword"),
+                         ({"model": str(second_folder), "top_k": 2}, "unknown option 'top_k'"),
                          ([1, 2], "second_stage")]:
         with pytest.raises(ConfigError, match=message):
             RERANKERS.build({**spec, "second_stage": bad})
