@@ -17,10 +17,13 @@ from convqa.front.paths import configured_path
 REPO = Path(__file__).resolve().parents[1]
 BENCHMARKS = REPO / "benchmarks"
 PIPELINES = sorted((REPO / "examples").glob("*.yaml"))
-# reproduce.yaml (a matrix of reruns) and convdr_systems.yaml (convdr_table's own layout) are
-# read by their tools, not by `convqa eval`
-OTHER_LAYOUTS = ("reproduce.yaml", "convdr_systems.yaml")
-SYSTEMS_FILES = sorted(p for p in BENCHMARKS.glob("*.yaml") if p.name not in OTHER_LAYOUTS)
+# reproduce.yaml (a matrix of reruns) and the convdr_systems*.yaml files (convdr_table's own
+# layout) are read by their tools, not by `convqa eval`
+def other_layout(path) -> bool:
+    return path.name == "reproduce.yaml" or path.name.startswith("convdr_systems")
+
+
+SYSTEMS_FILES = sorted(p for p in BENCHMARKS.glob("*.yaml") if not other_layout(p))
 # query names a dataset adds beside the registered history strategies (QReCC, OR-QuAC)
 DATASET_QUERIES = ("rewrite",)
 
