@@ -29,30 +29,15 @@
 """
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 from typing import Any, Sequence
 
-import numpy as np
-
+from convqa.seeded import seeded_rng, seeded_sample
 from convqa.types import Passage
 from readers.extractive.data import (BuildReport, GoldSpan, ReaderExample, ReaderPassage,
                                      find_answer_spans, find_spans, heldout_keys,
                                      is_unanswerable, merge_spans, source_name)
-
-def _rng(seed: int, key: str) -> np.random.Generator:
-    digest = hashlib.sha256(f"{seed}:{key}".encode()).digest()
-    return np.random.default_rng(int.from_bytes(digest[:8], "little"))
-
-
-def _sample(examples: list[ReaderExample], limit: int | None, seed: int,
-            key: str) -> list[ReaderExample]:
-    """At most `limit` examples, a seeded sample kept in input order."""
-    if limit is None or len(examples) <= limit:
-        return examples
-    keep = sorted(_rng(seed, key).choice(len(examples), size=limit, replace=False))
-    return [examples[i] for i in keep]
 
 
 def _bm25_negatives(retriever, queries: Sequence[str], exclude: Sequence[set[str]],
@@ -121,10 +106,11 @@ def squad_examples(path: str | os.PathLike, heldout_fraction: float = 0.1, seed:
                                            [ReaderPassage(passage, merge_spans(spans))], [],
                                            answers, split, source))
         home[example_id] = passage
-    splits["train"] = _sample(splits["train"], max_examples, seed, f"{name}:train")
-    splits["heldout"] = _sample(splits["heldout"], max_heldout, seed, f"{name}:heldout")
+    splits["train"] = seeded_sample(splits["train"], max_examples, seed, f"{name}:train")
+    splits["heldout"] = seeded_sample(splits["heldout"], max_heldout, seed, f"{name}:heldout")
     if unanswerable:
-        splits["train"] += _sample(impossible, max_examples, seed, f"{name}:train-unanswerable")
+        splits["train"] += seeded_sample(impossible, max_examples, seed,
+                                         f"{name}:train-unanswerable")
     for split, examples in splits.items():
         pool = [p for p in paragraphs.values()
                 if (article_of[p.id] in heldout) == (split == "heldout")]
@@ -157,7 +143,7 @@ def _add_squad_negatives(examples: list[ReaderExample], homes: list[Passage],
     for example, article, ids in zip(examples, articles, chosen):
         if len(ids) < count:  # fill with random paragraphs of other articles
             others = [pid for pid in by_id if article_of[pid] != article and pid not in ids]
-            rng = _rng(seed, example.id)
+            rng = seeded_rng(seed, example.id)
             extra = rng.permutation(len(others))[:count - len(ids)]
             ids = ids + [others[i] for i in extra]
         example.negatives = [by_id[pid] for pid in ids]
@@ -218,12 +204,12 @@ def benchmark_examples(folder: str | os.PathLike, negatives: int = 7,
                                     positives, [], list(turn.answers), split, source)
             gold_article[example.id] = turn.gold_article_id or ""
             splits[split].append(example)
-    splits["train"] = _sample(splits["train"], max_examples, seed, f"{corpus}:train")
-    splits["heldout"] = _sample(splits["heldout"], max_heldout, seed, f"{corpus}:heldout")
+    splits["train"] = seeded_sample(splits["train"], max_examples, seed, f"{corpus}:train")
+    splits["heldout"] = seeded_sample(splits["heldout"], max_heldout, seed, f"{corpus}:heldout")
     if unanswerable:
-        splits["train"] += _sample(impossible, max_examples, seed,
+        splits["train"] += seeded_sample(impossible, max_examples, seed,
                                    f"{corpus}:train-unanswerable")
-    splits["train"] += _sample(weakly_labelled, max_examples, seed, f"{corpus}:train-weak")
+    splits["train"] += seeded_sample(weakly_labelled, max_examples, seed, f"{corpus}:train-weak")
     examples = splits["train"] + splits["heldout"]
     if (negatives or unanswerable) and examples:
         _add_bm25_negatives(examples, gold_article, negatives, strategy, store,

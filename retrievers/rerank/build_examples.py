@@ -14,7 +14,6 @@
 """
 from __future__ import annotations
 
-import hashlib
 import os
 from collections import Counter
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from convqa.errors import DataError
+from convqa.seeded import seeded_rng, seeded_sample
 from convqa.types import Passage
 
 from .data import RerankExample, save_examples
@@ -33,12 +33,6 @@ SEARCH_DEPTH = 100  # hits per question searched for mined (and ranked article) 
 
 # ---------------------------------------------------------------------------------------------
 # Choosing negatives
-
-
-def seeded(seed: int, key: str) -> np.random.Generator:
-    """A generator from a seed and a string, independent of Python's hash salt."""
-    digest = hashlib.sha256(f"{seed}:{key}".encode()).digest()
-    return np.random.default_rng(int.from_bytes(digest[:8], "little"))
 
 
 def pick_negatives(ranking: Sequence[str], article: Sequence[str], is_clean: Callable[[str], bool],
@@ -58,14 +52,6 @@ def pick_negatives(ranking: Sequence[str], article: Sequence[str], is_clean: Cal
     mined = [pid for pid in dict.fromkeys(ranking) if pid not in candidates and not
              in_article(pid)]
     return chosen_article, _take(mined, is_clean, want_mined)
-
-
-def sample(items: list, limit: int | None, seed: int, key: str) -> list:
-    """At most `limit` of `items`, a seeded sample kept in input order."""
-    if limit is None or len(items) <= limit:
-        return items
-    keep = sorted(seeded(seed, key).choice(len(items), size=limit, replace=False))
-    return [items[int(i)] for i in keep]
 
 
 def _take(ids: Iterable[str], keep: Callable[[str], bool], count: int) -> list[str]:
@@ -102,12 +88,12 @@ def benchmark_examples(folder: str | os.PathLike, article_negatives: int = 16,
     for turn in data.turns:
         if turn.answer_evaluable:
             splits["train" if turn.split == "train" else "heldout"].append(turn)
-    turns = (sample(splits["train"], max_examples, seed, f"{corpus}:train")
-             + sample(splits["heldout"], max_heldout, seed, f"{corpus}:heldout"))
+    turns = (seeded_sample(splits["train"], max_examples, seed, f"{corpus}:train")
+             + seeded_sample(splits["heldout"], max_heldout, seed, f"{corpus}:heldout"))
     weak_positive = ({qid: label.passage for qid, label in weak_labels(data, store, weak).items()}
                      if weak is not None else {})
-    turns += sample([t for t in data.turns if t.qid in weak_positive], max_examples, seed,
-                    f"{corpus}:weak")
+    turns += seeded_sample([t for t in data.turns if t.qid in weak_positive], max_examples,
+                           seed, f"{corpus}:weak")
     rankings = _benchmark_rankings(turns, data, folder, store, run, history)
     examples = []
 
@@ -131,7 +117,7 @@ def benchmark_examples(folder: str | os.PathLike, article_negatives: int = 16,
         gold = turn.gold_article_id
         chosen_article, mined = pick_negatives(
             ranking, article, clean, lambda pid, gold=gold: article_id_of(pid) == gold,
-            (article_negatives, mined_negatives), seeded(seed, turn.qid))
+            (article_negatives, mined_negatives), seeded_rng(seed, turn.qid))
         conversation = data.conversations[turn.conversation_id]
         examples.append(RerankExample(
             f"{corpus}/{turn.qid}", turn.question,
@@ -235,8 +221,8 @@ def squad_examples(path: str | os.PathLike, article_negatives: int = 16,
             continue
         passage = paragraphs[(e.title, e.context)]
         splits["heldout" if article_of[passage.id] in heldout else "train"].append((e, passage))
-    splits["train"] = sample(splits["train"], max_examples, seed, f"{name}:train")
-    splits["heldout"] = sample(splits["heldout"], max_heldout, seed, f"{name}:heldout")
+    splits["train"] = seeded_sample(splits["train"], max_examples, seed, f"{name}:train")
+    splits["heldout"] = seeded_sample(splits["heldout"], max_heldout, seed, f"{name}:heldout")
     members: dict[str, list[str]] = {}
     for pid, article in article_of.items():
         members.setdefault(article, []).append(pid)
@@ -259,7 +245,7 @@ def squad_examples(path: str | os.PathLike, article_negatives: int = 16,
             chosen_article, mined = pick_negatives(
                 [h.passage_id for h in row], [p for p in members[article] if p != passage.id],
                 clean, lambda pid, article=article: article_of[pid] == article,
-                (article_negatives, mined_negatives), seeded(seed, f"{name}/{e.id}"))
+                (article_negatives, mined_negatives), seeded_rng(seed, f"{name}/{e.id}"))
             examples.append(RerankExample(
                 f"{name}/{e.id}", e.question, [], [passage],
                 [by_id[pid] for pid in chosen_article], [by_id[pid] for pid in mined],
