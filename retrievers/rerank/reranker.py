@@ -117,11 +117,10 @@ class CrossEncoderRerankerOptions:
                                  f"{self.second_stage.get('name')!r}")
             if "second_stage" in spec:
                 raise ValueError("second_stage cannot have a second_stage of its own")
-            known = [f.name for f in dataclasses.fields(self) if f.name != "second_stage"]
-            unknown = [key for key in spec if key not in known]
-            if unknown:
-                raise ValueError(f"second_stage: unknown option '{unknown[0]}' (options: "
-                                 f"{', '.join(known)})")
+            try:  # its names, types and values, as the registry checks the first stage's
+                build_dataclass(CrossEncoderRerankerOptions, spec, "second_stage")
+            except ConfigError as exc:
+                raise ValueError(str(exc)) from None
             if spec.get("rescore_within") is not None or spec.get("rescore_word_matches") \
                     or spec.get("rescore_pairs") is not None:
                 raise ValueError("rescore_within, rescore_word_matches and rescore_pairs belong "
@@ -247,13 +246,10 @@ class CrossEncoderReranker(MeasuredPrecision):
         model = CrossEncoder.from_pretrained(options.model)
         built = cls(model.for_inference(options.device, "reranker 'cross_encoder'"), options)
         if options.second_stage is not None:
-            where = "reranker 'cross_encoder': second_stage"
-            try:
-                second = build_dataclass(CrossEncoderRerankerOptions,
-                                         {"device": options.device, **options.second_stage,
-                                          "retriever_weight": 0.0}, where)
-            except ValueError as exc:
-                raise ConfigError(f"{where}: {exc}") from None
+            second = build_dataclass(CrossEncoderRerankerOptions,
+                                     {"device": options.device, **options.second_stage,
+                                      "retriever_weight": 0.0},
+                                     "reranker 'cross_encoder': second_stage")
             built.second = cls.from_config(second)
         return built
 
