@@ -14,10 +14,9 @@ from convqa import __version__
 from convqa.errors import ConvQAError
 from convqa.quiet import quiet_third_party
 
-# name -> the module whose add_parser adds it (with its one-line help)
-BUILT = {name: f"convqa.front.cli.{name}" for name in (
-    "data", "answer", "index", "retrieve", "train", "demo", "serve", "eval", "reproduce",
-    "models")}
+# in --help's order; each one's module convqa.front.cli.NAME adds it (with its one-line help)
+COMMANDS = ("data", "index", "retrieve", "train", "answer", "eval", "reproduce", "demo", "serve",
+            "models")
 # Planned subcommands: listed in --help, and they say plainly that they do not exist yet.
 PLANNED: dict[str, tuple[str, str]] = {}
 
@@ -34,10 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="convqa", description="Open-domain conversational question answering.")
     parser.add_argument("--version", action="version", version=f"convqa {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in ("data", "index", "retrieve", "train", "answer", "eval", "reproduce", "demo",
-                 "serve", "models"):
-        if name in BUILT:
-            importlib.import_module(BUILT[name]).add_parser(subparsers)
+    for name in COMMANDS:
+        if name not in PLANNED:
+            importlib.import_module(f"convqa.front.cli.{name}").add_parser(subparsers)
         else:
             summary, where = PLANNED[name]
             sub = subparsers.add_parser(name, help=f"{summary} [not built yet]",
