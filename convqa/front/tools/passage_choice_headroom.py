@@ -84,8 +84,9 @@ def headroom(turns: Sequence[Any], ks: Sequence[int], fusion: Any,
 
     rows: dict[str, dict[str, float]] = {name: {} for name in (
         "first passage", "fusion", "fusion + agreement", "best of the k read")}
+    first = mean([f1(answer_at(t, 1, None), t) for t in turns])  # the same at every k
     for k in ks:
-        rows["first passage"][str(k)] = mean([f1(answer_at(t, 1, None), t) for t in turns])
+        rows["first passage"][str(k)] = first
         rows["fusion"][str(k)] = mean([f1(answer_at(t, k, fusion), t) for t in turns])
         rows["fusion + agreement"][str(k)] = mean([f1(agreed_answer(t, k, fusion), t)
                                                    for t in turns])

@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", type=float, nargs="+", default=[1.0, 0.8, 0.6, 0.4, 0.2])
     parser.add_argument("--code-bytes", type=int, nargs="+", default=[48])
     parser.add_argument("--search-bytes", type=int, default=None,
-                        help="IVF-PQ code bytes (default: compact.DEFAULT_SEARCH_BYTES)")
+                        help="IVF-PQ code bytes (default: compact_build.DEFAULT_SEARCH_BYTES)")
     parser.add_argument("--no-opq", action="store_true", help="no rotation before PQ")
     parser.add_argument("--skip-punctuation", action="store_true",
                         help="leave out tokens that are only punctuation (compact_build.py)")
