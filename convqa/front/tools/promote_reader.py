@@ -222,41 +222,22 @@ def promote(run: Path, assets: Path, per_source: int, seed: int, rank: int, min_
     check), write it there with a card and candidate.json.
     `family`: the checks run through that model family's pipeline (`failed_checks`)."""
     from convqa.front.tools import reader_candidate as kept_candidate
-    from convqa.io import load_json, write_json
     from convqa.models import resolve_model
     from readers.extractive.data import load_examples
     from readers.extractive.heldout import heldout_sample
 
-    kept = kept_candidate.is_kept_candidate(run)
-    record = kept_candidate.candidate_record(run) if kept else None
-    if kept:
-        heldout_path = kept_candidate.heldout_file(run, record, heldout, say)
-    else:
-        heldout_path = heldout or run / "data" / "heldout.jsonl"
-        if not heldout_path.exists():
-            raise DataError("no held-out examples (data/heldout.jsonl)", run)
+    record = (kept_candidate.candidate_record(run) if kept_candidate.is_kept_candidate(run)
+              else None)
+    heldout_path = _heldout_file(run, record, heldout, say)
     sample = heldout_sample(load_examples(heldout_path), per_source, seed)
-    first = not assets.exists()
-    if not first and not (assets / "convqa_reader.json").exists():
-        raise DataError("not a reader folder (no convqa_reader.json)", assets)
-    if first and baseline is None:
-        raise DataError("no reader here yet: name the reader to beat with --baseline", assets)
+    first = _first_reader_of(assets, baseline)
     against = baseline if baseline is not None else assets
     against_folder = Path(resolve_model(str(against)))
     with tempfile.TemporaryDirectory(prefix="convqa-promote-") as tmp:
         candidate = Path(tmp) / "reader"
-        if kept:
-            weights, facts, export = run, record["facts"], record["export"]
-            kept_candidate.prepare(run, candidate)
-        else:
-            weights, facts = snapshot(run, Path(tmp) / "weights")
-            export = {**export_candidate(Path(tmp) / "weights", candidate, rank, int8),
-                      "tuned": str(weights)}
+        weights, facts, export = _prepare_candidate(run, record, candidate, rank, int8,
+                                                    decoding, against_folder, say)
         say(f"candidate: {weights} (step {facts['steps']}); {len(sample)} held-out questions")
-        if decoding is not None:
-            take_decoding(decoding, candidate, export["tuned_fingerprint"], say)
-        elif not kept:
-            carry_passage_choice(against_folder, candidate, say)
         new = score(candidate, sample)
         say(f"candidate export: F1 {new['f1']:.2f} (mean over sources)")
         old = score(against_folder, sample)
@@ -268,7 +249,7 @@ def promote(run: Path, assets: Path, per_source: int, seed: int, rank: int, min_
                   "examples_seen": examples_seen(facts), "candidate": new, "shipped": old,
                   "min_gain": min_gain, "failed_checks": failed,
                   "promoted": bool(better and not failed and not dry_run)}
-        if kept:
+        if record is not None:
             curve = None  # a kept folder has no run log to draw
         elif curve is not None and (run / "log.jsonl").exists():
             curve = _draw_curve(run, curve)
@@ -276,34 +257,105 @@ def promote(run: Path, assets: Path, per_source: int, seed: int, rank: int, min_
             why = (f"F1 {new['f1']:.2f} is not above {old['f1']:.2f} + {min_gain}" if not better
                    else "check failed: " + "; ".join(failed) if failed else "dry run")
             say(f"not promoted: {why}; {assets} unchanged")
-            if better and keep is not None and not kept:
-                held = kept_candidate.kept_score(Path(keep), heldout_path)
-                if held is not None and held >= new["f1"]:
-                    say(f"not kept: {keep} holds a candidate that reads F1 {held:.2f} on the "
-                        "same held-out file")
-                    return result
-                _keep(candidate, Path(keep), run, facts, export, new, old,
-                      str(baseline) if baseline is not None else alias, alias, heldout_path,
-                      why)
-                result["kept"] = str(keep)
-                say(f"kept: {keep} holds the candidate with its card")
+            if better and keep is not None and record is None:
+                kept_to = _keep_unless_held(candidate, Path(keep), run, facts, export, new, old,
+                                            str(baseline) if baseline is not None else alias,
+                                            alias, heldout_path, why, say)
+                if kept_to:
+                    result["kept"] = kept_to
             return result
-        seconds = record["training_seconds"] if kept else _training_seconds(run)
-        old_meta = {} if first else load_json(assets / "convqa_reader.json")
-        old_card = (assets / "README.md").read_text(encoding="utf-8") \
-            if (assets / "README.md").exists() else ""
-        (candidate / "README.md").write_text(
-            model_card(run, facts, export, new, old, curve, old_card,
-                       str(old_meta.get("fingerprint")), seconds, alias=alias,
-                       baseline=str(against) if first else None,
-                       data_lines=record["data_lines"] if kept else None), encoding="utf-8")
-        write_json(candidate / "export_report.json", export)
-        write_json(candidate / "heldout.json", {k: v for k, v in result.items()
-                                                if k not in ("promoted", "failed_checks")})
-        install(candidate, assets)
+        _install_with_card(candidate, assets, run, record, facts, export, result, curve,
+                           alias, baseline=str(against) if first else None)
     say(f"promoted: {assets} now holds the reader of step {facts['steps']} "
         f"(F1 {new['f1']:.2f} > {old['f1']:.2f})")
     return result
+
+
+def _heldout_file(run: Path, record: dict[str, Any] | None, heldout: Path | None,
+                  say) -> Path:
+    """The held-out examples to compare on: `heldout`, else the run's own (a kept candidate's:
+    the file its run had)."""
+    from convqa.front.tools import reader_candidate as kept_candidate
+
+    if record is not None:
+        return kept_candidate.heldout_file(run, record, heldout, say)
+    path = heldout or run / "data" / "heldout.jsonl"
+    if not path.exists():
+        raise DataError("no held-out examples (data/heldout.jsonl)", run)
+    return path
+
+
+def _first_reader_of(assets: Path, baseline: str | Path | None) -> bool:
+    """True when `assets` holds no reader yet (a new family's first); refuses a folder that
+    is not a reader's, and a first reader without a `baseline` to beat."""
+    first = not assets.exists()
+    if not first and not (assets / "convqa_reader.json").exists():
+        raise DataError("not a reader folder (no convqa_reader.json)", assets)
+    if first and baseline is None:
+        raise DataError("no reader here yet: name the reader to beat with --baseline", assets)
+    return first
+
+
+def _prepare_candidate(run: Path, record: dict[str, Any] | None, candidate: Path, rank: int,
+                       int8: bool, decoding: Path | None, against_folder: Path,
+                       say) -> tuple[Path, dict[str, Any], dict[str, Any]]:
+    """Write the candidate folder (the run's export, or a kept candidate as it is) with the
+    decoding it reads with; (weights, facts, export report)."""
+    from convqa.front.tools import reader_candidate as kept_candidate
+
+    if record is not None:
+        weights, facts, export = run, record["facts"], record["export"]
+        kept_candidate.prepare(run, candidate)
+    else:
+        weights, facts = snapshot(run, candidate.parent / "weights")
+        export = {**export_candidate(candidate.parent / "weights", candidate, rank, int8),
+                  "tuned": str(weights)}
+    if decoding is not None:
+        take_decoding(decoding, candidate, export["tuned_fingerprint"], say)
+    elif record is None:
+        carry_passage_choice(against_folder, candidate, say)
+    return weights, facts, export
+
+
+def _keep_unless_held(candidate: Path, keep: Path, run: Path, facts: dict[str, Any],
+                      export: dict[str, Any], new: dict[str, Any], old: dict[str, Any],
+                      baseline: str, alias: str, heldout_path: Path, why: str,
+                      say) -> str | None:
+    """Keep the candidate in `keep` unless a candidate there reads at least as well on the
+    same held-out file; the folder kept to, or None."""
+    from convqa.front.tools import reader_candidate as kept_candidate
+
+    held = kept_candidate.kept_score(keep, heldout_path)
+    if held is not None and held >= new["f1"]:
+        say(f"not kept: {keep} holds a candidate that reads F1 {held:.2f} on the "
+            "same held-out file")
+        return None
+    _keep(candidate, keep, run, facts, export, new, old, baseline, alias, heldout_path, why)
+    say(f"kept: {keep} holds the candidate with its card")
+    return str(keep)
+
+
+def _install_with_card(candidate: Path, assets: Path, run: Path, record: dict[str, Any] | None,
+                       facts: dict[str, Any], export: dict[str, Any], result: dict[str, Any],
+                       curve: Path | None, alias: str, baseline: str | None) -> None:
+    """Write the candidate's card (the previous card as its history) and reports, and swap it
+    in for `assets`."""
+    from convqa.io import load_json, write_json
+
+    first = not assets.exists()
+    seconds = record["training_seconds"] if record is not None else _training_seconds(run)
+    old_meta = {} if first else load_json(assets / "convqa_reader.json")
+    old_card = (assets / "README.md").read_text(encoding="utf-8") \
+        if (assets / "README.md").exists() else ""
+    (candidate / "README.md").write_text(
+        model_card(run, facts, export, result["candidate"], result["shipped"], curve, old_card,
+                   str(old_meta.get("fingerprint")), seconds, alias=alias, baseline=baseline,
+                   data_lines=record["data_lines"] if record is not None else None),
+        encoding="utf-8")
+    write_json(candidate / "export_report.json", export)
+    write_json(candidate / "heldout.json", {k: v for k, v in result.items()
+                                            if k not in ("promoted", "failed_checks")})
+    install(candidate, assets)
 
 
 def _keep(candidate: Path, into: Path, run: Path, facts: dict[str, Any],
