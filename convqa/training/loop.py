@@ -135,13 +135,7 @@ class StepTrainer:
         warmup = round(config.warmup_ratio * total)
 
         torch.manual_seed(config.seed + rank)  # dropout; the data order has its own seeds
-        start = self._restore_model()
-        continued = start == 0 and getattr(config, "start_step", 0)
-        if continued:
-            if config.start_step >= total:
-                raise ConfigError(f"start_step {config.start_step} is not before the last step "
-                                  f"of this schedule ({total})")
-            start = config.start_step
+        start, continued = self._start_step(total)
         self.before_optimizer()
         params = self.trainable_parameters()
         optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
@@ -174,17 +168,9 @@ class StepTrainer:
                 epoch = step // per_epoch
                 tick = time.perf_counter()
                 sums, counts, waited = self._accumulate(model, stream)
-                if config.max_grad_norm:
-                    acc.clip_grad_norm_(params, config.max_grad_norm)
-                optimizer.step()
-                scheduler.step()
-                optimizer.zero_grad(set_to_none=True)
+                self._optimizer_step(params, optimizer, scheduler)
                 step += 1
-                names = list(sums)
-                means = acc.reduce(torch.tensor([float(sums[n]) / config.grad_accum
-                                                 for n in names], device=acc.device),
-                                   "mean").cpu().tolist()
-                record = dict(zip(names, means))
+                record = self._mean_over_processes(sums)
                 last_loss = record["loss"]
                 append_log(self.out, {
                     "step": step, "epoch": epoch, **self.log_tags(),
@@ -215,6 +201,33 @@ class StepTrainer:
         acc.free_memory()  # drop accelerate's references to this run's model and optimizer
         return TrainResult(self.model_dir, step, seconds, last_loss, start,
                            load_json(self.out / TRAINING_JSON))
+
+    def _start_step(self, total: int) -> tuple[int, bool]:
+        """(the step to start from, whether it continues another run's weights): a checkpoint
+        of this run resumes where it stopped; else the config's `start_step` (a run continued
+        from another's weights on the same schedule), else 0."""
+        start = self._restore_model()
+        start_step = getattr(self.config, "start_step", 0)
+        if start or not start_step:
+            return start, False
+        if start_step >= total:
+            raise ConfigError(f"start_step {start_step} is not before the last step of this "
+                              f"schedule ({total})")
+        return start_step, True
+
+    def _optimizer_step(self, params, optimizer, scheduler) -> None:
+        if self.config.max_grad_norm:
+            self.accelerator.clip_grad_norm_(params, self.config.max_grad_norm)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    def _mean_over_processes(self, sums: dict[str, Any]) -> dict[str, float]:
+        """The step's logged losses, averaged over micro-batches and processes."""
+        acc, names = self.accelerator, list(sums)
+        means = acc.reduce(torch.tensor([float(sums[n]) / self.config.grad_accum for n in names],
+                                        device=acc.device), "mean").cpu().tolist()
+        return dict(zip(names, means))
 
     def _accumulate(self, model, stream) -> tuple[dict[str, Any], dict[str, int], float]:
         """Forward and backward of this process's next `grad_accum` micro-batches from
