@@ -177,7 +177,7 @@ def memory_in_fresh_processes(names, options: dict, turns, threads: int | None) 
                 for name in names}
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--phrase-index", required=True, help="phrase index folder")
     parser.add_argument("--phrase-model", help="phrase model that answers (default: the index's); "
@@ -197,99 +197,82 @@ def main(argv: list[str] | None = None) -> int:
                              "index's, 32; the evaluation rows use 64)")
     parser.add_argument("--memory", action="store_true",
                         help="also each system's resident memory, alone in a fresh process")
-    parser.add_argument("--benchmark", default="/tmp/bench/vital")
+    parser.add_argument("--benchmark", required=True,
+                        help="benchmark folder whose answer-evaluable dev turns are asked "
+                             "(`convqa data topiocqa-wiki --out BENCH`: BENCH/vital or BENCH/full)")
     parser.add_argument("--turns", type=int, default=200)
     parser.add_argument("--blocks", type=int, default=4)
     parser.add_argument("--batch-size", type=int, default=16, help="phrase batches")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--json", help="also write the numbers here")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
 
-    import torch
 
+def build_index(args: argparse.Namespace, passages: str) -> float:
+    """Build (or resume) the phrase index `--build` asks for; its seconds."""
     from convqa.corpus import PassageStore
+    from phrase_index.index import build_phrase_index
+    from phrase_index.model import PhraseModel
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    report: dict = {"machine": platform.machine(), "threads": torch.get_num_threads(),
-                    "cpus": os.cpu_count(), "load_average_start": os.getloadavg()[0]}
-    turns = answer_turns(args.benchmark, args.turns + 5)
-    warm, turns = turns[:5], turns[5:]
-    options = {"phrase_index": args.phrase_index, "phrase_model": args.phrase_model,
-               "dense_index": args.dense_index, "top_k": args.top_k, "nprobe": args.nprobe,
-               "dense_weight": args.phrase_dense_weight}
-    dense = open_system("retriever+reader", options, progress=True)
-    if args.build:
-        from phrase_index.index import build_phrase_index
-        from phrase_index.model import PhraseModel
+    model = PhraseModel.load(args.phrase_model)
+    if model.has_adapters:
+        model.merge_adapters()
+    threshold = None if args.threshold.lower() == "none" else float(args.threshold)
+    started = time.perf_counter()
+    build_phrase_index(model, PassageStore.open(passages), args.phrase_index,
+                       dtype="int8" if args.int8 else "float16", factory=args.factory,
+                       start_threshold=threshold, end_threshold=threshold)
+    return round(time.perf_counter() - started, 1)
 
-        model = PhraseModel.load(args.phrase_model)
-        if model.has_adapters:
-            model.merge_adapters()
-        threshold = None if args.threshold.lower() == "none" else float(args.threshold)
-        started = time.perf_counter()
-        build_phrase_index(model, PassageStore.open(dense.config["passages"]), args.phrase_index,
-                           dtype="int8" if args.int8 else "float16", factory=args.factory,
-                           start_threshold=threshold, end_threshold=threshold)
-        report["phrase_build_seconds"] = round(time.perf_counter() - started, 1)
-    phrase = open_system("phrase", options)
-    systems = {"retriever+reader": dense, "phrase": phrase}
-    for pipeline in systems.values():
-        for question, history, _ in warm:
-            pipeline.answer(question, history)
-    results = timed_blocks(systems, turns, args.blocks)
+
+def timed_batches(phrase, turns, batch_size: int) -> dict[str, float]:
+    """The phrase pipeline answering the turns in batches (`answer_batch`)."""
     started, cpu = time.perf_counter(), time.process_time()
-    for begin in range(0, len(turns), args.batch_size):
-        block = turns[begin:begin + args.batch_size]
+    for begin in range(0, len(turns), batch_size):
+        block = turns[begin:begin + batch_size]
         phrase.answer_batch([q for q, _, _ in block], [h for _, h, _ in block])
-    batched = {"seconds": time.perf_counter() - started, "cpu_seconds": time.process_time() - cpu}
+    return {"seconds": time.perf_counter() - started, "cpu_seconds": time.process_time() - cpu}
 
-    dense_meta = dense.retriever.index.meta
-    phrase_bytes = phrase_index_bytes(args.phrase_index)
-    report.update({
-        "turns": len(turns), "benchmark": args.benchmark,
-        "load_average_end": os.getloadavg()[0],
-        "retriever+reader": {
-            **rates(results["retriever+reader"], len(turns)),
-            "stages_ms": stage_means(results["retriever+reader"]["answers"]),
-            "index_bytes_per_passage": round(dense_meta["index_bytes"] / dense_meta["count"], 1),
+
+def dense_report(dense, result: dict, turns, top_k: int) -> dict:
+    meta = dense.retriever.index.meta
+    return {**rates(result, len(turns)), "stages_ms": stage_means(result["answers"]),
+            "index_bytes_per_passage": round(meta["index_bytes"] / meta["count"], 1),
             "index": dense.config["retriever"]["index"], "reader": dense.config["reader"],
-            **scores(results["retriever+reader"]["answers"], turns)},
-        "phrase": {
-            **rates(results["phrase"], len(turns)),
-            "stages_ms": stage_means(results["phrase"]["answers"]),
-            "batched": {"batch_size": args.batch_size, **rates(batched, len(turns))},
-            **phrase_index_facts(phrase), "bytes_on_disk": phrase_bytes["index"],
+            **scores(result["answers"], turns), "top_k": top_k,
+            "bytes_on_disk": folder_bytes(dense.config["retriever"]["index"])}
+
+
+def phrase_report(phrase, result: dict, batched: dict, turns, folder: str,
+                  batch_size: int) -> dict:
+    on_disk = phrase_index_bytes(folder)
+    return {**rates(result, len(turns)), "stages_ms": stage_means(result["answers"]),
+            "batched": {"batch_size": batch_size, **rates(batched, len(turns))},
+            **phrase_index_facts(phrase), "bytes_on_disk": on_disk["index"],
             # what answering reads per passage: vectors, FAISS and the sparse side's BM25
-            "index_bytes_per_passage": round(phrase_bytes["index"] / phrase.index.count, 1),
+            "index_bytes_per_passage": round(on_disk["index"] / phrase.index.count, 1),
             "vector_bytes_per_passage": phrase.index.bytes_per_passage(),
             "sparse": phrase.sparse.fingerprint() if phrase.sparse else None,
             "dense": phrase.dense.fingerprint() if phrase.dense else None,
-            "kept_dump_bytes": phrase_bytes["kept_dump"],
-            **scores(results["phrase"]["answers"], turns)},
-    })
-    report["retriever+reader"]["top_k"] = args.top_k
-    report["retriever+reader"]["bytes_on_disk"] = folder_bytes(dense.config["retriever"]["index"])
-    if args.memory:
-        memory = memory_in_fresh_processes(systems, options, turns, args.threads)
-        for name, facts in memory.items():
-            report[name]["memory"] = facts
+            "kept_dump_bytes": on_disk["kept_dump"], **scores(result["answers"], turns)}
+
+
+def print_report(report: dict, benchmark: str) -> None:
     rr, ph = report["retriever+reader"], report["phrase"]
-    report["speedup"] = {key: round(ph[key] / rr[key], 2)
-                         for key in ("questions_per_second", "questions_per_cpu_second")}
-    print(f"{len(turns)} answer-evaluable dev turns of {args.benchmark}, {report['threads']} "
+    print(f"{report['turns']} answer-evaluable dev turns of {benchmark}, {report['threads']} "
           f"threads, load average {report['load_average_start']:.1f} -> "
           f"{report['load_average_end']:.1f}")
     print("| system | questions/s | questions/CPU-s | index bytes/passage | EM | F1 |\n"
           "|---|---:|---:|---:|---:|---:|")
-    print(f"| DPR-IHN + extractive reader (top {args.top_k}) | {rr['questions_per_second']} | "
+    print(f"| DPR-IHN + extractive reader (top {rr['top_k']}) | {rr['questions_per_second']} | "
           f"{rr['questions_per_cpu_second']} | {rr['index_bytes_per_passage']:,.0f} | "
           f"{rr['em']} | {rr['f1']} |")
     print(f"| phrase index ({ph['dtype']}, {ph['factory']}) | "
           f"{ph['questions_per_second']} | {ph['questions_per_cpu_second']} | "
           f"{ph['index_bytes_per_passage']:,.0f} | {ph['em']} | {ph['f1']} |")
-    print(f"| phrase index, batches of {args.batch_size} | {ph['batched']['questions_per_second']}"
-          f" | {ph['batched']['questions_per_cpu_second']} | | | |")
+    print(f"| phrase index, batches of {ph['batched']['batch_size']} | "
+          f"{ph['batched']['questions_per_second']} | "
+          f"{ph['batched']['questions_per_cpu_second']} | | | |")
     for name in ("retriever+reader", "phrase"):
         print(f"{name} stages (mean ms): {report[name]['stages_ms']}; index on disk "
               f"{report[name]['bytes_on_disk'] / 2**20:,.1f} MiB")
@@ -302,6 +285,45 @@ def main(argv: list[str] | None = None) -> int:
                   f"{memory['max_file_backed_bytes'] / 2**20:,.0f} MiB of mapped files)")
     print(f"phrase / retriever+reader: {report['speedup']['questions_per_second']}x per second, "
           f"{report['speedup']['questions_per_cpu_second']}x per CPU second")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    report: dict = {"machine": platform.machine(), "threads": torch.get_num_threads(),
+                    "cpus": os.cpu_count(), "load_average_start": os.getloadavg()[0]}
+    turns = answer_turns(args.benchmark, args.turns + 5)
+    warm, turns = turns[:5], turns[5:]
+    options = {"phrase_index": args.phrase_index, "phrase_model": args.phrase_model,
+               "dense_index": args.dense_index, "top_k": args.top_k, "nprobe": args.nprobe,
+               "dense_weight": args.phrase_dense_weight}
+    dense = open_system("retriever+reader", options, progress=True)
+    if args.build:
+        report["phrase_build_seconds"] = build_index(args, dense.config["passages"])
+    phrase = open_system("phrase", options)
+    systems = {"retriever+reader": dense, "phrase": phrase}
+    for pipeline in systems.values():
+        for question, history, _ in warm:
+            pipeline.answer(question, history)
+    results = timed_blocks(systems, turns, args.blocks)
+    batched = timed_batches(phrase, turns, args.batch_size)
+    report.update({
+        "turns": len(turns), "benchmark": args.benchmark,
+        "load_average_end": os.getloadavg()[0],
+        "retriever+reader": dense_report(dense, results["retriever+reader"], turns, args.top_k),
+        "phrase": phrase_report(phrase, results["phrase"], batched, turns, args.phrase_index,
+                                args.batch_size)})
+    if args.memory:
+        memory = memory_in_fresh_processes(systems, options, turns, args.threads)
+        for name, facts in memory.items():
+            report[name]["memory"] = facts
+    rr, ph = report["retriever+reader"], report["phrase"]
+    report["speedup"] = {key: round(ph[key] / rr[key], 2)
+                         for key in ("questions_per_second", "questions_per_cpu_second")}
+    print_report(report, args.benchmark)
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1, default=str), encoding="utf-8")
     return 0
