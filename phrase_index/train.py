@@ -39,7 +39,7 @@ from convqa.errors import ConfigError, ConvQAError
 from convqa.precision import BF16, autocast, training_precision_setting
 from convqa.training.checkpoint import MODEL, load_tensors
 from convqa.training.loop import StepTrainer, TrainResult, make_accelerator
-from convqa.training.schedule import check_counts, check_schedule, schedule_key
+from convqa.training.schedule import StepSchedule, check_counts, schedule_key
 
 from .data import (PhraseBatch, PhraseExample, align_teacher_logits, conversation_batches,
                    make_phrase_batch)
@@ -60,16 +60,10 @@ __all__ = ["PhraseTrainConfig", "PhraseTrainResult", "PhraseTrainer", "make_acce
 
 
 @dataclass
-class PhraseTrainConfig:
-    stage: str = "phrase"
-    epochs: int = 1
-    batch_size: int = 16              # questions per process per micro-step
-    grad_accum: int = 1
+class PhraseTrainConfig(StepSchedule):
     lr: float = 5e-5
-    weight_decay: float = 0.0
-    warmup_ratio: float = 0.1
-    max_steps: int | None = None
-    max_grad_norm: float | None = 2.0
+    checkpoint_every: int = 100       # optimizer steps; 0 = only at the end
+    stage: str = "phrase"
     weights: dict = field(default_factory=dict)   # loss name -> weight; {} = the stage default
     pre_batch: int = 2                # C: previous batches whose gold phrases are negatives
     hard_negatives: int = 0           # mined negative passages per question (batch_span loss)
@@ -82,25 +76,18 @@ class PhraseTrainConfig:
     pool_store_passages: int | None = None   # ... a seeded sample of that many of its passages
     start_candidates: int = 64        # query stage: starts taken from the MIPS per query
     candidates: int = 16              # query stage: retrieved phrases per query
-    bf16: bool = False                # older spelling of precision="bf16"
     precision: str = "fp32"           # auto | fp32 | bf16; auto measures both at each start
-    seed: int = 0
-    checkpoint_every: int = 100       # optimizer steps; 0 = only at the end
-    keep_checkpoint: bool = False
-    progress: bool = True
 
     def __post_init__(self) -> None:
         if self.stage not in STAGES:
             raise ConfigError(f"stage must be one of {', '.join(STAGES)}, got {self.stage!r}")
-        check_counts(self, ("epochs", "batch_size", "grad_accum", "run_length",
-                            "pool_passages", "start_candidates", "candidates"), 1)
-        check_counts(self, ("checkpoint_every", "seed", "pre_batch", "stride",
-                            "hard_negatives"), 0)
+        super().__post_init__()
+        check_counts(self, ("run_length", "pool_passages", "start_candidates", "candidates"), 1)
+        check_counts(self, ("pre_batch", "stride", "hard_negatives"), 0)
         if self.pool_store_passages is not None:
             check_counts(self, ("pool_store_passages",), 1)
         if self.pool_store is not None and self.stage != "query":
             raise ConfigError("pool_store is a query-stage setting (the frozen phrase pool)")
-        check_schedule(self)
         self.precision = training_precision_setting(self.precision, self.bf16)
         for name in ("distill_temperature", "turn_temperature"):
             if not getattr(self, name) > 0:

@@ -5,7 +5,7 @@ processes, sees the same batches)."""
 from __future__ import annotations
 
 import math
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
@@ -20,6 +20,32 @@ VOLATILE = frozenset({"progress", "checkpoint_every", "keep_checkpoint", "bf16",
                       "loader_workers"})
 
 
+@dataclass
+class StepSchedule:
+    """The settings every trainer's config has: the optimizer schedule, the seed and the
+    checkpoints. A trainer's config subclasses it, adds its own settings and redeclares a
+    default where its model wants another (a redeclared field keeps its place)."""
+
+    epochs: int = 1
+    batch_size: int = 16              # examples (questions) per process per micro-step
+    grad_accum: int = 1               # micro-steps per optimizer step
+    lr: float = 2e-5
+    weight_decay: float = 0.0
+    warmup_ratio: float = 0.1         # of the total optimizer steps
+    max_steps: int | None = None      # cap on optimizer steps (None: epochs decide)
+    max_grad_norm: float | None = 2.0
+    bf16: bool = False                # bf16 autocast; where `precision` exists, its older spelling
+    seed: int = 0
+    checkpoint_every: int = 200       # optimizer steps; 0 = only at the end
+    keep_checkpoint: bool = False     # keep OUT/checkpoint after a finished run
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        check_counts(self, ("epochs", "batch_size", "grad_accum"), 1)
+        check_counts(self, ("checkpoint_every", "seed"), 0)
+        check_schedule(self)
+
+
 def check_counts(config: Any, names: Iterable[str], minimum: int) -> None:
     """Each of the config's `names` must be an integer (not a bool) >= `minimum`."""
     for name in names:
@@ -29,7 +55,8 @@ def check_counts(config: Any, names: Iterable[str], minimum: int) -> None:
 
 
 def check_schedule(config: Any) -> None:
-    """The optimizer settings every trainer config has: max_steps, lr and warmup_ratio."""
+    """The optimizer settings every trainer config has: max_steps, lr, warmup_ratio and
+    weight_decay."""
     max_steps = config.max_steps
     if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int)
                                   or max_steps < 1):
@@ -39,6 +66,8 @@ def check_schedule(config: Any) -> None:
         raise ConfigError(f"lr must be a positive number, got {lr!r}")
     if not 0.0 <= config.warmup_ratio < 1.0:
         raise ConfigError(f"warmup_ratio must be in [0, 1), got {config.warmup_ratio!r}")
+    if not config.weight_decay >= 0:
+        raise ConfigError(f"weight_decay must be >= 0, got {config.weight_decay!r}")
 
 
 def check_distillation(config: Any) -> None:

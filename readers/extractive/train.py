@@ -66,8 +66,8 @@ from convqa.example_records import ids_digest
 from convqa.precision import autocast, training_precision_setting
 from convqa.training.loader import loader_workers_setting
 from convqa.training.loop import StepTrainer, TrainResult, make_accelerator
-from convqa.training.schedule import (bucketed_batches, check_counts, check_distillation,
-                                      check_schedule, example_rng, schedule_key)
+from convqa.training.schedule import (StepSchedule, bucketed_batches, check_counts,
+                                      check_distillation, example_rng, schedule_key)
 from convqa.training_log import append_log
 from convqa.types import Passage
 
@@ -85,23 +85,11 @@ __all__ = ["DEFAULT_HISTORY", "ReaderBatch", "ReaderTrainConfig", "ReaderTrainRe
 
 
 @dataclass
-class ReaderTrainConfig:
-    epochs: int = 1
+class ReaderTrainConfig(StepSchedule):
     batch_size: int = 4               # questions per process per micro-step
     passages_per_question: int = 3    # 1 positive + n-1 negatives
-    grad_accum: int = 1
-    lr: float = 2e-5
-    weight_decay: float = 0.0
-    warmup_ratio: float = 0.1
-    max_steps: int | None = None
-    max_grad_norm: float | None = 2.0
     history: str | dict = field(default_factory=lambda: dict(DEFAULT_HISTORY))
-    bf16: bool = False                # older spelling of precision="bf16"
     precision: str = "fp32"           # auto | fp32 | bf16; auto measures both at the start
-    seed: int = 0
-    checkpoint_every: int = 200       # optimizer steps; 0 = only at the end
-    keep_checkpoint: bool = False
-    progress: bool = True
     length_pool: int = 64             # global batches sorted by length together; 0: no buckets
     window_chunk: int = 4             # windows per forward pass, by length; 0: all at once
     eval_every: int = 0               # optimizer steps between held-out scores; 0: none
@@ -112,11 +100,9 @@ class ReaderTrainConfig:
     distill_temperature: float = 1.0  # softmax temperature of both sides of that loss
 
     def __post_init__(self) -> None:
-        check_counts(self, ("epochs", "batch_size", "grad_accum", "passages_per_question",
-                            "eval_per_source"), 1)
-        check_counts(self, ("checkpoint_every", "seed", "length_pool", "eval_every",
-                            "window_chunk", "start_step"), 0)
-        check_schedule(self)
+        super().__post_init__()
+        check_counts(self, ("passages_per_question", "eval_per_source"), 1)
+        check_counts(self, ("length_pool", "eval_every", "window_chunk", "start_step"), 0)
         self.precision = training_precision_setting(self.precision, self.bf16)
         self.loader_workers = loader_workers_setting(self.loader_workers)
         check_distillation(self)

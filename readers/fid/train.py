@@ -28,7 +28,7 @@ import torch
 from convqa.errors import ConfigError, ConvQAError, DataError
 from convqa.metrics.answer import score_answers
 from convqa.training.loop import StepTrainer, TrainResult, make_accelerator
-from convqa.training.schedule import check_counts, check_schedule, example_rng, schedule_key
+from convqa.training.schedule import StepSchedule, example_rng, schedule_key
 
 from .data import FiDExample
 from .model import FiDReader
@@ -37,27 +37,11 @@ __all__ = ["FiDTrainConfig", "FiDTrainer", "evaluate_fid", "make_accelerator", "
 
 
 @dataclass
-class FiDTrainConfig:
-    epochs: int = 1
+class FiDTrainConfig(StepSchedule):
     batch_size: int = 2             # examples (questions) per process per micro-step
-    grad_accum: int = 1             # micro-steps per optimizer step
     lr: float = 1e-4                # FiD's
     weight_decay: float = 0.01
-    warmup_ratio: float = 0.1       # of the total optimizer steps
-    max_steps: int | None = None    # cap on optimizer steps (None: epochs decide)
     max_grad_norm: float | None = 1.0
-    bf16: bool = False              # bf16 autocast (CPU or GPU)
-    seed: int = 0
-    checkpoint_every: int = 200     # optimizer steps; 0 = only at the end
-    keep_checkpoint: bool = False   # keep OUT/checkpoint after a finished run
-    progress: bool = True
-
-    def __post_init__(self) -> None:
-        check_counts(self, ("epochs", "batch_size", "grad_accum"), 1)
-        check_counts(self, ("checkpoint_every", "seed"), 0)
-        check_schedule(self)
-        if self.weight_decay < 0:
-            raise ConfigError(f"weight_decay must be >= 0, got {self.weight_decay!r}")
 
     def schedule_key(self) -> dict[str, Any]:
         """The settings a checkpoint must share with the run that resumes it."""

@@ -35,7 +35,7 @@ import torch
 
 from convqa.errors import ConfigError, ConvQAError
 from convqa.training.loop import StepTrainer, TrainResult, make_accelerator
-from convqa.training.schedule import check_counts, check_schedule, example_rng, schedule_key
+from convqa.training.schedule import StepSchedule, check_counts, example_rng, schedule_key
 from retrievers.training.loss import default_scale
 
 from .loss import MODES, convdr_loss
@@ -46,33 +46,19 @@ __all__ = ["ConvDRTrainConfig", "TrainingSet", "ConvDRBatch", "make_batch", "Con
 
 
 @dataclass
-class ConvDRTrainConfig:
+class ConvDRTrainConfig(StepSchedule):
     mode: str = "kd"                # kd | rank | multitask
-    epochs: int = 1
-    batch_size: int = 16            # examples per process per micro-step
-    grad_accum: int = 1
-    lr: float = 2e-5
-    weight_decay: float = 0.0
-    warmup_ratio: float = 0.1
-    max_steps: int | None = None
-    max_grad_norm: float | None = 2.0
     negatives: int = 4              # teacher-mined negatives per example (rank, multitask)
     in_batch_negatives: bool = False  # rank also against the batch's other groups (loss.py)
     kd_weight: float = 1.0          # multitask weights
     rank_weight: float = 1.0
     scale: float | None = None      # None: 20 for a normalising teacher, else 1
-    bf16: bool = False
-    seed: int = 0
-    checkpoint_every: int = 200     # optimizer steps; 0 = only at the end
-    keep_checkpoint: bool = False
-    progress: bool = True
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ConfigError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
-        check_counts(self, ("epochs", "batch_size", "grad_accum", "negatives"), 1)
-        check_counts(self, ("checkpoint_every", "seed"), 0)
-        check_schedule(self)
+        super().__post_init__()
+        check_counts(self, ("negatives",), 1)
         for name in ("kd_weight", "rank_weight"):
             if not getattr(self, name) >= 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)!r}")

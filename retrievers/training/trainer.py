@@ -30,7 +30,7 @@ from convqa.errors import ConfigError, ConvQAError
 from convqa.training.checkpoint import (CHECKPOINT, MODEL, STATE,  # noqa: F401
                                         TRAINING_JSON, write_checkpoint)
 from convqa.training.loop import StepTrainer, TrainResult, make_accelerator  # noqa: F401
-from convqa.training.schedule import (check_counts, check_schedule,  # noqa: F401
+from convqa.training.schedule import (StepSchedule, check_counts,  # noqa: F401
                                       linear_schedule, plan_steps, schedule_key)
 
 from .data import POSITIVE_CHOICES, ExampleSet, PassageLookup, make_batch
@@ -38,29 +38,15 @@ from .loss import default_scale, dpr_loss, passage_key
 
 
 @dataclass
-class TrainConfig:
-    epochs: int = 1
-    batch_size: int = 16            # examples per process per micro-step
-    grad_accum: int = 1             # micro-steps per optimizer step
-    lr: float = 2e-5
-    weight_decay: float = 0.0
-    warmup_ratio: float = 0.1       # of the total optimizer steps
-    max_steps: int | None = None    # cap on optimizer steps (None: epochs decide)
-    max_grad_norm: float | None = 2.0
+class TrainConfig(StepSchedule):
     hard_negatives: int = 0         # n per example, drawn from the mined top-k
     scale: float | None = None      # None: 20 for normalising encoders, 1 otherwise (loss.py)
     mask_false_negatives: bool = True
     positive_choice: str = "random"  # "random" | "first" positive per example and epoch
-    bf16: bool = False              # bf16 autocast (CPU or GPU)
-    seed: int = 0
-    checkpoint_every: int = 200     # optimizer steps; 0 = only at the end
-    keep_checkpoint: bool = False   # keep OUT/checkpoint after a finished run
-    progress: bool = True
 
     def __post_init__(self) -> None:
-        check_counts(self, ("epochs", "batch_size", "grad_accum"), 1)
-        check_counts(self, ("hard_negatives", "checkpoint_every", "seed"), 0)
-        check_schedule(self)
+        super().__post_init__()
+        check_counts(self, ("hard_negatives",), 0)
         if self.scale is not None and not self.scale > 0:
             raise ConfigError(f"scale must be positive, got {self.scale!r}")
         if self.positive_choice not in POSITIVE_CHOICES:
