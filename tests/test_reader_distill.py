@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from conftest import shared_file
-from convqa.errors import ConvQAError, DataError
+from convqa.errors import ConfigError, ConvQAError, DataError
 from convqa.training.schedule import example_rng
 from convqa.types import Passage
 from readers.extractive.data import ReaderExample
@@ -300,7 +300,7 @@ def test_distillation_settings_and_schedule_key(examples, tmp_path):
     assert ReaderTrainConfig(distill_weight=0.5).schedule_key()["distill_weight"] == 0.5
     for bad in ({"distill_weight": 1.5}, {"distill_weight": -0.1},
                 {"distill_temperature": 0.0}):
-        with pytest.raises(ValueError):
+        with pytest.raises(ConfigError, match=next(iter(bad))):
             ReaderTrainConfig(**bad)
     with pytest.raises(ConvQAError, match="needs both"):
         train_reader(tiny_reader(), examples, tmp_path / "a", config(distill_weight=0.5))

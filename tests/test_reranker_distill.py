@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from conftest import shared_file
-from convqa.errors import ConvQAError, DataError
+from convqa.errors import ConfigError, ConvQAError, DataError
 from convqa.training.schedule import example_rng
 from reader_helpers import single_thread  # noqa: F401 (autouse fixture)
 from reranker_helpers import tiny_cross_encoder, toy_examples
@@ -125,7 +125,7 @@ def test_scores_resume_and_refuse_other_examples(tmp_path):
     plain = RerankTrainConfig().schedule_key()
     assert "distill_weight" not in plain
     assert RerankTrainConfig(distill_weight=0.3).schedule_key()["distill_weight"] == 0.3
-    with pytest.raises(ValueError, match="distill_weight"):
+    with pytest.raises(ConfigError, match="distill_weight"):
         RerankTrainConfig(distill_weight=2.0)
     with pytest.raises(ConvQAError, match="needs both"):
         train_reranker(tiny_cross_encoder(), train, tmp_path / "x", config(distill_weight=0.5))

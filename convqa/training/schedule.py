@@ -70,16 +70,6 @@ def check_schedule(config: Any) -> None:
         raise ConfigError(f"weight_decay must be >= 0, got {config.weight_decay!r}")
 
 
-def check_distillation(config: Any) -> None:
-    """The distillation settings of the trainers that learn from a teacher (the reader's and
-    the reranker's): distill_weight in [0, 1], distill_temperature > 0."""
-    weight, temperature = config.distill_weight, config.distill_temperature
-    if isinstance(weight, bool) or not 0.0 <= weight <= 1.0:
-        raise ValueError(f"distill_weight must be in [0, 1], got {weight!r}")
-    if isinstance(temperature, bool) or not temperature > 0:
-        raise ValueError(f"distill_temperature must be > 0, got {temperature!r}")
-
-
 def schedule_key(config: Any, skip: Iterable[str] = ()) -> dict[str, Any]:
     """The settings of a config dataclass that a checkpoint must share with the run that
     resumes it: all but the VOLATILE ones and the config's own `skip` (settings that change

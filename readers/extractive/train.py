@@ -63,11 +63,10 @@ from torch import Tensor
 
 from convqa.errors import ConvQAError
 from convqa.example_records import ids_digest
-from convqa.precision import autocast, training_precision_setting
-from convqa.training.loader import loader_workers_setting
+from convqa.precision import autocast
 from convqa.training.loop import StepTrainer, TrainResult, make_accelerator
-from convqa.training.schedule import (StepSchedule, bucketed_batches, check_counts,
-                                      check_distillation, example_rng, schedule_key)
+from convqa.training.schedule import bucketed_batches, check_counts, example_rng
+from convqa.training.student import StudentSchedule
 from convqa.training_log import append_log
 from convqa.types import Passage
 
@@ -85,38 +84,20 @@ __all__ = ["DEFAULT_HISTORY", "ReaderBatch", "ReaderTrainConfig", "ReaderTrainRe
 
 
 @dataclass
-class ReaderTrainConfig(StepSchedule):
+class ReaderTrainConfig(StudentSchedule):
     batch_size: int = 4               # questions per process per micro-step
     passages_per_question: int = 3    # 1 positive + n-1 negatives
     history: str | dict = field(default_factory=lambda: dict(DEFAULT_HISTORY))
-    precision: str = "fp32"           # auto | fp32 | bf16; auto measures both at the start
-    length_pool: int = 64             # global batches sorted by length together; 0: no buckets
     window_chunk: int = 4             # windows per forward pass, by length; 0: all at once
-    eval_every: int = 0               # optimizer steps between held-out scores; 0: none
     eval_per_source: int = 50         # held-out questions per source in those scores
-    start_step: int = 0               # continue this schedule at that step (weights given)
-    loader_workers: int | str = "auto"  # batch-building processes; auto: 0 on CPU, <= 4 on GPU
-    distill_weight: float = 0.0       # share of the teacher's loss (distill.py); 0: none
-    distill_temperature: float = 1.0  # softmax temperature of both sides of that loss
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_counts(self, ("passages_per_question", "eval_per_source"), 1)
-        check_counts(self, ("length_pool", "eval_every", "window_chunk", "start_step"), 0)
-        self.precision = training_precision_setting(self.precision, self.bf16)
-        self.loader_workers = loader_workers_setting(self.loader_workers)
-        check_distillation(self)
+        check_counts(self, ("window_chunk",), 0)
 
     def schedule_key(self) -> dict[str, Any]:
-        """The settings a checkpoint must share with the run that resumes it (the held-out
-        scores change nothing that is learned; a run without a teacher keeps the key it had
-        before distillation existed)."""
-        skip = _EVALUATION + (_DISTILLATION if not self.distill_weight else ())
-        return schedule_key(self, skip)
-
-
-_EVALUATION = ("eval_every", "eval_per_source")
-_DISTILLATION = ("distill_weight", "distill_temperature")
+        return super().schedule_key(skip=("eval_per_source",))
 
 
 ReaderTrainResult = TrainResult  # the shared result type (convqa/training/loop.py)

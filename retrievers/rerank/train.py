@@ -44,11 +44,10 @@ from torch import Tensor
 
 from convqa.errors import ConvQAError
 from convqa.example_records import ids_digest
-from convqa.precision import autocast, training_precision_setting
-from convqa.training.loader import loader_workers_setting
+from convqa.precision import autocast
 from convqa.training.loop import StepTrainer, TrainResult, make_accelerator
-from convqa.training.schedule import (StepSchedule, bucketed_batches, check_counts,
-                                      check_distillation, example_rng, schedule_key)
+from convqa.training.schedule import bucketed_batches, check_counts, example_rng
+from convqa.training.student import StudentSchedule
 from convqa.training_log import append_log
 from convqa.types import Passage
 from readers.extractive.model import DEFAULT_HISTORY
@@ -62,38 +61,23 @@ __all__ = ["RerankTrainConfig", "RerankTrainer", "evaluate_ranking", "listwise_l
 
 
 @dataclass
-class RerankTrainConfig(StepSchedule):
+class RerankTrainConfig(StudentSchedule):
     batch_size: int = 8               # questions per process per micro-step
     lr: float = 3e-5
     weight_decay: float = 0.01
     max_grad_norm: float | None = 1.0
     negatives: int = 7                # K: negatives per question in its softmax
     history: str | dict = field(default_factory=lambda: dict(DEFAULT_HISTORY))
-    precision: str = "fp32"           # auto | fp32 | bf16
-    length_pool: int = 64             # global batches sorted by length together; 0: none
     pair_chunk: int = 0               # pairs per forward pass, by length; 0: all at once
-    eval_every: int = 0               # optimizer steps between held-out scores; 0: none
     eval_examples: int = 200          # held-out questions in those scores
-    start_step: int = 0               # continue this schedule at that step (weights given)
-    loader_workers: int | str = "auto"  # batch-building processes; auto: 0 on CPU, <= 4 on GPU
-    distill_weight: float = 0.0       # share of the teacher's listwise loss (distill.py); 0: none
-    distill_temperature: float = 1.0  # softmax temperature of both sides of that loss
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_counts(self, ("negatives", "eval_examples"), 1)
-        check_counts(self, ("length_pool", "pair_chunk", "eval_every", "start_step"), 0)
-        self.precision = training_precision_setting(self.precision, self.bf16)
-        self.loader_workers = loader_workers_setting(self.loader_workers)
-        check_distillation(self)
+        check_counts(self, ("pair_chunk",), 0)
 
     def schedule_key(self) -> dict[str, Any]:
-        """What a checkpoint must share with the run resuming it (held-out scores and the
-        chunking of forward passes change nothing that is learned; a run without a teacher
-        keeps the key it had before distillation existed)."""
-        skip = ("eval_every", "eval_examples", "pair_chunk") + (
-            () if self.distill_weight else ("distill_weight", "distill_temperature"))
-        return schedule_key(self, skip)
+        return super().schedule_key(skip=("eval_examples", "pair_chunk"))
 
 
 # ---------------------------------------------------------------------------------------------

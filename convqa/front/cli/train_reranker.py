@@ -154,24 +154,20 @@ def _sources(args: argparse.Namespace):
 
 
 def run_reranker(args: argparse.Namespace) -> int:
-    from convqa.errors import ConfigError
     from retrievers.rerank.run import RerankRunConfig, run_reranker_training
     from retrievers.rerank.train import RerankTrainConfig, make_accelerator
 
     settings = schedule_settings(args)
     if settings["lr"] is None:
         settings["lr"] = LORA_LR if args.lora else FULL_LR
-    try:
-        train = RerankTrainConfig(
-            negatives=args.negatives, precision=args.precision,
-            history={"name": args.history, "max_tokens": args.history_max_tokens},
-            length_pool=args.length_pool, pair_chunk=args.pair_chunk,
-            eval_every=args.eval_every, eval_examples=args.eval_examples,
-            loader_workers=args.loader_workers,
-            distill_weight=args.distill_weight if args.teacher_scores else 0.0,
-            distill_temperature=args.distill_temperature, **settings)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
+    train = RerankTrainConfig(
+        negatives=args.negatives, precision=args.precision,
+        history={"name": args.history, "max_tokens": args.history_max_tokens},
+        length_pool=args.length_pool, pair_chunk=args.pair_chunk,
+        eval_every=args.eval_every, eval_examples=args.eval_examples,
+        loader_workers=args.loader_workers,
+        distill_weight=args.distill_weight if args.teacher_scores else 0.0,
+        distill_temperature=args.distill_temperature, **settings)
     config = RerankRunConfig(
         sources=_sources(args), examples=list(args.examples), init_model=args.init_model,
         max_length=args.max_length, max_query_length=args.max_query_length,
