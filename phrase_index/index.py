@@ -27,6 +27,7 @@ import numpy as np
 
 from convqa.errors import ConfigError, ConvQAError, DataError
 from convqa.io import load_format_json, write_json
+from convqa.index_match import check_index_match
 from retrievers.dense.index import (FORMAT as DENSE_FORMAT, VERSION as DENSE_VERSION,
                                     DenseIndex, add_batches, make_index, search_defaults,
                                     train_index)
@@ -94,16 +95,8 @@ class IndexMeta:
     def check(self, fingerprint: str | None = None, corpus_checksum: str | None = None,
               model_name: str | None = None) -> None:
         """ConvQAError unless the model and the passage store are the index's."""
-        where = f"phrase index (built with model {self.meta.get('model')!r}, fingerprint " \
-                f"{self.fingerprint})"
-        if fingerprint is not None and fingerprint != self.fingerprint:
-            raise ConvQAError(f"model mismatch: {where} cannot be searched with model "
-                              f"{model_name!r} (fingerprint {fingerprint}); use the index's "
-                              "model or rebuild the index with this one")
-        if corpus_checksum is not None and corpus_checksum != self.meta.get("corpus_checksum"):
-            raise ConvQAError(f"corpus mismatch: {where} was built over a corpus with checksum "
-                              f"{self.meta.get('corpus_checksum')}, the passage store has "
-                              f"{corpus_checksum}; rebuild the index")
+        check_index_match("phrase index", "model", self.meta, self.fingerprint, fingerprint,
+                          model_name, corpus_checksum)
 
 
 def _build_side(dump: PhraseDump, side: str, factory: str, train_size: int | None, seed: int,

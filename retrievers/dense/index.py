@@ -21,6 +21,7 @@ import numpy as np
 
 from convqa.errors import ConfigError, ConvQAError, DataError
 from convqa.io import load_format_json, write_json
+from convqa.index_match import check_index_match
 
 from .encode import VectorShards
 
@@ -261,16 +262,10 @@ class DenseIndex:
     def check(self, fingerprint: str | None = None, dim: int | None = None,
               corpus_checksum: str | None = None, encoder_name: str | None = None) -> None:
         """ConvQAError unless the query encoder and the passage store match this index."""
-        where = f"dense index (built with encoder {self.meta.get('encoder')!r}, fingerprint " \
-                f"{self.fingerprint})"
         if dim is not None and dim != self.dim:
-            raise ConvQAError(f"{where} has {self.dim}-d vectors but encoder {encoder_name!r} "
-                              f"(fingerprint {fingerprint}) makes {dim}-d vectors")
-        if fingerprint is not None and fingerprint != self.fingerprint:
-            raise ConvQAError(f"encoder mismatch: {where} cannot be searched with encoder "
-                              f"{encoder_name!r} (fingerprint {fingerprint}); use the index's "
-                              "encoder or rebuild the index with this one")
-        if corpus_checksum is not None and corpus_checksum != self.meta.get("corpus_checksum"):
-            raise ConvQAError(f"corpus mismatch: {where} was built over a corpus with checksum "
-                              f"{self.meta.get('corpus_checksum')}, the passage store has "
-                              f"{corpus_checksum}; rebuild the index")
+            raise ConvQAError(f"dense index (built with encoder {self.meta.get('encoder')!r}, "
+                              f"fingerprint {self.fingerprint}) has {self.dim}-d vectors but "
+                              f"encoder {encoder_name!r} (fingerprint {fingerprint}) makes "
+                              f"{dim}-d vectors")
+        check_index_match("dense index", "encoder", self.meta, self.fingerprint, fingerprint,
+                          encoder_name, corpus_checksum)
