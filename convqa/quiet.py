@@ -1,5 +1,5 @@
-"""Third-party chatter off for the commands a user reads (`convqa answer`, `demo`, `retrieve`,
-`index`, `eval`, `train`).
+"""Third-party chatter off for the commands a user reads (`convqa answer`, `serve`, `demo`,
+`retrieve`, `index`, `eval`, `train`).
 
 Loading a model makes transformers draw "Loading weights" bars, and the libraries warn about
 their own deprecations (a FutureWarning about `is_gradient_checkpointing` from peft's use of

@@ -189,6 +189,38 @@ def test_demo_verbose_shows_third_party_output(tiny_config):
         assert noise in err
 
 
+def _serve_output(config: Path, *flags: str) -> str:
+    """Start `convqa serve`, stop it once it says it is ready; its output (both streams)."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "convqa.front.cli.main", "serve", "--config", str(config),
+         "--port", str(free_port()), *flags], cwd=REPO, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True, bufsize=1)
+    lines = []
+    deadline = time.monotonic() + 120
+    try:
+        for line in process.stdout:
+            lines.append(line)
+            if "ready in" in line or time.monotonic() > deadline:
+                break
+    finally:
+        process.terminate()
+        process.communicate(timeout=30)
+    return "".join(lines)
+
+
+def test_serve_log_is_quiet_unless_verbose(tiny_config):
+    pytest.importorskip("fastapi", reason="needs fastapi and uvicorn (pip install -e .)")
+    quiet = _serve_output(tiny_config)
+    assert "convqa serve: listening on http://127.0.0.1:" in quiet and "ready in" in quiet
+    for noise in THIRD_PARTY_NOISE:
+        assert noise not in quiet
+    verbose = _serve_output(tiny_config, "--verbose")
+    assert "ready in" in verbose
+    for noise in THIRD_PARTY_NOISE:
+        assert noise in verbose
+
+
 def test_our_progress_bars_stay(tmp_path):
     """Building the embedded BM25 index (real vital-article text) shows convqa's own bars."""
     out, err = run_convqa("answer", "--prepare", "--retriever", "bm25",

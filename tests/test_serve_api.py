@@ -261,10 +261,14 @@ def test_oversized_body_is_refused_unread(client, bug_log):
 def test_bad_paths_and_methods_are_one_line(client, bug_log):
     bad_id = client.delete("/v1/conversations/" + "c" * 129)
     assert bad_id.status_code == 422 and bad_id.json()["field"] == "conversation_id"
-    missing = client.get("/v1/nothing")
-    assert missing.status_code == 404 and missing.json() == {"error": "Not Found", "field": None}
+    api = ("POST /v1/answer, DELETE /v1/conversations/{conversation_id}, GET /v1/pipelines, "
+           "GET /health, GET /docs")
+    missing = client.get("/answer")
+    assert missing.status_code == 404
+    assert missing.json() == {"error": f"no such path /answer (the API: {api})", "field": None}
     wrong = client.get("/v1/answer")
-    assert wrong.status_code == 405 and wrong.json()["error"] == "Method Not Allowed"
+    assert wrong.status_code == 405
+    assert wrong.json()["error"] == f"GET is not allowed on /v1/answer (the API: {api})"
     assert not bug_log.records
 
 

@@ -6,6 +6,7 @@ import argparse
 from convqa.errors import ConvQAError
 from convqa.front.embedded import RETRIEVER_CHOICES
 from convqa.front.families import add_family_argument
+from convqa.quiet import add_verbose_argument
 
 
 def add_parser(subparsers) -> None:
@@ -47,6 +48,7 @@ def add_parser(subparsers) -> None:
                         "flags above override it")
     p.add_argument("--log-level", default="info",
                    choices=("critical", "error", "warning", "info", "debug"))
+    add_verbose_argument(p)
     p.set_defaults(func=run)
 
 

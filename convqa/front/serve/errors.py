@@ -97,12 +97,27 @@ async def _on_http_error(request: Request, exc: StarletteHTTPException) -> JSONR
     in the same one-line form."""
     field = getattr(exc, "field", None)
     message = str(exc.detail)
+    if field is None and exc.status_code == 404 and message == "Not Found":
+        message = f"no such path {request.url.path} (the API: {_endpoints(request.app)})"
+    elif field is None and exc.status_code == 405:
+        message = (f"{request.method} is not allowed on {request.url.path} (the API: "
+                   f"{_endpoints(request.app)})")
     cause = exc.__cause__
     if exc.status_code == 400 and cause is not None:  # FastAPI could not read the body
         field = "body"
         message = (f"not valid UTF-8 (byte {cause.start})" if isinstance(cause, UnicodeDecodeError)
                    else f"cannot read the body as JSON ({type(cause).__name__})")
     return error_response(exc.status_code, message, field, getattr(exc, "headers", None))
+
+
+def _endpoints(app: FastAPI) -> str:
+    """The API's routes as a caller writes them ("POST /v1/answer, ..."), from the app itself,
+    so a wrong path or method is answered with the right ones."""
+    from fastapi.routing import APIRoute
+
+    routes = [f"{'/'.join(sorted(route.methods))} {route.path}" for route in app.routes
+              if isinstance(route, APIRoute)]
+    return ", ".join(routes + ["GET /docs"])
 
 
 async def _on_api_error(request: Request, exc: ApiError) -> JSONResponse:
