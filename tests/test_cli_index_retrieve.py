@@ -2,7 +2,6 @@
 hits, the --history shortcut flag, and every bad input as one line on stderr."""
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -227,13 +226,6 @@ def test_dense_index_flag_wiring(bench, tmp_path, capsys, monkeypatch):
                             str(bench / "passages"), "--out", str(tmp_path / "mine")], capsys)
     assert "not a dense index; not replacing it" in one_line_error(err, "index")
     assert (tmp_path / "mine" / "notes.txt").exists()
-    # Where the dense module is absent, the flag says so in one line.
-    real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: (
-        None if name == "retrievers.dense.build" else real(name, *a)))
-    code, _, err = run_cli(["index", "--dense", "--passages", str(bench / "passages"),
-                            "--out", str(tmp_path / "e")], capsys)
-    assert code == 2 and "not built yet" in one_line_error(err, "index")
 
 
 def test_dense_index_and_retrieve_with_minilm(bench, tmp_path, capsys):

@@ -166,12 +166,8 @@ def run_dense(args: argparse.Namespace) -> int:
 
     Unlike BM25, an existing output folder is resumed, not refused: encoding is sharded and a
     killed run continues where it stopped. --overwrite starts over."""
-    import importlib.util
     import shutil
 
-    if importlib.util.find_spec("retrievers.dense.build") is None:
-        raise ConvQAError("`convqa index --dense` is not built yet (the dense index module "
-                          "retrievers/dense/build.py is missing)")
     from convqa.models import DEFAULT_MODEL
     from retrievers.dense.build import VECTORS_DIR, build_dense_index
     from retrievers.dense.index import META_FILE

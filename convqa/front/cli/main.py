@@ -17,38 +17,19 @@ from convqa.quiet import quiet_third_party
 # in --help's order; each one's module convqa.front.cli.NAME adds it (with its one-line help)
 COMMANDS = ("data", "index", "retrieve", "train", "answer", "eval", "reproduce", "demo", "serve",
             "models")
-# Planned subcommands: listed in --help, and they say plainly that they do not exist yet.
-PLANNED: dict[str, tuple[str, str]] = {}
-
-
-def _not_built(name: str, where: str):
-    def run(args: argparse.Namespace) -> int:
-        raise ConvQAError(f"`convqa {name}` is not built yet (planned in {where})")
-
-    return run
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="convqa", description="Open-domain conversational question answering.")
     parser.add_argument("--version", action="version", version=f"convqa {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
-        if name not in PLANNED:
-            importlib.import_module(f"convqa.front.cli.{name}").add_parser(subparsers)
-        else:
-            summary, where = PLANNED[name]
-            sub = subparsers.add_parser(name, help=f"{summary} [not built yet]",
-                                        description=f"{summary}. Not built yet: planned in {where}.")
-            sub.set_defaults(func=_not_built(name, where))
+        importlib.import_module(f"convqa.front.cli.{name}").add_parser(subparsers)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args, unknown = parser.parse_known_args(argv)
-    if unknown and args.command not in PLANNED:  # planned commands accept anything, then say so
-        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
