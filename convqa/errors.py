@@ -39,10 +39,6 @@ class ConfigError(ConvQAError):
     """Bad configuration: an unknown component, an unknown or mistyped option."""
 
 
-class NotBuiltError(ConvQAError):
-    """A planned part of convqa that does not exist yet."""
-
-
 def reports_errors(prog: str) -> Callable[[Callable[..., int]], Callable[..., int]]:
     """Decorate a tool's `main(argv=None) -> int`: a `ConvQAError` it raises becomes one line on
     stderr, `PROG: error: MESSAGE`, and exit code 2 instead of a traceback, the convention of

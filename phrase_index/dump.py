@@ -257,15 +257,6 @@ def _estimate(sample: Sequence[DumpedPassage], thresholds: dict[str, float | Non
                         (kept["start"] + kept["end"]) * 4 * dim * count)
 
 
-def estimate_dump(model, corpus: CorpusRows, dtype: str, sample: int = 32, batch_size: int = 16,
-                  precision: str = FP32, start_threshold: float | None = 0.0,
-                  end_threshold: float | None = 0.0) -> DumpEstimate:
-    """Predict the dump size from `sample` passages spread evenly over the corpus."""
-    return _estimate(_sample(model, corpus, sample, batch_size, precision),
-                     {"start": start_threshold, "end": end_threshold}, model.dim, dtype,
-                     len(corpus), _shares_start_end(model))
-
-
 def _header(model, corpus: CorpusRows, shard_size: int, dtype: str, start_threshold: float | None,
             end_threshold: float | None, keep_fraction: float | None) -> dict[str, Any]:
     return {"format": FORMAT, "version": VERSION, "model": model.source,

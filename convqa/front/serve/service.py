@@ -92,11 +92,6 @@ class AnswerService:
         self.status = FAILED
         log.error("cannot serve: %s", self.detail)
 
-    def wait_loaded(self, timeout: float | None = None) -> bool:
-        if self._loader is not None:
-            self._loader.join(timeout)
-        return self.status == READY
-
     def close(self) -> None:
         """Refuse new questions, finish the accepted ones (SIGTERM, after the HTTP server
         has drained its connections)."""
