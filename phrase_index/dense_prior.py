@@ -106,8 +106,8 @@ class DensePrior:
         from retrievers.dense.retriever import DenseRetriever, DenseRetrieverConfig
 
         if not cls.exists(folder):
-            raise DataError(f"no dense index here (add one with `convqa index --phrase "
-                            f"--dense-prior ... --out` its phrase index)", folder)
+            raise DataError("no dense index here (add one with `convqa index --phrase "
+                            "--dense-prior ... --out` its phrase index)", folder)
         config = DenseRetrieverConfig(index=str(folder), passages=str(store.path),
                                       precision=precision, device=device)
         return cls(DenseRetriever.from_config(config), weight, passages, history)

@@ -31,13 +31,16 @@ import tempfile
 from array import array
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 from convqa.errors import ConfigError, ConvQAError, DataError
 from convqa.registry import RETRIEVERS
 from convqa.types import Hit, Passage
 
 from .base import Retriever
+
+if TYPE_CHECKING:  # numpy is imported where scores are computed
+    import numpy as np
 
 PRESETS = {"default": (0.9, 0.4), "topiocqa": (0.9, 0.4), "qrecc": (0.82, 0.68)}
 BACKENDS = ("auto", "numpy", "numba")
