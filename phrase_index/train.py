@@ -39,7 +39,7 @@ from convqa.errors import ConfigError, ConvQAError
 from convqa.precision import BF16, autocast, training_precision_setting
 from convqa.training.checkpoint import MODEL, load_tensors
 from convqa.training.loop import StepTrainer, TrainResult, make_accelerator
-from convqa.training.schedule import StepSchedule, check_counts, schedule_key
+from convqa.training.schedule import StepSchedule, check_counts
 
 from .data import (PhraseBatch, PhraseExample, align_teacher_logits, conversation_batches,
                    make_phrase_batch)
@@ -117,7 +117,7 @@ class PhraseTrainConfig(StepSchedule):
                 if getattr(self, name) is None]
         if not self.hard_negatives:
             skip.append("hard_negatives")
-        return schedule_key(self, skip)
+        return super().schedule_key(skip)
 
 
 PhraseTrainResult = TrainResult  # the shared result type (convqa/training/loop.py)

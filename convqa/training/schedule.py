@@ -45,6 +45,11 @@ class StepSchedule:
         check_counts(self, ("checkpoint_every", "seed"), 0)
         check_schedule(self)
 
+    def schedule_key(self, skip: Iterable[str] = ()) -> dict[str, Any]:
+        """The settings a checkpoint must share with the run that resumes it (`schedule_key`
+        below); a config passes the settings of its own that change nothing learned."""
+        return schedule_key(self, skip)
+
 
 def check_counts(config: Any, names: Iterable[str], minimum: int) -> None:
     """Each of the config's `names` must be an integer (not a bool) >= `minimum`."""

@@ -10,7 +10,7 @@ from typing import Any
 from convqa.errors import ConfigError
 from convqa.precision import training_precision_setting
 from convqa.training.loader import loader_workers_setting
-from convqa.training.schedule import StepSchedule, check_counts, schedule_key
+from convqa.training.schedule import StepSchedule, check_counts
 
 _DISTILLATION = ("distill_weight", "distill_temperature")
 
@@ -37,7 +37,7 @@ class StudentSchedule(StepSchedule):
         (what changes nothing learned: the held-out scores, how forward passes are chunked),
         and a run without a teacher keeps the key it had before distillation existed."""
         skip = ("eval_every",) + tuple(skip) + (() if self.distill_weight else _DISTILLATION)
-        return schedule_key(self, skip)
+        return super().schedule_key(skip)
 
 
 def _check_distillation(weight: Any, temperature: Any) -> None:

@@ -28,7 +28,7 @@ import torch
 from convqa.errors import ConfigError, ConvQAError, DataError
 from convqa.metrics.answer import score_answers
 from convqa.training.loop import StepTrainer, TrainResult, make_accelerator
-from convqa.training.schedule import StepSchedule, example_rng, schedule_key
+from convqa.training.schedule import StepSchedule, example_rng
 
 from .data import FiDExample
 from .model import FiDReader
@@ -42,10 +42,6 @@ class FiDTrainConfig(StepSchedule):
     lr: float = 1e-4                # FiD's
     weight_decay: float = 0.01
     max_grad_norm: float | None = 1.0
-
-    def schedule_key(self) -> dict[str, Any]:
-        """The settings a checkpoint must share with the run that resumes it."""
-        return schedule_key(self)
 
 
 class FiDTrainer(StepTrainer):

@@ -35,7 +35,7 @@ import torch
 
 from convqa.errors import ConfigError, ConvQAError
 from convqa.training.loop import StepTrainer, TrainResult, make_accelerator
-from convqa.training.schedule import StepSchedule, check_counts, example_rng, schedule_key
+from convqa.training.schedule import StepSchedule, check_counts, example_rng
 from retrievers.training.loss import default_scale
 
 from .loss import MODES, convdr_loss
@@ -76,7 +76,7 @@ class ConvDRTrainConfig(StepSchedule):
     def schedule_key(self) -> dict[str, Any]:
         """The settings a checkpoint must share with the run that resumes it (a run without
         in-batch negatives keeps the key it had before the option existed)."""
-        return schedule_key(self, () if self.in_batch_negatives else ("in_batch_negatives",))
+        return super().schedule_key(() if self.in_batch_negatives else ("in_batch_negatives",))
 
 
 @dataclass

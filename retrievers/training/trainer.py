@@ -31,7 +31,7 @@ from convqa.training.checkpoint import (CHECKPOINT, MODEL, STATE,  # noqa: F401
                                         TRAINING_JSON, write_checkpoint)
 from convqa.training.loop import StepTrainer, TrainResult, make_accelerator  # noqa: F401
 from convqa.training.schedule import (StepSchedule, check_counts,  # noqa: F401
-                                      linear_schedule, plan_steps, schedule_key)
+                                      linear_schedule, plan_steps)
 
 from .data import POSITIVE_CHOICES, ExampleSet, PassageLookup, make_batch
 from .loss import default_scale, dpr_loss, passage_key
@@ -52,10 +52,6 @@ class TrainConfig(StepSchedule):
         if self.positive_choice not in POSITIVE_CHOICES:
             raise ConfigError(f"positive_choice must be one of {', '.join(POSITIVE_CHOICES)}, "
                               f"got {self.positive_choice!r}")
-
-    def schedule_key(self) -> dict[str, Any]:
-        """The settings a checkpoint must share with the run that resumes it."""
-        return schedule_key(self)
 
 
 class Trainer(StepTrainer):
