@@ -27,7 +27,8 @@ import torch
 from convqa.errors import ConfigError, ConvQAError
 from convqa.io import load_json, write_json
 
-from .data import POSITIVE_MODES, PassageLookup, build_examples, load_examples, save_examples
+from .data import (POSITIVE_MODES, ExampleSet, PassageLookup, build_examples, load_examples,
+                   save_examples)
 from .mining import MiningConfig, load_negatives, mine_hard_negatives
 from .trainer import MODEL, TrainConfig, Trainer, make_accelerator, plan_steps
 
@@ -157,6 +158,82 @@ def _stores(config: IHNConfig) -> tuple[Any, Any]:
     return benchmark, PassageStore.open(config.mining_store_path)
 
 
+class _Stages:
+    """The stages of one DPR-IHN run, each recorded in the manifest when it finishes (by the
+    main process; the others wait for it) and skipped when a rerun finds it done."""
+
+    def __init__(self, config: IHNConfig, out: Path, acc: Any, manifest: Manifest,
+                 notify: Callable[[str, str], None]):
+        self.config, self.out, self.acc, self.manifest, self.notify = (
+            config, out, acc, manifest, notify)
+        self.main = acc.is_main_process
+
+    def _done(self, stage: str, record: dict[str, Any]) -> None:
+        if self.main:
+            self.manifest.record(stage, record)
+        self.acc.wait_for_everyone()
+        self.notify(stage, "done")
+
+    def examples(self) -> ExampleSet:
+        config, out, acc = self.config, self.out, self.acc
+        if _skip(self.manifest, "examples", out / EXAMPLES_DIR / "examples.meta.json",
+                 self.notify):
+            examples = load_examples(out / EXAMPLES_DIR)
+            plan_steps(len(examples), config.train, acc.num_processes)
+            return examples
+        self.notify("examples", "run")
+        began = time.perf_counter()
+        # Every process builds them (deterministic, seconds), so an error stops all alike.
+        examples = build_examples(config.benchmark, config.history, config.positives,
+                                  progress=config.train.progress and self.main)
+        if not len(examples):
+            raise ConvQAError(f"no training examples in {config.benchmark} with "
+                              f"{config.positives} positives ({examples.counts})")
+        plan_steps(len(examples), config.train, acc.num_processes)  # fail before recording
+        if self.main:
+            out.mkdir(parents=True, exist_ok=True)
+            save_examples(out / EXAMPLES_DIR, examples)
+        self._done("examples", {"seconds": round(time.perf_counter() - began, 1),
+                                **examples.counts})
+        return examples
+
+    def mine(self, n: int, examples: ExampleSet, mining_store) -> tuple[Any, dict[str, Any]]:
+        """Iteration n's hard negatives, mined by iteration n-1's model (or read back)."""
+        stage, negatives_dir = f"iter{n}.mine", self.out / f"iter{n}" / NEGATIVES_DIR
+        if not _skip(self.manifest, stage, negatives_dir / "negatives.meta.json", self.notify):
+            self.notify(stage, "run")
+            from retrievers.dense.build import load_encoder
+
+            previous = self.out / f"iter{n - 1}" / MODEL
+            miner = load_encoder(previous)
+            miner.to(self.acc.device)
+            meta = mine_hard_negatives(miner, examples, mining_store, negatives_dir,
+                                       self.config.mining, self.acc, model_path=str(previous))
+            del miner
+            self._done(stage, {k: meta.get(k) for k in (
+                "seconds", "hits_at_k", "negatives_per_query", "corpus_size",
+                "model_fingerprint")})
+        return (load_negatives(negatives_dir, examples),
+                load_json(negatives_dir / "negatives.meta.json"))
+
+    def train(self, n: int, examples: ExampleSet, lookup: PassageLookup, negatives: Any,
+              negatives_meta: dict[str, Any] | None, factory: Callable[[], Any]) -> None:
+        """Iteration n's model from the initial one: in-batch negatives only (DPR-IBN) at
+        n = 1, the mined ones too after."""
+        config, stage = self.config, f"iter{n}.train"
+        self.notify(stage, "run")
+        train_config = config.train if n > 1 else replace(config.train, hard_negatives=0)
+        info = {"iteration": n, "method": "DPR-IBN" if n == 1 else "DPR-IHN",
+                "init_model": config.init_model, "lora_r": config.lora_r,
+                "examples_meta": examples.meta(), "negatives": negatives_meta}
+        model = factory()
+        result = Trainer(model, examples, lookup, self.out / f"iter{n}", train_config,
+                         negatives, self.acc, info).train()
+        del model
+        self._done(stage, {"steps": result.steps, "seconds": round(result.seconds, 1),
+                           "last_loss": result.last_loss})
+
+
 def run_ihn(config: IHNConfig, out: str | os.PathLike, accelerator: Any = None,
             model_factory: Callable[[], Any] | None = None,
             on_stage: Callable[[str, str], None] | None = None) -> dict[str, Any]:
@@ -178,75 +255,16 @@ def run_ihn(config: IHNConfig, out: str | os.PathLike, accelerator: Any = None,
     benchmark_store, mining_store = _stores(config)
     lookup = PassageLookup([benchmark_store] if mining_store is benchmark_store
                            else [mining_store, benchmark_store])
-
-    # -- examples --------------------------------------------------------------------------
-    if _skip(manifest, "examples", out / EXAMPLES_DIR / "examples.meta.json", notify):
-        examples = load_examples(out / EXAMPLES_DIR)
-        plan_steps(len(examples), config.train, acc.num_processes)
-    else:
-        notify("examples", "run")
-        began = time.perf_counter()
-        # Every process builds them (deterministic, seconds), so an error stops all alike.
-        examples = build_examples(config.benchmark, config.history, config.positives,
-                                  progress=config.train.progress and main)
-        if not len(examples):
-            raise ConvQAError(f"no training examples in {config.benchmark} with "
-                              f"{config.positives} positives ({examples.counts})")
-        plan_steps(len(examples), config.train, acc.num_processes)  # fail before recording
-        if main:
-            out.mkdir(parents=True, exist_ok=True)
-            save_examples(out / EXAMPLES_DIR, examples)
-            manifest.record("examples", {"seconds": round(time.perf_counter() - began, 1),
-                                         **examples.counts})
-        acc.wait_for_everyone()
-        notify("examples", "done")
-
-    # -- iterations ------------------------------------------------------------------------
+    stages = _Stages(config, out, acc, manifest, notify)
+    examples = stages.examples()
     for n in range(1, config.iterations + 1):
-        folder = out / f"iter{n}"
-        stage = f"iter{n}.train"
-        if manifest.finished(stage) and (folder / "training.json").exists():
-            for name in ([f"iter{n}.mine"] if n > 1 else []) + [stage]:
+        if manifest.finished(f"iter{n}.train") and (out / f"iter{n}" / "training.json").exists():
+            for name in ([f"iter{n}.mine"] if n > 1 else []) + [f"iter{n}.train"]:
                 notify(name, "skip")  # its negatives are not needed (their index may be gone)
             continue
-        negatives = None
-        negatives_meta: dict[str, Any] | None = None
-        if n > 1:
-            stage = f"iter{n}.mine"
-            negatives_dir = folder / NEGATIVES_DIR
-            if not _skip(manifest, stage, negatives_dir / "negatives.meta.json", notify):
-                notify(stage, "run")
-                from retrievers.dense.build import load_encoder
-
-                previous = out / f"iter{n - 1}" / MODEL
-                miner = load_encoder(previous)
-                miner.to(acc.device)
-                meta = mine_hard_negatives(miner, examples, mining_store, negatives_dir,
-                                           config.mining, acc, model_path=str(previous))
-                del miner
-                if main:
-                    manifest.record(stage, {k: meta.get(k) for k in (
-                        "seconds", "hits_at_k", "negatives_per_query", "corpus_size",
-                        "model_fingerprint")})
-                acc.wait_for_everyone()
-                notify(stage, "done")
-            negatives_meta = load_json(negatives_dir / "negatives.meta.json")
-            negatives = load_negatives(negatives_dir, examples)
-        stage = f"iter{n}.train"
-        notify(stage, "run")
-        train_config = config.train if n > 1 else replace(config.train, hard_negatives=0)
-        info = {"iteration": n, "method": "DPR-IBN" if n == 1 else "DPR-IHN",
-                "init_model": config.init_model, "lora_r": config.lora_r,
-                "examples_meta": examples.meta(), "negatives": negatives_meta}
-        model = factory()
-        result = Trainer(model, examples, lookup, folder, train_config, negatives, acc,
-                         info).train()
-        if main:
-            manifest.record(stage, {"steps": result.steps, "seconds": round(result.seconds, 1),
-                                    "last_loss": result.last_loss})
-        acc.wait_for_everyone()
-        notify(stage, "done")
-        del model
+        negatives, negatives_meta = (stages.mine(n, examples, mining_store) if n > 1
+                                     else (None, None))
+        stages.train(n, examples, lookup, negatives, negatives_meta, factory)
     return manifest.data
 
 
