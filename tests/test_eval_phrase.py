@@ -248,5 +248,5 @@ def test_the_benchmark_answer_systems_file_has_a_phrase_row():
     resolved = rows[0].resolved({"corpus": "/tmp/bench/vital", "passages": "unused"})
     index = resolved.phrase_index["index"] if isinstance(resolved.phrase_index, dict) \
         else resolved.phrase_index
-    assert index == "/tmp/bench/vital/indexes/phrase-v2"
+    assert index == "/tmp/bench/vital/indexes/phrase"
     assert resolved.retriever is None and resolved.reader is None
