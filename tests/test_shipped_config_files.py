@@ -17,9 +17,11 @@ from convqa.front.paths import configured_path
 REPO = Path(__file__).resolve().parents[1]
 BENCHMARKS = REPO / "benchmarks"
 PIPELINES = sorted((REPO / "examples").glob("*.yaml"))
-# reproduce.yaml (a matrix of reruns) and the convdr_systems*.yaml files (convdr_table's own
-# layout) are read by their tools, not by `convqa eval`
+
+
 def other_layout(path) -> bool:
+    """reproduce.yaml (a matrix of reruns) and the convdr_systems*.yaml files (convdr_table's
+    own layout) are read by their tools, not by `convqa eval`."""
     return path.name == "reproduce.yaml" or path.name.startswith("convdr_systems")
 
 

@@ -208,7 +208,7 @@ def benchmark_examples(folder: str | os.PathLike, negatives: int = 7,
     splits["heldout"] = seeded_sample(splits["heldout"], max_heldout, seed, f"{corpus}:heldout")
     if unanswerable:
         splits["train"] += seeded_sample(impossible, max_examples, seed,
-                                   f"{corpus}:train-unanswerable")
+                                         f"{corpus}:train-unanswerable")
     splits["train"] += seeded_sample(weakly_labelled, max_examples, seed, f"{corpus}:train-weak")
     examples = splits["train"] + splits["heldout"]
     if (negatives or unanswerable) and examples:

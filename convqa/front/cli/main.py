@@ -17,6 +17,8 @@ from convqa.quiet import quiet_third_party
 # in --help's order; each one's module convqa.front.cli.NAME adds it (with its one-line help)
 COMMANDS = ("data", "index", "retrieve", "train", "answer", "eval", "reproduce", "demo", "serve",
             "models")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="convqa", description="Open-domain conversational question answering.")

@@ -152,7 +152,6 @@ def _sources(args: argparse.Namespace):
                               getattr(args, "weak_positives", None)))
 
 
-
 def run_reranker(args: argparse.Namespace) -> int:
     from retrievers.rerank.run import RerankRunConfig, run_reranker_training
     from retrievers.rerank.train import RerankTrainConfig, make_accelerator
