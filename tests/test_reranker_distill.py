@@ -129,6 +129,8 @@ def test_scores_resume_and_refuse_other_examples(tmp_path):
         RerankTrainConfig(distill_weight=2.0)
     with pytest.raises(ConvQAError, match="needs both"):
         train_reranker(tiny_cross_encoder(), train, tmp_path / "x", config(distill_weight=0.5))
+    with pytest.raises(ConvQAError, match="a teacher's scores given with distill weight 0"):
+        train_reranker(tiny_cross_encoder(), train, tmp_path / "y", config(), teacher=loaded)
 
 
 def test_reranker_teacher_command_on_real_squad_examples(tmp_path, capsys):

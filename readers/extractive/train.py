@@ -53,7 +53,6 @@ and scoring it on held-out examples.
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -64,10 +63,10 @@ from torch import Tensor
 from convqa.errors import ConvQAError
 from convqa.example_records import ids_digest
 from convqa.precision import autocast
-from convqa.training.loop import StepTrainer, TrainResult, make_accelerator
+from convqa.training.loop import TrainResult, make_accelerator
 from convqa.training.schedule import bucketed_batches, check_counts, example_rng
 from convqa.training.student import StudentSchedule
-from convqa.training_log import append_log
+from convqa.training.student_trainer import StudentTrainer
 from convqa.types import Passage
 
 from .data import ReaderExample
@@ -272,7 +271,7 @@ def chunked_logits(model, inputs: dict[str, Tensor], chunk: int) -> ReaderLogits
 # The loop
 
 
-class ReaderTrainer(StepTrainer):
+class ReaderTrainer(StudentTrainer):
     """Trains `reader` on `examples` (their "train" split is not filtered here: pass the
     examples to train on), writing to `out`."""
 
@@ -280,6 +279,7 @@ class ReaderTrainer(StepTrainer):
     compared = "settings or data"
     progress_label = "training reader"
     precision_what = "reader training"
+    teacher_what = "a teacher's targets"
 
     def __init__(self, reader: ExtractiveReader, examples: Sequence[ReaderExample],
                  out: str | os.PathLike, config: ReaderTrainConfig, accelerator: Any = None,
@@ -290,13 +290,7 @@ class ReaderTrainer(StepTrainer):
 
         if not examples:
             raise ConvQAError("no reader training examples")
-        if bool(config.distill_weight) != (teacher is not None):
-            raise ConvQAError("distillation needs both a teacher's targets and a distill "
-                              "weight above 0" if teacher is None else
-                              "teacher targets given with distill weight 0: nothing would "
-                              "learn from them")
-        self.teacher = teacher
-        super().__init__(reader, out, config, accelerator, info)
+        super().__init__(reader, out, config, accelerator, info, teacher)
         self.reader = reader
         self.examples = list(examples)
         self.strategy = model_history_strategy(config.history, reader)
@@ -343,32 +337,16 @@ class ReaderTrainer(StepTrainer):
         return bucketed_batches(self._lengths, global_batch, self.config.seed, epoch,
                                 self.config.length_pool)
 
-    def on_start(self, model, step: int) -> None:
-        if self.curve_sample and step == self.config.start_step:
-            self.log_heldout(model, step)
+    def score_share(self, model, share: Sequence[ReaderExample]) -> list[dict[str, str]]:
+        from .heldout import read_answers
 
-    def after_step(self, model, step: int, total: int) -> None:
-        every = self.config.eval_every
-        if self.curve_sample and (step % every == 0 or step == total):
-            self.log_heldout(model, step)
+        return [read_answers(model, share)]
 
-    def log_heldout(self, model, step: int) -> None:
-        """Score the held-out sample into log.jsonl: each process reads every N-th question, the
-        main process scores the gathered answers (the numbers one process reading all gives)."""
-        from accelerate.utils import gather_object
+    def summarize_curve(self, gathered: list[dict[str, str]], seconds: float) -> dict[str, Any]:
+        from .heldout import score_answers
 
-        from .heldout import read_answers, score_answers
-
-        acc = self.accelerator
-        started = time.perf_counter()
-        share = self.curve_sample[acc.process_index::acc.num_processes]
-        gathered = gather_object([read_answers(acc.unwrap_model(model), share)])
-        if acc.is_main_process:
-            answers = {qid: text for part in gathered for qid, text in part.items()}
-            scores = score_answers(self.curve_sample, answers,
-                                   seconds=time.perf_counter() - started)
-            append_log(self.out, {"step": step, "heldout": scores})
-        acc.wait_for_everyone()
+        answers = {qid: text for part in gathered for qid, text in part.items()}
+        return score_answers(self.curve_sample, answers, seconds=seconds)
 
     def make_batch(self, indices, epoch: int) -> ReaderBatch:
         return make_reader_batch(self.examples, indices, self.query, self.reader,
@@ -415,13 +393,8 @@ class ReaderTrainer(StepTrainer):
                            "distill_selection_loss": taught.selection,
                            "distill_span_loss": taught.span})
         # fp32 sums, an absent part counted as 0
-        return total, {name: torch.tensor(float(value.detach()) if value is not None
-                                                else 0.0)
-                            for name, value in logged.items()}
-
-    def final_record(self, model, run: dict[str, Any]) -> dict[str, Any]:
-        return {**run, "lora": model.has_adapters, "model_fingerprint": model.fingerprint(),
-                "config": self.config_record(), **self.info}
+        return total, {name: torch.tensor(0.0 if value is None else float(value.detach()))
+                       for name, value in logged.items()}
 
 
 def train_reader(reader: ExtractiveReader, examples: Sequence[ReaderExample],

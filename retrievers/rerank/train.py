@@ -45,10 +45,10 @@ from torch import Tensor
 from convqa.errors import ConvQAError
 from convqa.example_records import ids_digest
 from convqa.precision import autocast
-from convqa.training.loop import StepTrainer, TrainResult, make_accelerator
+from convqa.training.loop import TrainResult, make_accelerator
 from convqa.training.schedule import bucketed_batches, check_counts, example_rng
 from convqa.training.student import StudentSchedule
-from convqa.training_log import append_log
+from convqa.training.student_trainer import StudentTrainer
 from convqa.types import Passage
 from readers.extractive.model import DEFAULT_HISTORY
 
@@ -179,7 +179,7 @@ def chunked_logits(model, inputs: dict[str, Tensor], chunk: int) -> Tensor:
 examples_digest = ids_digest  # the digest of the example ids a checkpoint is keyed by
 
 
-class RerankTrainer(StepTrainer):
+class RerankTrainer(StudentTrainer):
     """Trains `model` on `examples` (all of them: pass the train split) into `out`."""
 
     what = "a reranker"
@@ -195,12 +195,7 @@ class RerankTrainer(StepTrainer):
 
         if not examples:
             raise ConvQAError("no reranker training examples")
-        if bool(config.distill_weight) != (teacher is not None):
-            raise ConvQAError("distillation needs both a teacher's scores and a distill weight "
-                              "above 0" if teacher is None else "teacher scores given with "
-                              "distill weight 0: nothing would learn from them")
-        self.teacher = teacher
-        super().__init__(model, out, config, accelerator, info)
+        super().__init__(model, out, config, accelerator, info, teacher)
         self.examples = list(examples)
         self.strategy = model_history_strategy(config.history, model)
         model.config.history = self.strategy.to_dict()  # saved with the model
@@ -263,30 +258,12 @@ class RerankTrainer(StepTrainer):
             logged["loss"] = loss.detach().float()
         return loss, logged
 
-    def on_start(self, model, step: int) -> None:
-        if self.curve_sample and step == self.config.start_step:
-            self.log_heldout(model, step)
+    def score_share(self, model, share: Sequence[RerankExample]) -> list[tuple[str, int, int]]:
+        return ranked_positions(model, share)
 
-    def after_step(self, model, step: int, total: int) -> None:
-        every = self.config.eval_every
-        if self.curve_sample and (step % every == 0 or step == total):
-            self.log_heldout(model, step)
-
-    def log_heldout(self, model, step: int) -> None:
-        """Rank the held-out sample into log.jsonl: each process its share, the main process
-        sums them (the numbers one process ranking all would give)."""
-        from accelerate.utils import gather_object
-
-        acc = self.accelerator
-        share = self.curve_sample[acc.process_index::acc.num_processes]
-        ranks = gather_object(ranked_positions(acc.unwrap_model(model), share))
-        if acc.is_main_process:
-            append_log(self.out, {"step": step, "heldout": summarize_ranks(ranks)})
-        acc.wait_for_everyone()
-
-    def final_record(self, model, run: dict[str, Any]) -> dict[str, Any]:
-        return {**run, "lora": model.has_adapters, "model_fingerprint": model.fingerprint(),
-                "config": self.config_record(), **self.info}
+    def summarize_curve(self, gathered: list[tuple[str, int, int]],
+                        seconds: float) -> dict[str, Any]:
+        return summarize_ranks(gathered)
 
 
 def train_reranker(model: CrossEncoder, examples: Sequence[RerankExample],
@@ -363,4 +340,3 @@ def evaluate_ranking(model_or_reranker: Any, examples: Sequence[RerankExample]
                      ) -> dict[str, Any]:
     """MRR / Hits@1 of the positive among each example's stored candidates."""
     return summarize_ranks(ranked_positions(model_or_reranker, examples))
-
