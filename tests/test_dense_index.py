@@ -89,6 +89,9 @@ def test_interrupted_or_damaged_saves_are_detected(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(DataError, match="not a dense index"):
         DenseIndex.load(tmp_path / "empty")
+    (tmp_path / "empty" / "vectors").mkdir()  # a build stopped while encoding
+    with pytest.raises(DataError, match="unfinished .*run the same command again to resume"):
+        DenseIndex.load(tmp_path / "empty")
     file = tmp_path / "i" / "index.faiss"
     file.write_bytes(file.read_bytes()[:1000])  # as if a newer write was cut short
     with pytest.raises(DataError, match="interrupted save"):

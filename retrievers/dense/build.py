@@ -13,10 +13,9 @@ from convqa.corpus import PassageStore
 from convqa.errors import ConvQAError
 
 from .encode import encode_corpus, launched_accelerator
-from .index import META_FILE, DenseIndex
+from .index import META_FILE, VECTORS_DIR, DenseIndex
 from .model import DualEncoder
 
-VECTORS_DIR = "vectors"
 
 
 def load_encoder(model: DualEncoder | str | os.PathLike) -> DualEncoder:

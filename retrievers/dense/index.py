@@ -27,6 +27,7 @@ from .encode import VectorShards
 
 META_FILE = "dense_index.json"
 INDEX_FILE = "index.faiss"
+VECTORS_DIR = "vectors"        # the encoded passages of a build, kept to resume it
 FORMAT = "convqa-dense-index"
 VERSION = 1
 DEFAULT_NPROBE = 32       # IVF lists visited per query (faiss's default of 1 loses much recall)
@@ -192,6 +193,9 @@ class DenseIndex:
         if not folder.exists():
             raise DataError("no such index folder (build it with `convqa index --dense`)", folder)
         if not meta_path.exists():
+            if (folder / VECTORS_DIR).is_dir():
+                raise DataError("an unfinished `convqa index --dense` build (its vectors, no "
+                                f"{META_FILE}); run the same command again to resume it", folder)
             raise DataError(f"not a dense index (no {META_FILE})", folder)
         meta = load_format_json(meta_path, FORMAT, VERSION, "dense index")
         file = folder / INDEX_FILE
