@@ -35,7 +35,7 @@ from convqa.io import load_format_json
 from retrievers.dense.index import DenseIndex
 
 from .codec import PQCodec
-from .index import IndexMeta
+from .index import IndexMeta, check_built
 from .vectors import _concatenated_ranges
 
 FORMAT = "convqa-phrase-compact-index"
@@ -89,9 +89,7 @@ class CompactPhraseIndex(IndexMeta):
         """Open a compact index; the IVF lists and token arrays are memory-mapped unless
         `mmap` is False (then the IVF is read into memory)."""
         folder = Path(folder)
-        path = folder / META_FILE
-        if not path.exists():
-            raise DataError(f"not a phrase index (no {META_FILE})", folder)
+        path = check_built(folder)
         meta = load_format_json(path, FORMAT, VERSION, "compact phrase index")
         search = DenseIndex.load(folder / "search", mmap=mmap)
         if search.count != meta.get("tokens") or search.fingerprint != meta.get("fingerprint"):

@@ -55,6 +55,20 @@ def choose_factory(count: int, dim: int, flat_max: int = FLAT_MAX) -> str:
     return f"IVF{lists},PQ{m}"
 
 
+def check_built(folder: Path) -> Path:
+    """The metadata file of a phrase index folder (plain or compact), or one line saying what
+    the folder is instead: missing, or a build stopped before it wrote its metadata."""
+    path = folder / META_FILE
+    if path.exists():
+        return path
+    if not folder.exists():
+        raise DataError("no such index folder (build it with `convqa index --phrase`)", folder)
+    if (folder / DUMP_DIR).is_dir():
+        raise DataError("an unfinished `convqa index --phrase` build (its dump, no "
+                        f"{META_FILE}); run the same command again to resume it", folder)
+    raise DataError(f"not a phrase index (no {META_FILE})", folder)
+
+
 def side_index_meta(index, factory: str, dump: PhraseDump, side: str, count: int
                     ) -> dict[str, Any]:
     """The DenseIndex metadata of a FAISS index over phrase vectors of `dump` (`side`: start,
@@ -171,9 +185,7 @@ class PhraseIndex(IndexMeta):
     def load(cls, folder: str | os.PathLike, mmap: bool = False) -> "PhraseIndex":
         """Open a saved phrase index (its dump memory-mapped); `mmap` maps Flat indexes too."""
         folder = Path(folder)
-        path = folder / META_FILE
-        if not path.exists():
-            raise DataError(f"not a phrase index (no {META_FILE})", folder)
+        path = check_built(folder)
         meta = load_format_json(path, FORMAT, VERSION, "phrase index")
         dump_ref = meta.get("dump")
         if not isinstance(dump_ref, str):

@@ -224,7 +224,7 @@ def test_a_missing_index_is_one_line(bench, tmp_path, capsys):  # noqa: F811
     assert run_eval("retrieval", bench, systems, tmp_path / "out", tmp_path / "runs") == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("convqa eval: error: ")
-    assert f"{bench}/indexes/none" in err[0] and "not a phrase index" in err[0]
+    assert f"{bench}/indexes/none" in err[0] and "no such index folder" in err[0]
 
 
 def test_qrecc_refuses_phrase_rows(fixtures_dir, tmp_path, capsys):

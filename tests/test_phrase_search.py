@@ -237,6 +237,11 @@ def test_damaged_or_unfinished_inputs_name_the_file(tmp_path, two_plants):
     PhraseIndex.build(dump, "Flat").save(folder)
     with pytest.raises(DataError, match="not a phrase index"):
         PhraseIndex.load(tmp_path)
+    (tmp_path / "half" / "dump").mkdir(parents=True)  # a build stopped while dumping
+    with pytest.raises(DataError, match="unfinished .*run the same command again to resume"):
+        PhraseIndex.load(tmp_path / "half")
+    with pytest.raises(DataError, match="no such index folder"):
+        PhraseIndex.load(tmp_path / "nowhere")
     shard = folder / "dump" / "shard-0000000008-0000000016"
     good = (shard / "end_ref.npy").read_bytes()
     ref = np.load(shard / "end_ref.npy")
