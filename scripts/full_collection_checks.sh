@@ -32,8 +32,6 @@ INDEXES=$B/full/indexes
 
 [ -f "$INDEXES/dpr-ihn/dense_index.json" ] || convqa index --dense --model convqa-dpr-ihn \
     --passages "$B/full/passages" --out "$INDEXES/dpr-ihn"
-# the rescore_within rows name the same index by the run that trained its encoder
-[ -e "$INDEXES/dpr-ihn3-lora32" ] || ln -s dpr-ihn "$INDEXES/dpr-ihn3-lora32"
 
 for gap in all 2.5; do
     within=""

@@ -30,6 +30,6 @@ done
 convqa index --dense --model all-MiniLM-L6-v2 --passages "$WORK/bench/vital/passages" \
     --out "$WORK/bench/vital/indexes/minilm" --quiet
 convqa index --dense --model "$WORK/retriever-dpr-ihn" --passages "$WORK/bench/vital/passages" \
-    --out "$WORK/bench/vital/indexes/dpr-ihn3-lora32" --quiet
+    --out "$WORK/bench/vital/indexes/dpr-ihn" --quiet
 python -m convqa.front.tools.retrieval_table --corpus vital="$WORK/bench/vital" \
     --corpus full="$WORK/bench/full" --systems benchmarks/retrieval_systems.yaml

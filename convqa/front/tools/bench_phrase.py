@@ -3,7 +3,7 @@
 questions per second, index bytes per passage, and EM/F1 on the turns asked.
 
     python -m convqa.front.tools.bench_phrase --phrase-index runs/phrase-index-vital \\
-        --dense-index /tmp/bench/vital/indexes/dpr-ihn3-lora32 --benchmark /tmp/bench/vital
+        --dense-index /tmp/bench/vital/indexes/dpr-ihn --benchmark /tmp/bench/vital
     # build the phrase index first (resumable) from a phrase model:
     python -m convqa.front.tools.bench_phrase --phrase-index runs/phrase-index-vital \\
         --phrase-model runs/phrase-v1/model --build --benchmark /tmp/bench/vital

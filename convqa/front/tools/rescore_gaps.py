@@ -7,7 +7,7 @@ Hits@5 are at least rescoring every hit's, or with --against G gap G's, on every
 
     python -m convqa.front.tools.rescore_gaps --reranker convqa-reranker --top-n 50 \\
         --benchmark bench/vital --retriever '{name: convdr, model: convqa-dpr-ihn-answer, \\
-        index: bench/vital/indexes/dpr-ihn3-lora32}' --split train --turns 300 --cache /tmp/c
+        index: bench/vital/indexes/dpr-ihn}' --split train --turns 300 --cache /tmp/c
 
 Each turn's top --top-n is rescored once, every hit (kept in --cache, so another run scores
 nothing twice); a gap's ranking is that ranking without the hits it leaves out. Choose on train
