@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from html import escape
 
-from convqa.evidence import evidence_passage, span_is_valid  # noqa: F401 (our API here too)
+from convqa.evidence import evidence_passage, span_is_valid
 from convqa.types import Answer, Hit, Passage
 
 

@@ -277,7 +277,7 @@ def build_inputs(model, store, out_dir: str | os.PathLike, accelerator=None):
     model saved (the index records where to load it from)."""
     from convqa.corpus import PassageStore
 
-    from retrievers.dense.encode import launched_accelerator
+    from convqa.corpus.shards import launched_accelerator
 
     accelerator = accelerator if accelerator is not None else launched_accelerator()
     if not isinstance(store, PassageStore):

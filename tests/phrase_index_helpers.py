@@ -10,7 +10,7 @@ from convqa.io import write_json
 from convqa.types import Passage
 from phrase_index import dump as dump_module
 from phrase_index.vectors import pack_shard, write_shard
-from retrievers.dense.encode import passages_checksum
+from convqa.corpus.shards import passages_checksum
 
 WORD = 5  # token t of a synthetic passage is the word "t000".."t999" at chars 5t .. 5t+4
 

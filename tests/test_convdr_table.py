@@ -2,7 +2,6 @@
 prose around the generated block is kept, and the tables show what score_benchmark measured."""
 from __future__ import annotations
 
-import json
 
 import pytest
 

@@ -33,11 +33,11 @@ from apps.render import (
                          evidence_html,
                          highlight,
                          passages_html,
-                         span_is_valid,
                          timings_text,
                          )
 from apps.session import ChatSession
 from convqa.errors import ConfigError, DataError
+from convqa.evidence import span_is_valid
 from convqa.front.cli.main import build_parser, main
 from convqa.front.embedded import RETRIEVER_CHOICES
 from convqa.types import Answer, Hit, Passage, Turn

@@ -3,7 +3,6 @@ the fp32 fallback of the fast path, and two processes under accelerate (gloo on 
 from __future__ import annotations
 
 import json
-import logging
 import os
 
 import numpy as np
@@ -13,8 +12,8 @@ from convqa.corpus import PassageStore
 from convqa.errors import ConfigError, ConvQAError
 from convqa.types import Passage
 from convqa import precision
-from retrievers.dense.encode import (VectorShards, encode_corpus, encode_passages,
-                                     passages_checksum, shard_name)
+from convqa.corpus.shards import passages_checksum
+from retrievers.dense.encode import VectorShards, encode_corpus, encode_passages, shard_name
 from retrievers.dense.model import DualEncoder, DualEncoderConfig
 
 from test_dense_model import make_tiny_bert

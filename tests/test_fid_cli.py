@@ -111,7 +111,7 @@ import hashlib, json, sys
 from pathlib import Path
 from fid_helpers import colour_examples, tiny_reader
 from readers.fid.train import FiDTrainConfig, FiDTrainer
-from retrievers.training.trainer import make_accelerator
+from convqa.training.loop import make_accelerator
 
 out = Path(sys.argv[1])
 acc = make_accelerator(cpu=True)

@@ -21,7 +21,7 @@ from phrase_index.answerer import PhrasePipeline
 from phrase_index.search import PassagePrior, search_phrases
 from phrase_index.sparse import DEFAULT_WEIGHT, SPARSE_DIR, SparsePrior
 from phrase_model_helpers import one_thread, tiny_phrase_model
-from test_phrase_search import DIM, Q_END, Q_START, TOKENS, build, spans, two_plants  # noqa: F401
+from test_phrase_search import Q_END, Q_START, build, spans, two_plants  # noqa: F401 (the fixture)
 
 
 def table_prior(rows, scores: dict[int, float]) -> PassagePrior:

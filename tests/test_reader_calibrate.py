@@ -20,8 +20,9 @@ from convqa.types import Passage
 from readers.extractive.calibrate import (Samples, Table, calibrate_no_answer, choose_fusion,
                                           choose_threshold, fit_logistic, fused_f1,
                                           meets_constraint, table)
-from readers.extractive.calibration_data import (Source, cached_reads, is_unanswerable,
-                                                 squad_questions, unanswerable_share)
+from readers.extractive.calibration_data import (Source, cached_reads, squad_questions,
+                                                 unanswerable_share)
+from readers.extractive.data import is_unanswerable
 from readers.extractive.decode import Fusion, PassageSpan, choose_span
 from readers.extractive.decoding import Decoding, NoAnswer, confidence_features
 from readers.extractive.fusion_tuning import ReadTurn, scores_at

@@ -8,9 +8,10 @@ import pytest
 
 from convqa.corpus import PassageStore
 from convqa.errors import ConfigError, DataError
+from convqa.training.schedule import epoch_order, example_rng, global_batches
 from retrievers.training.data import (ExampleSet, PassageLookup, TrainingExample,
-                                      build_examples, epoch_order, example_rng, global_batches,
-                                      load_examples, make_batch, sample_group, save_examples)
+                                      build_examples, load_examples, make_batch, sample_group,
+                                      save_examples)
 from training_helpers import make_benchmark
 
 

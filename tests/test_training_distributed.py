@@ -18,7 +18,8 @@ from pathlib import Path
 import torch
 from convqa.corpus import PassageStore
 from retrievers.training.data import PassageLookup, build_examples
-from retrievers.training.trainer import TrainConfig, Trainer, make_accelerator
+from convqa.training.loop import make_accelerator
+from retrievers.training.trainer import TrainConfig, Trainer
 from training_helpers import tiny_encoder
 
 bench, out = Path(sys.argv[1]), Path(sys.argv[2])

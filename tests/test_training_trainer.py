@@ -9,8 +9,8 @@ import torch
 from convqa.corpus import PassageStore
 from convqa.errors import ConfigError, DataError
 from retrievers.training.data import PassageLookup, build_examples
-from retrievers.training.trainer import (TrainConfig, Trainer, linear_schedule, plan_steps,
-                                         train_dual_encoder)
+from convqa.training.schedule import linear_schedule, plan_steps
+from retrievers.training.trainer import TrainConfig, Trainer, train_dual_encoder
 from training_helpers import Killed, kill_after, make_benchmark, tiny_encoder
 
 

@@ -25,7 +25,7 @@ from typing import Any, Callable, Mapping, Sequence
 from convqa.errors import ConfigError, DataError
 from convqa.types import Hit, Passage
 
-from .data import is_unanswerable  # noqa: F401 (also read from here)
+from .data import is_unanswerable
 from .decode import PassageSpan
 from .fusion_tuning import ReadTurn, read_turns
 

@@ -27,13 +27,13 @@ import torch
 
 from convqa.errors import ConfigError, ConvQAError, DataError
 from convqa.metrics.answer import score_answers
-from convqa.training.loop import StepTrainer, TrainResult, make_accelerator
+from convqa.training.loop import StepTrainer, TrainResult
 from convqa.training.schedule import StepSchedule, example_rng
 
 from .data import FiDExample
 from .model import FiDReader
 
-__all__ = ["FiDTrainConfig", "FiDTrainer", "evaluate_fid", "make_accelerator", "train_fid"]
+__all__ = ["FiDTrainConfig", "FiDTrainer", "evaluate_fid", "train_fid"]
 
 
 @dataclass

@@ -12,7 +12,9 @@ from pathlib import Path
 from convqa.corpus import PassageStore
 from convqa.errors import ConvQAError
 
-from .encode import encode_corpus, launched_accelerator
+from convqa.corpus.shards import launched_accelerator
+
+from .encode import encode_corpus
 from .index import META_FILE, VECTORS_DIR, DenseIndex
 from .model import DualEncoder
 

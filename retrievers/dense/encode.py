@@ -28,7 +28,6 @@ import torch
 from convqa.corpus import PassageStore
 from convqa.corpus.shards import (MANIFEST, CorpusRows, ShardedFolder, ShardProcesses,
                                   check_resumable, eval_mode, shard_done)
-from convqa.corpus.shards import launched_accelerator, passages_checksum  # noqa: F401 (our API)
 from convqa.errors import ConfigError, ConvQAError, DataError
 from convqa.io import write_json
 from convqa.types import Passage

@@ -22,7 +22,7 @@ import numpy as np
 
 from convqa.errors import ConfigError, DataError
 from convqa.io import iter_jsonl, load_json, require, write_json, write_jsonl
-from convqa.training.schedule import epoch_order, example_rng, global_batches  # noqa: F401
+from convqa.training.schedule import example_rng
 from convqa.types import Passage
 
 POSITIVE_MODES = ("answer", "article")

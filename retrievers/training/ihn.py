@@ -26,11 +26,14 @@ import torch
 
 from convqa.errors import ConfigError, ConvQAError
 from convqa.io import load_json, write_json
+from convqa.training.checkpoint import MODEL
+from convqa.training.loop import make_accelerator
+from convqa.training.schedule import plan_steps
 
 from .data import (POSITIVE_MODES, ExampleSet, PassageLookup, build_examples, load_examples,
                    save_examples)
 from .mining import MiningConfig, load_negatives, mine_hard_negatives
-from .trainer import MODEL, TrainConfig, Trainer, make_accelerator, plan_steps
+from .trainer import TrainConfig, Trainer
 
 MANIFEST = "manifest.json"
 FORMAT = "convqa-dpr-ihn"

@@ -26,12 +26,8 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from convqa.errors import ConfigError, ConvQAError
-# The shared loop and its pieces, also importable from here as before.
-from convqa.training.checkpoint import (CHECKPOINT, MODEL, STATE,  # noqa: F401
-                                        TRAINING_JSON, write_checkpoint)
-from convqa.training.loop import StepTrainer, TrainResult, make_accelerator  # noqa: F401
-from convqa.training.schedule import (StepSchedule, check_counts,  # noqa: F401
-                                      linear_schedule, plan_steps)
+from convqa.training.loop import StepTrainer, TrainResult
+from convqa.training.schedule import StepSchedule, check_counts
 
 from .data import POSITIVE_CHOICES, ExampleSet, PassageLookup, make_batch
 from .loss import default_scale, dpr_loss, passage_key

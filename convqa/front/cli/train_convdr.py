@@ -128,7 +128,7 @@ def _convdr_config(args: argparse.Namespace):
 
 def run_convdr(args: argparse.Namespace) -> int:
     from retrievers.convdr.run import run_convdr as run
-    from retrievers.training.trainer import make_accelerator
+    from convqa.training.loop import make_accelerator
 
     config = _convdr_config(args)
     say = start_run(args)

@@ -106,7 +106,7 @@ def _config(args: argparse.Namespace):
 
 def run_dpr(args: argparse.Namespace) -> int:
     from retrievers.training.ihn import run_ihn
-    from retrievers.training.trainer import make_accelerator
+    from convqa.training.loop import make_accelerator
 
     config = _config(args)
     start_run(args)

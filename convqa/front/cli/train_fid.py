@@ -66,7 +66,7 @@ def _reader_overrides(args: argparse.Namespace) -> dict:
 
 def run_fid(args: argparse.Namespace) -> int:
     from convqa.io import write_json
-    from retrievers.training.trainer import make_accelerator
+    from convqa.training.loop import make_accelerator
 
     from readers.fid.data import load_examples
     from readers.fid.model import FiDReader

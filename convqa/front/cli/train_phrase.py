@@ -95,7 +95,7 @@ def add_phrase_parser(jobs) -> None:
 def run_phrase(args: argparse.Namespace) -> int:
     from phrase_index.run import PhraseRunConfig, run_phrase_training
     from phrase_index.train import PhraseTrainConfig
-    from retrievers.training.trainer import make_accelerator
+    from convqa.training.loop import make_accelerator
 
     teacher = None if args.teacher.lower() == "none" else args.teacher
     weights = {"span": args.span_weight, "batch_span": args.batch_span_weight,

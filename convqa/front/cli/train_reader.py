@@ -164,7 +164,7 @@ def _reader_config(args: argparse.Namespace):
 
 def run_reader(args: argparse.Namespace) -> int:
     from readers.extractive.run import run_reader_training
-    from retrievers.training.trainer import make_accelerator
+    from convqa.training.loop import make_accelerator
 
     config = _reader_config(args)
     say = start_run(args)
