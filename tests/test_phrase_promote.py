@@ -56,9 +56,10 @@ def shipped_copy(run: Path, folder: Path) -> Path:
 def test_an_equal_model_is_not_promoted(run, tmp_path, squad_file):
     assets = shipped_copy(run, tmp_path / "assets")
     before = {p.name: p.read_bytes() for p in assets.iterdir() if p.is_file()}
-    result = promote_phrase.promote(run, assets, data(squad_file), 4, 4, 0.0,
-                                              say=lambda _: None)
+    said: list[str] = []
+    result = promote_phrase.promote(run, assets, data(squad_file), 4, 4, 0.0, say=said.append)
     assert not result["promoted"] and result["stage"] == "phrase" and result["steps"] == 4
+    assert said[-1].startswith("not promoted: F1 ") and " is not above " in said[-1]
     assert result["candidate"]["f1"] == result["shipped"]["f1"]   # the same export
     assert list(result["candidate"]["sources"]) == ["squad:dev-v2.0"]
     assert result["candidate"]["count"] == 4
@@ -84,8 +85,10 @@ def test_a_failed_check_blocks_the_promotion(run, tmp_path, squad_file, monkeypa
     promote = promote_phrase
     monkeypatch.setattr(promote, "failed_check", lambda folder, work: "answered 'Everest'")
     assets = shipped_copy(run, tmp_path / "assets")
-    result = promote.promote(run, assets, data(squad_file), 4, 4, -100.0, say=lambda _: None)
+    said: list[str] = []
+    result = promote.promote(run, assets, data(squad_file), 4, 4, -100.0, say=said.append)
     assert not result["promoted"] and result["failed_check"] == "answered 'Everest'"
+    assert said[-1] == f"not promoted: check failed: answered 'Everest'; {assets} unchanged"
     assert (assets / "README.md").read_text() == OLD_CARD
 
 
@@ -121,9 +124,12 @@ def test_open_domain_gate_refuses_a_model_that_retrieves_worse(run, tmp_path, sq
 
     monkeypatch.setattr(promote, "open_domain", fake_open_domain)
     assets = shipped_copy(run, tmp_path / "assets")
+    said: list[str] = []
     result = promote.promote(run, assets, data(squad_file), 4, 4, -100.0, check=False,
-                             benchmark="BENCH", say=lambda _: None)
+                             benchmark="BENCH", say=said.append)
     assert not result["promoted"] and result["open_domain"]["candidate"]["f1"] == 20.0
+    assert said[-1] == ("not promoted: open-domain F1 20.00 is below the shipped model's "
+                        f"25.00; {assets} unchanged")
     assert (assets / "README.md").read_text() == OLD_CARD
     scores["candidate"] = 30.0
     assert promote.promote(run, assets, data(squad_file), 4, 4, -100.0, check=False,

@@ -241,20 +241,10 @@ def model_card(facts: dict[str, Any], rank: int, counts: dict[str, list[int]],
     return "\n".join(parts).rstrip() + "\n"
 
 
-def promote(run: Path, assets: Path, data: dict[str, Any], per_source: int, rank: int,
-            min_gain: float, dry_run: bool = False, check: bool = True, say=print,
-            benchmark: str | None = None, work: Path | None = None, by: str = "gold",
-            index: Path | None = None) -> dict[str, Any]:
-    """Export the run's latest weights, compare, and install them if better. `by`: "gold"
-    (mean held-out F1, gold passage alone, decides; `benchmark` then only vetoes) or
-    "open-domain" (F1 on `benchmark`'s dev turns from a whole-corpus index decides: what a
-    query-only run is trained for; gold-passage scores are reported)."""
-    from convqa.io import load_json, write_json
-
-    if by not in ("gold", "open-domain"):
-        raise ConvQAError(f"by must be 'gold' or 'open-domain', not {by!r}")
-    if by == "open-domain" and not benchmark:
-        raise ConvQAError("deciding by open-domain F1 needs a benchmark (--open-domain BENCH)")
+def _heldout(run: Path, assets: Path, data: dict[str, Any]
+             ) -> tuple[list[Any], dict[str, list[int]]]:
+    """The run's held-out examples, rebuilt from its data settings, and the train / held-out
+    counts per source (for the card)."""
     from phrase_index.data import build_examples
 
     if not (assets / "convqa_phrase_model.json").exists():
@@ -267,6 +257,69 @@ def promote(run: Path, assets: Path, data: dict[str, Any], per_source: int, rank
     counts: dict[str, list[int]] = {}
     for example in examples:
         counts.setdefault(example.source, [0, 0])[example.split != "train"] += 1
+    return heldout, counts
+
+
+def _open_domain_scores(candidate: Path, assets: Path, benchmark: str, work: Path | None,
+                        index: Path | None, say) -> dict[str, Any]:
+    """Both models' F1 on `benchmark`'s dev turns from a whole-corpus index."""
+    cache = Path(work or Path(tempfile.gettempdir()) / "convqa-promote-phrase")
+    domain = {"benchmark": benchmark,
+              "candidate": open_domain(candidate, benchmark, cache, index),
+              "shipped": open_domain(assets, benchmark, cache, index)}
+    say(f"open domain ({benchmark}): F1 {domain['candidate']['f1']:.2f} vs shipped "
+        f"{domain['shipped']['f1']:.2f}")
+    return domain
+
+
+def _why_not(result: dict[str, Any], better: bool, worse: bool) -> str:
+    """Why a candidate stays out, in one phrase."""
+    new, old, gain = result["candidate"], result["shipped"], result["min_gain"]
+    if not better:
+        return f"F1 {new['f1']:.2f} is not above {old['f1']:.2f} + {gain}"
+    if result["failed_check"]:
+        return f"check failed: {result['failed_check']}"
+    if not worse:
+        return "dry run"
+    domain = result["open_domain"]
+    shipped = domain["shipped"]["f1"]
+    return (f"open-domain F1 {domain['candidate']['f1']:.2f} is "
+            + (f"not above the shipped model's {shipped:.2f} + {gain}"
+               if result["decided_by"] == "open-domain" else
+               f"below the shipped model's {shipped:.2f}"))
+
+
+def _install(candidate: Path, assets: Path, facts: dict[str, Any], result: dict[str, Any],
+             rank: int, counts: dict[str, list[int]], tuned_fingerprint: str,
+             report: dict[str, Any]) -> None:
+    """Give the candidate its card and export report, then swap it into `assets`."""
+    from convqa.io import load_json, write_json
+
+    old_meta = load_json(assets / "convqa_phrase_model.json")
+    old_card = (assets / "README.md").read_text(encoding="utf-8") \
+        if (assets / "README.md").exists() else ""
+    (candidate / "README.md").write_text(
+        model_card(facts, rank, counts, result["candidate"], result["shipped"], old_card,
+                   str(old_meta.get("fingerprint"))), encoding="utf-8")
+    write_json(candidate / "export_report.json",
+               {"tuned": result["weights"], "tuned_full_fingerprint": tuned_fingerprint,
+                "rank": rank, **report})
+    promote_reader.install(candidate, assets)
+
+
+def promote(run: Path, assets: Path, data: dict[str, Any], per_source: int, rank: int,
+            min_gain: float, dry_run: bool = False, check: bool = True, say=print,
+            benchmark: str | None = None, work: Path | None = None, by: str = "gold",
+            index: Path | None = None) -> dict[str, Any]:
+    """Export the run's latest weights, compare, and install them if better. `by`: "gold"
+    (mean held-out F1, gold passage alone, decides; `benchmark` then only vetoes) or
+    "open-domain" (F1 on `benchmark`'s dev turns from a whole-corpus index decides: what a
+    query-only run is trained for; gold-passage scores are reported)."""
+    if by not in ("gold", "open-domain"):
+        raise ConvQAError(f"by must be 'gold' or 'open-domain', not {by!r}")
+    if by == "open-domain" and not benchmark:
+        raise ConvQAError("deciding by open-domain F1 needs a benchmark (--open-domain BENCH)")
+    heldout, counts = _heldout(run, assets, data)
     with tempfile.TemporaryDirectory(prefix="convqa-promote-phrase-") as tmp:
         weights, facts = candidate_weights(run, Path(tmp) / "weights")
         say(f"candidate: {weights} (step {facts['steps']}, {facts['stage']} stage)")
@@ -279,14 +332,8 @@ def promote(run: Path, assets: Path, data: dict[str, Any], per_source: int, rank
         say(f"shipped model:    F1 {old['f1']:.2f}")
         better = new["f1"] > old["f1"] + min_gain or by == "open-domain"
         failed = failed_check(candidate, Path(tmp) / "check") if better and check else None
-        domain = {}
-        if better and not failed and benchmark:
-            cache = Path(work or Path(tempfile.gettempdir()) / "convqa-promote-phrase")
-            domain = {"benchmark": benchmark,
-                      "candidate": open_domain(candidate, benchmark, cache, index),
-                      "shipped": open_domain(assets, benchmark, cache, index)}
-            say(f"open domain ({benchmark}): F1 {domain['candidate']['f1']:.2f} vs shipped "
-                f"{domain['shipped']['f1']:.2f}")
+        domain = _open_domain_scores(candidate, assets, benchmark, work, index, say) \
+            if better and not failed and benchmark else {}
         worse = bool(domain) and (
             domain["candidate"]["f1"] <= domain["shipped"]["f1"] + min_gain
             if by == "open-domain" else domain["candidate"]["f1"] < domain["shipped"]["f1"])
@@ -295,25 +342,9 @@ def promote(run: Path, assets: Path, data: dict[str, Any], per_source: int, rank
                   "failed_check": failed, "open_domain": domain or None,
                   "promoted": bool(better and not failed and not worse and not dry_run)}
         if not result["promoted"]:
-            why = (f"F1 {new['f1']:.2f} is not above {old['f1']:.2f} + {min_gain}" if not better
-                   else f"check failed: {failed}" if failed
-                   else (f"open-domain F1 {domain['candidate']['f1']:.2f} is "
-                         + (f"not above the shipped model's {domain['shipped']['f1']:.2f} + "
-                            f"{min_gain}" if by == "open-domain" else
-                            f"below the shipped model's {domain['shipped']['f1']:.2f}"))
-                   if worse else "dry run")
-            say(f"not promoted: {why}; {assets} unchanged")
+            say(f"not promoted: {_why_not(result, better, worse)}; {assets} unchanged")
             return result
-        old_meta = load_json(assets / "convqa_phrase_model.json")
-        old_card = (assets / "README.md").read_text(encoding="utf-8") \
-            if (assets / "README.md").exists() else ""
-        (candidate / "README.md").write_text(
-            model_card(facts, rank, counts, new, old, old_card,
-                       str(old_meta.get("fingerprint"))), encoding="utf-8")
-        write_json(candidate / "export_report.json",
-                   {"tuned": str(weights), "tuned_full_fingerprint": tuned_fingerprint,
-                    "rank": rank, **report})
-        promote_reader.install(candidate, assets)
+        _install(candidate, assets, facts, result, rank, counts, tuned_fingerprint, report)
     scores = (f"open-domain F1 {domain['candidate']['f1']:.2f} > "
               f"{domain['shipped']['f1']:.2f}" if by == "open-domain" else
               f"F1 {new['f1']:.2f} > {old['f1']:.2f}")
