@@ -101,7 +101,7 @@ def build_orquac_benchmark(orquac_dir: str | os.PathLike, out: str | os.PathLike
                            overwrite: bool = False, progress: bool = False) -> dict[str, Any]:
     """Write the benchmark of the module doc into `out` from the OR-QuAC folder."""
     from convqa.corpus import PassageStore
-    from convqa.loaders import load_convir_quadruples, load_orconvqa_sample, load_orquac
+    from convqa.loaders import load_orquac
     from convqa.loaders.orquac import orquac_paths
 
     source = Path(orquac_dir)
@@ -113,12 +113,43 @@ def build_orquac_benchmark(orquac_dir: str | os.PathLike, out: str | os.PathLike
         raise ConvQAError(f"{out}: benchmark already built (add --overwrite to rebuild)")
     splits = [s for s in ("train", "dev") if "question" in orquac_paths(source, s)]
     conversations = [c for split in splits for c in load_orquac(source, split)]
-    turns = _turn_index(conversations)
     blocks: dict[str, str] = {}  # text -> id, in first-seen order
     counts = {"quadruple_rows": 0, "unmatched": 0, "ambiguous": 0, "sample_rows": 0,
               "sample_unmatched_dialogs": 0}
     records: dict[tuple[str, str], BenchQuery] = {}
+    _add_reranker_queries(source, conversations, blocks, records, counts)
+    _add_gold_queries(source, conversations, blocks, records, counts)
+    for query in records.values():  # a reranker negative that is also a positive is not one
+        query.reranker_negatives = [p for p in query.reranker_negatives
+                                    if p not in query.relevant]
+    passages = [Passage(pid, text) for text, pid in blocks.items()]
+    store = PassageStore.build(passages, out / PASSAGES, progress=progress, overwrite=overwrite,
+                               source=f"OR-QuAC blocks of {QUADRUPLES} and {SAMPLE}")
+    queries = list(records.values())
+    write_jsonl(out / QUERIES, (q.to_dict() for q in queries))
+    meta = {"format": FORMAT, "version": VERSION, "labels": LABELS_NOTE,
+            "inputs": {name: {"path": str((source / name).resolve()),
+                              "sha256": sha256_of(source / name)}
+                       for name in (QUADRUPLES, SAMPLE)},
+            "orquac_splits_matched": splits,
+            "counts": {**counts, "passages": len(store),
+                       "queries": {s: sum(q.label_set == s for q in queries)
+                                   for s in LABEL_SETS},
+                       "conversations": len({q.conversation_id for q in queries})},
+            "store_checksum": store.checksum}
+    write_json(out / META, meta)
+    return meta
 
+
+def _add_reranker_queries(source: Path, conversations: list, blocks: dict[str, str],
+                          records: dict[tuple[str, str], BenchQuery],
+                          counts: dict[str, int]) -> None:
+    """The "reranker" label set: each quadruple row's positive and negative block, on the
+    OR-QuAC turn its context and utterance name (rows matching no turn, or several, are
+    counted and left out)."""
+    from convqa.loaders import load_convir_quadruples
+
+    turns = _turn_index(conversations)
     for row in load_convir_quadruples(source / QUADRUPLES):
         counts["quadruple_rows"] += 1
         positive = blocks.setdefault(row.pos_passage, block_id(row.pos_passage))
@@ -142,6 +173,14 @@ def build_orquac_benchmark(orquac_dir: str | os.PathLike, out: str | os.PathLike
         if negative not in query.reranker_negatives and negative not in query.relevant:
             query.reranker_negatives.append(negative)
 
+
+def _add_gold_queries(source: Path, conversations: list, blocks: dict[str, str],
+                      records: dict[tuple[str, str], BenchQuery],
+                      counts: dict[str, int]) -> None:
+    """The "gold" label set: the sample file's rows, a dialog starting at each row without
+    history, its gold block relevant."""
+    from convqa.loaders import load_orconvqa_sample
+
     by_turn = {(t.question, n + 1, t.rewrite): c.id
                for c in conversations for n, t in enumerate(c.turns)}
     samples = load_orconvqa_sample(source / SAMPLE)
@@ -160,27 +199,6 @@ def build_orquac_benchmark(orquac_dir: str | os.PathLike, out: str | os.PathLike
                 qid, "gold", dialog, number, row.question, row.rewrite,
                 [Turn(q, a) for q, a in row.history], {})
         query.relevant[passage] = 1
-
-    for query in records.values():  # a reranker negative that is also a positive is not one
-        query.reranker_negatives = [p for p in query.reranker_negatives
-                                    if p not in query.relevant]
-    passages = [Passage(pid, text) for text, pid in blocks.items()]
-    store = PassageStore.build(passages, out / PASSAGES, progress=progress, overwrite=overwrite,
-                               source=f"OR-QuAC blocks of {QUADRUPLES} and {SAMPLE}")
-    queries = list(records.values())
-    write_jsonl(out / QUERIES, (q.to_dict() for q in queries))
-    meta = {"format": FORMAT, "version": VERSION, "labels": LABELS_NOTE,
-            "inputs": {name: {"path": str((source / name).resolve()),
-                              "sha256": sha256_of(source / name)}
-                       for name in (QUADRUPLES, SAMPLE)},
-            "orquac_splits_matched": splits,
-            "counts": {**counts, "passages": len(store),
-                       "queries": {s: sum(q.label_set == s for q in queries)
-                                   for s in LABEL_SETS},
-                       "conversations": len({q.conversation_id for q in queries})},
-            "store_checksum": store.checksum}
-    write_json(out / META, meta)
-    return meta
 
 
 def _sample_dialog(samples, start: int, by_turn: dict, number: int,
