@@ -187,6 +187,41 @@ def summarize(turns: Sequence[LabelledTurn]) -> dict[str, Any]:
             "gold_articles": len({t.gold_article_id for t in turns if t.gold_article_id})}
 
 
+def _same_build(out_dir: Path, digests: dict[str, str], params: dict[str, Any]
+                ) -> dict[str, Any] | None:
+    """The metadata of a finished build of the same inputs and settings in `out_dir` whose
+    outputs are intact, else None (nothing there, another build, or a damaged one)."""
+    meta_path = out_dir / META_FILE
+    if not meta_path.is_file():
+        return None
+    try:
+        old = load_json(meta_path)
+    except DataError:
+        return None
+    if (isinstance(old, dict) and old.get("format") == FORMAT
+            and old.get("version") == FORMAT_VERSION and old.get("input_sha256") == digests
+            and old.get("params") == params and _outputs_intact(out_dir, old)):
+        return old
+    return None
+
+
+def _passage_store(source: CorpusSource, out_dir: Path, max_words: int,
+                   digests: dict[str, str], force: bool, progress: bool) -> dict[str, Any]:
+    """The collection's passage store in `out_dir`, reused when its stamp names the same
+    corpus inputs and passage length, else built again; its counts."""
+    store_path = out_dir / STORE_DIR
+    stamp_path = out_dir / CORPUS_STAMP
+    corpus_key = {"format": FORMAT, "version": FORMAT_VERSION, "max_words": max_words,
+                  "input_sha256": {role: digests[role] for role in source.inputs}}
+    if not force and _store_ok(store_path) and _stamp_matches(stamp_path, corpus_key):
+        return load_json(stamp_path)["counts"]
+    if stamp_path.exists():
+        stamp_path.unlink()
+    counts = _build_store(source, store_path, max_words, progress)
+    write_json(stamp_path, {**corpus_key, "counts": counts})
+    return counts
+
+
 def build_benchmark(topiocqa_path: str | os.PathLike, source: CorpusSource,
                     out_dir: str | os.PathLike, max_words: int = 100, dev_fraction: float = 0.1,
                     seed: int = 0, force: bool = False, progress: bool = False) -> BuildResult:
@@ -210,15 +245,9 @@ def build_benchmark(topiocqa_path: str | os.PathLike, source: CorpusSource,
     params = {"max_words": max_words, "dev_fraction": dev_fraction, "seed": seed}
     meta_path = out_dir / META_FILE
 
-    if not force and meta_path.is_file():
-        try:
-            old = load_json(meta_path)
-        except DataError:
-            old = None
-        if (isinstance(old, dict) and old.get("format") == FORMAT
-                and old.get("version") == FORMAT_VERSION and old.get("input_sha256") == digests
-                and old.get("params") == params and _outputs_intact(out_dir, old)):
-            return BuildResult(source.name, out_dir, True, old)
+    old = None if force else _same_build(out_dir, digests, params)
+    if old is not None:
+        return BuildResult(source.name, out_dir, True, old)
 
     # read the conversations first: a bad file fails before any long corpus work
     conversations: list[Conversation] = load_topiocqa(topiocqa_path)
@@ -228,17 +257,7 @@ def build_benchmark(topiocqa_path: str | os.PathLike, source: CorpusSource,
     if meta_path.exists():
         meta_path.unlink()  # an interrupted rebuild must not leave the old meta next to new files
     store_path = out_dir / STORE_DIR
-    stamp_path = out_dir / CORPUS_STAMP
-    corpus_key = {"format": FORMAT, "version": FORMAT_VERSION, "max_words": max_words,
-                  "input_sha256": {role: digests[role] for role in source.inputs}}
-    if not force and _store_ok(store_path) and _stamp_matches(stamp_path, corpus_key):
-        corpus_counts = load_json(stamp_path)["counts"]
-    else:
-        if stamp_path.exists():
-            stamp_path.unlink()
-        corpus_counts = _build_store(source, store_path, max_words, progress)
-        write_json(stamp_path, {**corpus_key, "counts": corpus_counts})
-
+    corpus_counts = _passage_store(source, out_dir, max_words, digests, force, progress)
     topics = {topic_key(str(t.meta.get("topic") or "")) for c in conversations for t in c.turns}
     topics.discard("")
     with PassageStore.open(store_path) as store:
