@@ -317,50 +317,18 @@ def evaluate_qrecc_retrieval(dataset: QReccEvalData, retriever_spec: Any, histor
                              batch_size: int = 64, label: str | None = None,
                              use_cache: bool = True) -> dict[str, Any]:
     """Retrieve for every turn of `dataset` and score (see the module doc). JSON-ready dict."""
-    if relevance not in RELEVANCE:
-        raise ConfigError(f"unknown relevance {relevance!r} (expected {', '.join(RELEVANCE)})")
-    if no_gold not in NO_GOLD:
-        raise ConfigError(f"unknown no_gold {no_gold!r} (expected {', '.join(NO_GOLD)})")
-    if span_method not in METHODS:
-        raise ConfigError(f"unknown span method {span_method!r} (expected {', '.join(METHODS)})")
-    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or \
-            not 0.0 < threshold <= 1.0:
-        raise ConfigError(f"span F1 threshold must be in (0, 1], got {threshold!r}")
-    ks = _check_ks(ks, "ks")
-    k = max(ks) if k is None else k
-    if k < max(ks):
-        raise ConfigError(f"k={k} is smaller than the largest cutoff {max(ks)}")
-    if relevance == "gold-ids" and dataset.gold is None:
-        raise ConfigError(f"{dataset.name}: no gold passage ids (give the qrels file), or use "
-                          "relevance 'span-f1'")
-    if not dataset.queries:
-        raise DataError("no turns to evaluate", dataset.sources.get("qrecc_json"))
+    ks, k = _check_retrieval_options(dataset, ks, k, relevance, no_gold, span_method, threshold)
     done = _run(dataset, retriever_spec, history, k, cache_dir, progress, batch_size, label,
                 use_cache)
     run = done["run"]
-    outside = 0
-    if relevance == "gold-ids":
-        gold = dataset.gold or {}
-        judged = {qid: {pid: 1 for pid in gold.get(qid, [])} for qid in dataset.queries}
-        with PassageStore.open(dataset.store) as store:
-            outside = sum(1 for pids in judged.values()
-                          if pids and not any(pid in store for pid in pids))
-    else:
-        judged = _span_qrels(dataset, run, k, span_method, threshold)
-    per_query: dict[str, dict[str, float]] = {}
-    no_gold_turns = []
-    for qid in dataset.queries:
-        relevant = {pid for pid, label_ in judged.get(qid, {}).items() if label_ > 0}
-        has_gold = dataset.has_gold(qid) if relevance == "gold-ids" else bool(
-            dataset.answers.get(qid))
-        if not has_gold:
-            no_gold_turns.append(qid)
-        ranked = ranked_ids(run[qid], qid)[:k]
-        metrics = {f"hits@{c}": hits_at_k(ranked, relevant, c) for c in ks}
-        if relevance == "gold-ids":
-            metrics.update({f"recall@{c}": recall_at_k(ranked, relevant, c) for c in ks})
-        metrics["mrr"] = reciprocal_rank(ranked, relevant)
-        per_query[qid] = metrics
+    judged, outside = _judgments(dataset, run, k, relevance, span_method, threshold)
+    per_query = {qid: _turn_metrics(ranked_ids(run[qid], qid)[:k],
+                                    {pid for pid, grade in judged.get(qid, {}).items()
+                                     if grade > 0}, ks, relevance)
+                 for qid in dataset.queries}
+    no_gold_turns = [qid for qid in dataset.queries
+                     if not (dataset.has_gold(qid) if relevance == "gold-ids"
+                             else bool(dataset.answers.get(qid)))]
     skipped = set(no_gold_turns)
     modes = {"skip": {q: m for q, m in per_query.items() if q not in skipped},
              "miss": per_query}
@@ -382,6 +350,54 @@ def evaluate_qrecc_retrieval(dataset: QReccEvalData, retriever_spec: Any, histor
         "run_file": done["run_file"], "cached": done["cached"], "timing": done["timing"],
         "levels": {relevance: level},
     }
+
+
+def _check_retrieval_options(dataset: QReccEvalData, ks: Sequence[int], k: int | None,
+                             relevance: str, no_gold: str, span_method: str,
+                             threshold: Any) -> tuple[list[int], int]:
+    """The cutoffs and the run depth, once every option is known to be usable."""
+    if relevance not in RELEVANCE:
+        raise ConfigError(f"unknown relevance {relevance!r} (expected {', '.join(RELEVANCE)})")
+    if no_gold not in NO_GOLD:
+        raise ConfigError(f"unknown no_gold {no_gold!r} (expected {', '.join(NO_GOLD)})")
+    if span_method not in METHODS:
+        raise ConfigError(f"unknown span method {span_method!r} (expected {', '.join(METHODS)})")
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or \
+            not 0.0 < threshold <= 1.0:
+        raise ConfigError(f"span F1 threshold must be in (0, 1], got {threshold!r}")
+    ks = _check_ks(ks, "ks")
+    k = max(ks) if k is None else k
+    if k < max(ks):
+        raise ConfigError(f"k={k} is smaller than the largest cutoff {max(ks)}")
+    if relevance == "gold-ids" and dataset.gold is None:
+        raise ConfigError(f"{dataset.name}: no gold passage ids (give the qrels file), or use "
+                          "relevance 'span-f1'")
+    if not dataset.queries:
+        raise DataError("no turns to evaluate", dataset.sources.get("qrecc_json"))
+    return ks, k
+
+
+def _judgments(dataset: QReccEvalData, run: dict, k: int, relevance: str, span_method: str,
+               threshold: float) -> tuple[dict[str, dict[str, int]], int]:
+    """Each turn's relevant passages (the gold ids, or the hits whose span F1 with the answer
+    passes `threshold`) and, for gold ids, how many turns have none in the collection."""
+    if relevance != "gold-ids":
+        return _span_qrels(dataset, run, k, span_method, threshold), 0
+    gold = dataset.gold or {}
+    judged = {qid: {pid: 1 for pid in gold.get(qid, [])} for qid in dataset.queries}
+    with PassageStore.open(dataset.store) as store:
+        outside = sum(1 for pids in judged.values()
+                      if pids and not any(pid in store for pid in pids))
+    return judged, outside
+
+
+def _turn_metrics(ranked: list[str], relevant: set[str], ks: Sequence[int],
+                  relevance: str) -> dict[str, float]:
+    metrics = {f"hits@{c}": hits_at_k(ranked, relevant, c) for c in ks}
+    if relevance == "gold-ids":
+        metrics.update({f"recall@{c}": recall_at_k(ranked, relevant, c) for c in ks})
+    metrics["mrr"] = reciprocal_rank(ranked, relevant)
+    return metrics
 
 
 def _reader_key(reader_spec: Any, reader: Any) -> str | None:
