@@ -343,15 +343,7 @@ def build_reader(folder: Path, **options: Any) -> Any:
 # Calibrating
 
 
-def calibrate(args: argparse.Namespace, say=print) -> dict[str, Any]:
-    """Read, choose, and (with --write) write; returns the report."""
-    import torch
-
-    from readers.extractive.calibrate import calibrated_decoding
-    from readers.extractive.decoding import Decoding
-    from readers.extractive.model import write_decoding
-    from readers.extractive.stop_when_sure import choose_stop_when_sure
-
+def _check_calibration_args(args: argparse.Namespace) -> None:
     if not args.benchmark and not args.squad:
         raise ConfigError("nothing to calibrate on: give --benchmark and/or --squad")
     if not 1 <= args.k <= 100 or max(args.ks + args.no_answer_ks) > args.k:
@@ -364,6 +356,38 @@ def calibrate(args: argparse.Namespace, say=print) -> dict[str, Any]:
         raise ConfigError("--keep-fusion with --keep-no-answer leaves nothing to calibrate")
     if args.stop_when_sure and not args.benchmark:
         raise ConfigError("--stop-when-sure is chosen on benchmark turns: give --benchmark")
+
+
+def _merged_decoding(existing: Any, chosen: Any, stopping: dict[str, Any] | None,
+                     args: argparse.Namespace) -> Any:
+    """The folder's decoding with what was calibrated put in its place: behind a reranker
+    only the after_reranker block changes, else only the outer one (a calibrated
+    after_reranker block stays). A stop_when_sure value chosen for the confidence it
+    thresholds stays only with that confidence."""
+    from readers.extractive.decoding import Decoding
+
+    block = (existing.after_reranker or Decoding()) if args.reranker else existing
+    if stopping is not None:
+        stop = stopping["chosen"]
+    else:
+        stop = block.stop_when_sure if args.keep_no_answer else None
+    if args.reranker:
+        return dataclasses.replace(existing, after_reranker=Decoding(
+            chosen.fusion, no_answer=chosen.no_answer, stop_when_sure=stop))
+    return dataclasses.replace(chosen, stop_when_sure=stop,
+                               after_reranker=existing.after_reranker)
+
+
+def calibrate(args: argparse.Namespace, say=print) -> dict[str, Any]:
+    """Read, choose, and (with --write) write; returns the report."""
+    import torch
+
+    from readers.extractive.calibrate import calibrated_decoding
+    from readers.extractive.decoding import Decoding
+    from readers.extractive.model import write_decoding
+    from readers.extractive.stop_when_sure import choose_stop_when_sure
+
+    _check_calibration_args(args)
     folder = reader_folder(args.reader)
     reader = build_reader(folder)
     existing = reader.model.decoding or Decoding()
@@ -378,20 +402,9 @@ def calibrate(args: argparse.Namespace, say=print) -> dict[str, Any]:
         sources, squad + absent, after_reranker(existing) if args.reranker else existing, args.ks,
         args.no_answer_ks, args.tolerance, args.keep_fusion, args.prevalence,
         reader.config.null_option, args.keep_no_answer, args.one_passage)
-    block = (existing.after_reranker or Decoding()) if args.reranker else existing
-    stopping = None
-    if args.stop_when_sure:
-        stopping = choose_stop_when_sure(sources, decoding, args.ks, args.stop_tolerance,
-                                         reader.config.null_option)
-        stop = stopping["chosen"]
-    else:  # a value chosen for the confidence it thresholds stays only with that confidence
-        stop = block.stop_when_sure if args.keep_no_answer else None
-    if args.reranker:  # only the after_reranker block changes
-        decoding = dataclasses.replace(existing, after_reranker=Decoding(
-            decoding.fusion, no_answer=decoding.no_answer, stop_when_sure=stop))
-    else:  # only the outer block changes: a calibrated after_reranker block stays
-        decoding = dataclasses.replace(decoding, stop_when_sure=stop,
-                                       after_reranker=existing.after_reranker)
+    stopping = choose_stop_when_sure(sources, decoding, args.ks, args.stop_tolerance,
+                                     reader.config.null_option) if args.stop_when_sure else None
+    decoding = _merged_decoding(existing, decoding, stopping, args)
     report = {
         "reader": args.reader, "folder": str(folder),
         "reader_fingerprint": reader.model.fingerprint(),
