@@ -224,37 +224,10 @@ def make_phrase_batch(examples: Sequence[PhraseExample], indices: Sequence[int],
         kept = [n for n, found in enumerate(fitting) if found is not None]
         chosen, fitting = [chosen[n] for n in kept], [fitting[n] for n in kept]
         indices = [indices[n] for n in kept]
-    windows, starts, ends, groups, passage_groups = [], [], [], [], []
-    group_ids: dict[tuple[str, int, int], int] = {}
-    passage_ids: dict[str, int] = {}
-    for number, example in enumerate(chosen):
-        window, first, last = fitting[number]
-        windows.append(window)
-        starts.append(first)
-        ends.append(last)
-        key = (example.passage.id, int(features.offsets[window, first, 0]),
-               int(features.offsets[window, last, 1]))
-        groups.append(group_ids.setdefault(key, len(group_ids)))
-        passage_groups.append(passage_ids.setdefault(example.passage.id, len(passage_ids)))
+    windows, starts, ends, groups, passage_groups = _gold_rows(chosen, fitting, features)
     selected = features.select(windows + first_windows)  # one padded length for both
     gold = len(windows)
-    texts: list[str] = []
-    rows: dict[tuple[str, int], int] = {}
-
-    def row(key: tuple[str, int], text: Callable[[], str]) -> int:
-        if key not in rows:
-            rows[key] = len(texts)
-            texts.append(text())
-        return rows[key]
-
-    current, previous = [], []
-    for example in chosen:
-        key = (example.conversation or example.id, example.turn)
-        current.append(row(key, lambda e=example: model.format_query(e.question,
-                                                                     e.history_turns())))
-        before = example.previous()
-        previous.append(-1 if before is None else row(
-            (key[0], example.turn - 1), lambda b=before: model.format_query(*b)))
+    texts, current, previous = _query_rows(chosen, model)
     queries = model.tokenize_queries(texts)
     batch = PhraseBatch(
         passages={k: v[:gold] for k, v in selected.tensors.items()},
@@ -274,6 +247,49 @@ def make_phrase_batch(examples: Sequence[PhraseExample], indices: Sequence[int],
         batch.teacher = teacher_inputs(teacher, [teacher_query(e) for e in chosen], chosen,
                                        batch)
     return batch
+
+
+def _gold_rows(chosen: Sequence[PhraseExample], fitting: list, features: Any
+               ) -> tuple[list[int], list[int], list[int], list[int], list[int]]:
+    """Per example: its window, the gold span's first and last token in it, the group of
+    examples with the same gold phrase (passage and character span) and the group of
+    examples reading the same passage."""
+    windows, starts, ends, groups, passage_groups = [], [], [], [], []
+    group_ids: dict[tuple[str, int, int], int] = {}
+    passage_ids: dict[str, int] = {}
+    for example, (window, first, last) in zip(chosen, fitting):
+        windows.append(window)
+        starts.append(first)
+        ends.append(last)
+        key = (example.passage.id, int(features.offsets[window, first, 0]),
+               int(features.offsets[window, last, 1]))
+        groups.append(group_ids.setdefault(key, len(group_ids)))
+        passage_groups.append(passage_ids.setdefault(example.passage.id, len(passage_ids)))
+    return windows, starts, ends, groups, passage_groups
+
+
+def _query_rows(chosen: Sequence[PhraseExample], model: Any
+                ) -> tuple[list[str], list[int], list[int]]:
+    """The distinct query texts of the batch (each turn's, and the turn before it), and per
+    example the row of its own query and of the previous turn's (-1: a first turn)."""
+    texts: list[str] = []
+    rows: dict[tuple[str, int], int] = {}
+
+    def row(key: tuple[str, int], text: Callable[[], str]) -> int:
+        if key not in rows:
+            rows[key] = len(texts)
+            texts.append(text())
+        return rows[key]
+
+    current, previous = [], []
+    for example in chosen:
+        key = (example.conversation or example.id, example.turn)
+        current.append(row(key, lambda e=example: model.format_query(e.question,
+                                                                     e.history_turns())))
+        before = example.previous()
+        previous.append(-1 if before is None else row(
+            (key[0], example.turn - 1), lambda b=before: model.format_query(*b)))
+    return texts, current, previous
 
 
 def _batch_negatives(chosen: Sequence[PhraseExample], per_example: int) -> list[Passage]:
