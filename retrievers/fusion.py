@@ -7,6 +7,14 @@ score calibration, so BM25 and dense scores of different scales fuse without tun
 Ties (equal fused scores) are broken by the best rank in any list, then by passage id, so the
 output never depends on dictionary order.
 
+    >>> from convqa.types import Hit
+    >>> bm25 = [Hit("a", 12.0, 1), Hit("b", 9.5, 2)]
+    >>> dense = [Hit("b", 0.81, 1), Hit("c", 0.77, 2)]
+    >>> [(hit.passage_id, round(hit.score, 4)) for hit in reciprocal_rank_fusion([bm25, dense])]
+    [('b', 0.0325), ('a', 0.0164), ('c', 0.0161)]
+
+As a retriever:
+
     retriever = RETRIEVERS.build({"name": "rrf", "retrievers": [
         {"name": "bm25", "index": "idx/bm25"}, {"name": "dense", "index": "idx/dense"}]})
 

@@ -1,7 +1,18 @@
-"""The extractive reader as a pipeline component: `READERS.build({"name": "extractive", ...})`.
+"""The extractive reader as a pipeline component: `READERS.build({"name": "extractive", ...})`,
+with the shipped model (offline) or any reader folder (`convqa train reader`):
 
-    reader = READERS.build({"name": "extractive", "model": "runs/reader/model"})
-    answer = reader.read("who founded it?", history_turns, passages)   # Answer or None
+    >>> from convqa.registry import READERS
+    >>> from convqa.types import Passage, Turn
+    >>> reader = READERS.build({"name": "extractive", "model": "convqa-reader"})
+    >>> film = Passage("2001#0", "2001: A Space Odyssey is a 1968 epic science fiction film "
+    ...                "produced and directed by Stanley Kubrick. It follows a voyage to "
+    ...                "Jupiter.", "2001: A Space Odyssey")
+    >>> answer = reader.read("Who directed 2001: A Space Odyssey?", [], [film])
+    >>> answer.text, answer.passage_id, film.text[answer.start:answer.end]
+    ('Stanley Kubrick', '2001#0', 'Stanley Kubrick')
+    >>> history = [Turn("Who directed 2001: A Space Odyssey?", "Stanley Kubrick")]
+    >>> reader.read("Where does the voyage go?", history, [film], always_answer=True).text
+    'Jupiter'
 
 The query is the conversation formatted by a history strategy: by default the one the reader
 was trained with (recorded in its folder), else current-first with 64 tokens. A LoRA reader is

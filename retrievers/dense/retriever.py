@@ -1,5 +1,22 @@
 """The `dense` retriever: a dual encoder's query tower over a saved FAISS index.
 
+    >>> import tempfile
+    >>> from convqa.corpus import PassageStore
+    >>> from convqa.registry import RETRIEVERS
+    >>> from convqa.types import Passage
+    >>> from retrievers.dense.build import build_dense_index
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     store = PassageStore.build([
+    ...         Passage("Jupiter#0", "Jupiter is the fifth planet from the Sun and the largest "
+    ...                 "in the Solar System.", "Jupiter"),
+    ...         Passage("Stanley_Kubrick#0", "Stanley Kubrick was an American film director, "
+    ...                 "screenwriter and producer.", "Stanley Kubrick")],
+    ...         f"{tmp}/passages", progress=False)
+    ...     index = build_dense_index("convqa-dpr-ihn", store, f"{tmp}/index", progress=False)
+    ...     retriever = RETRIEVERS.build({"name": "dense", "index": f"{tmp}/index"})
+    ...     [hit.passage_id for hit in retriever.retrieve("the largest planet", k=2)]
+    ['Jupiter#0', 'Stanley_Kubrick#0']
+
 Loading checks that the encoder (fingerprint, dimension) and the passage store (checksum) are
 the ones the index was built from. Queries are encoded in the precision `precision` names; with
 `auto` (the default) it is chosen on the first batch of queries by timing each candidate and

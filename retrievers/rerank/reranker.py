@@ -1,8 +1,22 @@
-"""The cross-encoder as a pipeline component: `RERANKERS.build({"name": "cross_encoder", ...})`.
+"""The cross-encoder as a pipeline component: `RERANKERS.build({"name": "cross_encoder", ...})`,
+with the shipped model (offline) or any reranker folder (`convqa train reranker`):
 
-    reranker = RERANKERS.build({"name": "cross_encoder", "model": "runs/reranker/model"})
-    hits = reranker.rerank(query, retriever_hits, passages)          # list[RerankedHit]
-    hits = reranker.rerank_turn(question, history, retriever_hits, passages)
+    >>> from convqa.registry import RERANKERS
+    >>> from convqa.types import Hit, Passage, Turn
+    >>> reranker = RERANKERS.build({"name": "cross_encoder", "model": "convqa-reranker"})
+    >>> passages = {p.id: p for p in [
+    ...     Passage("2001#3", "The film received diverse critical responses and is now "
+    ...             "regarded as one of the greatest films ever made.", "2001: A Space Odyssey"),
+    ...     Passage("2001#0", "2001: A Space Odyssey is a 1968 epic science fiction film "
+    ...             "produced and directed by Stanley Kubrick.", "2001: A Space Odyssey")]}
+    >>> hits = [Hit("2001#3", 0.9, 1), Hit("2001#0", 0.8, 2)]   # a retriever's ranking
+    >>> history = [Turn("Who directed 2001: A Space Odyssey?", "Stanley Kubrick")]
+    >>> reranked = reranker.rerank_turn("When was it released?", history, hits, passages)
+    >>> [(hit.passage_id, hit.retriever_rank) for hit in reranked]
+    [('2001#0', 2), ('2001#3', 1)]
+
+`rerank(query, hits, passages)` does the same for a query text already formatted; `passages`
+is a mapping from passage id, the hits' passages in order, or a passage store.
 
 Only the retriever's first `top_n` hits are rescored, and only they are returned, best first by
 the reranker's logit (ties keep the retriever's order); each keeps the retriever's score and
