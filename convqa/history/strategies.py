@@ -12,6 +12,16 @@ Notation: q_t is the current question, X_t the conversation so far (q1, a1, ...,
 A q_t longer than the whole budget (never seen in TopiOCQA) keeps its first `max_tokens` tokens
 in every strategy: the start of a question carries its question word and subject, and it is what
 the encoder's own right truncation would keep, so q_t reads the same in every strategy.
+
+    >>> from convqa.registry import HISTORY_STRATEGIES
+    >>> from convqa.types import Turn
+    >>> history = [Turn("Who directed Alien?", "Ridley Scott"), Turn("When?", "1979")]
+    >>> HISTORY_STRATEGIES.build("oldest_first").format("Where was he born?", history)
+    'Who directed Alien? [SEP] Ridley Scott [SEP] When? [SEP] 1979 [SEP] Where was he born?'
+    >>> HISTORY_STRATEGIES.build("current_first").format("Where was he born?", history)
+    'Where was he born? [SEP] 1979 [SEP] When? [SEP] Ridley Scott [SEP] Who directed Alien?'
+    >>> HISTORY_STRATEGIES.build("questions_only").format("Where was he born?", history)
+    'Who directed Alien? [SEP] When? [SEP] Where was he born?'
 """
 from __future__ import annotations
 
