@@ -214,7 +214,18 @@ def default_pipeline(cache_dir: str | os.PathLike | None = None, progress: bool 
     """The embedded vital-article corpus with the shipped models; `retriever` is dense
     (DPR-IHN adapter), bm25 or hybrid (RRF of both); `reader` "default" (the shipped
     extractive reader), None (retrieval only) or a reader spec. Indexes are built on
-    first use."""
+    first use (under `cache_dir`, default ~/.cache/convqa).
+
+    >>> import tempfile
+    >>> from convqa.types import Turn
+    >>> with tempfile.TemporaryDirectory() as cache:
+    ...     pipeline = default_pipeline(cache, progress=False)
+    ...     first = pipeline.answer("Who directed 2001: A Space Odyssey?", [])
+    ...     history = [Turn(first.question, first.answer.text)]
+    ...     then = pipeline.answer("When was it released?", history)
+    >>> first.answer.text, then.answer.text, then.answer.passage_id
+    ('Stanley Kubrick', '1968', '2001:_A_Space_Odyssey#0')
+    """
     return build(embedded_path(retriever, reader, cache_dir), progress)
 
 
