@@ -2,12 +2,12 @@
 prose around the generated block is kept, and the tables show what score_benchmark measured."""
 from __future__ import annotations
 
-
 import pytest
 
 from retrievers.convdr.orquac_bench import score_benchmark
 
 from test_convdr_bench import Echo, _tiny_bench
+
 
 @pytest.fixture(scope="module")
 def table():

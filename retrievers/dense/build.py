@@ -19,7 +19,6 @@ from .index import META_FILE, VECTORS_DIR, DenseIndex
 from .model import DualEncoder
 
 
-
 def load_encoder(model: DualEncoder | str | os.PathLike) -> DualEncoder:
     """A DualEncoder as given, or loaded (LoRA adapters merged for speed) from a path or id."""
     if isinstance(model, DualEncoder):
