@@ -1,9 +1,24 @@
 """Answering with the phrase index: the same `answer()` as `convqa.pipeline.Pipeline`, so the
 CLI (`convqa answer --phrase-index DIR`), the demo and the evaluation scripts use it unchanged.
 
-    pipe = PhrasePipeline.from_folder("runs/phrase-index")
-    result = pipe.answer("where was he born?", history)     # PipelineResult
-    result.answer.text, result.answer.passage_id, result.answer.start
+    >>> import tempfile
+    >>> from convqa.corpus import PassageStore
+    >>> from convqa.types import Passage
+    >>> from phrase_index.index import build_phrase_index
+    >>> from phrase_index.model import PhraseModel
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     store = PassageStore.build([
+    ...         Passage("2001#0", "2001: A Space Odyssey is a 1968 epic science fiction film "
+    ...                 "produced and directed by Stanley Kubrick.", "2001: A Space Odyssey"),
+    ...         Passage("Jupiter#0", "Jupiter is the fifth planet from the Sun and the largest "
+    ...                 "in the Solar System.", "Jupiter")], f"{tmp}/passages", progress=False)
+    ...     index = build_phrase_index(PhraseModel.load("convqa-phrase"), store, f"{tmp}/index",
+    ...                                progress=False)
+    ...     pipe = PhrasePipeline.from_folder(f"{tmp}/index")
+    ...     film = pipe.answer("Who directed 2001: A Space Odyssey?", [])    # PipelineResult
+    ...     planet = pipe.answer("Which planet is the largest in the Solar System?", [])
+    >>> film.answer.text, film.answer.passage_id, planet.answer.text
+    ('Stanley Kubrick', '2001#0', 'Jupiter')
 
 The conversation is formatted by the model's history strategy, encoded into a start and an end
 query vector, and the best phrases of the whole corpus are found by `phrase_index.search`; there

@@ -2,9 +2,9 @@
 
 Every text token of every passage gets a start and an end vector from the phrase model; only
 tokens whose start (end) filter logit passes `start_threshold` (`end_threshold`) are kept on
-that side, or, with `keep_fraction`, thresholds set from a sample of passages so that about that
-fraction of the candidates is kept (a filter's logit scale depends on its training; a fraction
-does not). Candidates are text tokens that begin (start side) or finish (end side) a word:
+that side (None, the default, keeps every candidate, as `convqa index --phrase` does), or,
+with `keep_fraction`, thresholds set from a sample of passages so that about that fraction of
+the candidates is kept (a filter's logit scale depends on its training; a fraction does not). Candidates are text tokens that begin (start side) or finish (end side) a word:
 title and special tokens never bound an answer in the text, nor does the inside of a word.
 
 The corpus is cut into fixed ranges of `shard_size` passages, as in retrievers/dense/encode.py
@@ -143,8 +143,8 @@ class PhraseDump(ShardedFolder):
 
 # -- encoding -----------------------------------------------------------------------------
 def encode_dump_batch(model, passages: Sequence[Passage], row0: int, batch_size: int = 16,
-                      precision: str = FP32, start_threshold: float | None = 0.0,
-                      end_threshold: float | None = 0.0, bar=None) -> list[DumpedPassage]:
+                      precision: str = FP32, start_threshold: float | None = None,
+                      end_threshold: float | None = None, bar=None) -> list[DumpedPassage]:
     """The kept phrase vectors of `passages` (global rows `row0`, `row0 + 1`, ...), in input
     order. Batches are length-sorted (less padding; the vectors do not depend on it)."""
     if not passages:
@@ -308,7 +308,7 @@ def _check_options(dtype: str, shard_size: int, batch_size: int, thresholds,
 
 def dump_corpus(model, store_or_passages: PassageStore | Sequence[Passage],
                 out_dir: str | os.PathLike, *, dtype: str = "float16",
-                start_threshold: float | None = 0.0, end_threshold: float | None = 0.0,
+                start_threshold: float | None = None, end_threshold: float | None = None,
                 keep_fraction: float | None = None, batch_size: int = 16,
                 shard_size: int = 512, precision: str = AUTO, accelerator=None,
                 progress: bool = True, estimate_sample: int = 32,

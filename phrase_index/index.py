@@ -244,7 +244,7 @@ class PhraseIndex(IndexMeta):
 
 def build_phrase_index(model, store, out_dir: str | os.PathLike, *, dtype: str = "float16",
                        factory: str | None = None, flat_max: int = FLAT_MAX,
-                       start_threshold: float | None = 0.0, end_threshold: float | None = 0.0,
+                       start_threshold: float | None = None, end_threshold: float | None = None,
                        keep_fraction: float | None = None, batch_size: int = 16,
                        shard_size: int = 512, precision: str = "auto",
                        accelerator=None, train_size: int | None = None,

@@ -11,7 +11,7 @@ from reader_helpers import single_thread  # noqa: F401 (autouse fixture: one thr
 @pytest.mark.parametrize("module", ["readers.extractive.reader", "retrievers.rerank.reranker",
                                     "retrievers.dense.retriever", "retrievers.convdr.retriever",
                                     "retrievers.fusion", "convqa.history.strategies",
-                                    "convqa.front.paths"])
+                                    "convqa.front.paths", "phrase_index.answerer"])
 def test_module_examples_run(module):
     result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0 and result.failed == 0
