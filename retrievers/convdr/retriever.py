@@ -3,26 +3,21 @@
     retriever: {name: convdr, model: runs/convdr/model, index: indexes/minilm}
     history: questions_only        # the student's input (ConvDR's own)
 
-The shipped answer-passage query tower is such a student, over DPR-IHN's index:
+The shipped answer-passage query tower is such a student, over DPR-IHN's index (here the
+embedded collection's, built in seconds from the vectors the package ships):
 
     >>> import tempfile
-    >>> from convqa.corpus import PassageStore
+    >>> from convqa.front.embedded import default_config, ensure_embedded
     >>> from convqa.registry import RETRIEVERS
-    >>> from convqa.types import Passage
-    >>> from retrievers.dense.build import build_dense_index
-    >>> with tempfile.TemporaryDirectory() as tmp:
-    ...     store = PassageStore.build([
-    ...         Passage("Jupiter#0", "Jupiter is the fifth planet from the Sun and the largest "
-    ...                 "in the Solar System.", "Jupiter"),
-    ...         Passage("Jupiter#5", "Jupiter has 95 known moons; the four largest were "
-    ...                 "discovered by Galileo in 1610.", "Jupiter")],
-    ...         f"{tmp}/passages", progress=False)
-    ...     index = build_dense_index("convqa-dpr-ihn", store, f"{tmp}/index", progress=False)
-    ...     retriever = RETRIEVERS.build({"name": "convdr", "model": "convqa-dpr-ihn-answer",
-    ...                                   "index": f"{tmp}/index"})
-    ...     [hit.passage_id for hit in retriever.retrieve(
-    ...         "Which is the largest planet? [SEP] Jupiter [SEP] who discovered its moons?")]
-    ['Jupiter#5', 'Jupiter#0']
+    >>> with tempfile.TemporaryDirectory() as cache:
+    ...     _ = ensure_embedded(cache, progress=False)
+    ...     dpr_ihn = default_config(cache)["retriever"]["index"]
+    ...     tower = RETRIEVERS.build({"name": "convdr", "model": "convqa-dpr-ihn-answer",
+    ...                               "index": dpr_ihn})
+    ...     [hit.passage_id for hit in tower.retrieve(
+    ...         "Who directed 2001: A Space Odyssey? [SEP] Stanley Kubrick [SEP] When was it "
+    ...         "released?", k=2)]
+    ['2001:_A_Space_Odyssey#0', 'Stanley_Kubrick#0']
 
 `index` is the folder `convqa index --dense --model TEACHER` wrote; it is used as it is (never
 re-encoded, never written). Loading checks that the index's recorded encoder fingerprint is the
