@@ -16,7 +16,8 @@ With a `reranker` (convqa/front/evaluation/rerank.py) the reader reads the reran
 its first min(k, top_n) passages, as `convqa answer --rerank` does; the reranker's time per
 turn is in `rerank`.
 Predictions are written next to the run (`{run}.answers-{key}.jsonl`) so a rerun of the same
-retriever, reader and k reads them instead of reading again.
+retriever, reader and k reads them instead of reading again; until then each turn's goes into
+a journal beside it (`.part`, turn_journal.py), so a stopped run resumes where it stopped.
 """
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ from convqa.types import Hit
 from .rerank import read_depth
 from .retrieval import GROUPS, evaluate_retrieval
 from .timing import percentiles
+from .turn_journal import TurnJournal
 
 TOP_KS = (1, 5, 20)
 CONVENTION = "topiocqa"
@@ -156,21 +158,22 @@ def read_and_score(turns: Sequence[Any], conversations: Mapping[str, Any],
         predictions = _cached_predictions(cache, turns) if cache is not None else None
         cached = predictions is not None
         if predictions is None:
-            predictions = {}
-            for turn in tqdm(turns, desc=f"read top-{k}", unit=" q", disable=not progress):
-                conversation = conversations[turn.conversation_id]
-                hits = run.get(turn.qid, [])[:depth]
-                passages = [_passage(store, hit.passage_id, run_file) for hit in hits]
-                started = time.perf_counter()
-                answer = read_passages(model, turn.question, conversation.history(turn.turn),
-                                       passages, hits, always_answer=True,
-                                       reranked=top_n is not None)
-                ms = (time.perf_counter() - started) * 1000
-                predictions[turn.qid] = {
-                    "qid": turn.qid, "prediction": answer.text if answer else "",
-                    "passage_id": answer.passage_id if answer else None, "ms": round(ms, 2)}
+            journal = TurnJournal.beside(cache)
+            predictions = journal.done() if journal is not None else {}
+            todo = [turn for turn in turns if turn.qid not in predictions]
+            try:
+                for turn in tqdm(todo, desc=f"read top-{k}", unit=" q", total=len(turns),
+                                 initial=len(turns) - len(todo), disable=not progress):
+                    predictions[turn.qid] = _read_turn(model, turn, conversations, run, depth,
+                                                       store, run_file, top_n)
+                    if journal is not None:
+                        journal.add(predictions[turn.qid])
+            finally:
+                if journal is not None:
+                    journal.close()
             if cache is not None:
                 write_jsonl(cache, [predictions[t.qid] for t in turns])
+                journal.finish()
         per_query = {}
         for turn in turns:
             scores = score_answer(predictions[turn.qid]["prediction"], turn.answers, convention)
@@ -181,6 +184,21 @@ def read_and_score(turns: Sequence[Any], conversations: Mapping[str, Any],
             "reader_ms": percentiles([p["ms"] for p in predictions.values()]),
             "cached": cached, "predictions": str(cache) if cache else None}
     return by_k
+
+
+def _read_turn(model: Any, turn: Any, conversations: Mapping[str, Any],
+               run: Mapping[str, Sequence[Hit]], depth: int, store: PassageStore,
+               run_file: str, top_n: int | None) -> dict[str, Any]:
+    """The reader's prediction for one turn from its first `depth` passages, and its time."""
+    conversation = conversations[turn.conversation_id]
+    hits = run.get(turn.qid, [])[:depth]
+    passages = [_passage(store, hit.passage_id, run_file) for hit in hits]
+    started = time.perf_counter()
+    answer = read_passages(model, turn.question, conversation.history(turn.turn), passages,
+                           hits, always_answer=True, reranked=top_n is not None)
+    ms = (time.perf_counter() - started) * 1000
+    return {"qid": turn.qid, "prediction": answer.text if answer else "",
+            "passage_id": answer.passage_id if answer else None, "ms": round(ms, 2)}
 
 
 def _passage(store: PassageStore, pid: str, run_file: str):

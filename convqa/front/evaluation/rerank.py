@@ -17,6 +17,8 @@ retrievers/rerank/), kept as a run of its own that the row is scored and read on
   depends on, and the timing); KEY hashes the retriever run's key and the reranker's spec and
   fingerprint (weights, pair length, query format, top_n, precision). A rerun reads the file;
   without a cached retriever run (`--no-cache`) nothing is cached and every turn is reranked.
+  Until the file is written each reranked turn goes into RUN.rerank-KEY.jsonl.part
+  (turn_journal.py): a stopped run resumes at the turn it stopped on.
 - Timing: the reranker's milliseconds per turn (passages already read from the store), with the
   CPU's kernel level (torch.backends.cpu.get_cpu_capability()), device, threads and precision.
 """
@@ -38,6 +40,7 @@ from ..paths import RerankerConfig
 from .logit_memo import LogitMemo
 from .run_cache import CachedRun, run_key
 from .timing import percentiles
+from .turn_journal import TurnJournal
 
 CACHE_VERSION = 1
 
@@ -104,10 +107,13 @@ class Reranking:
             return cached
         key = run_key(config)
         path = self._path(source, key)
-        hits, timing = self._rerank_all(source, turns, conversations, passages, progress, label)
+        journal = TurnJournal.beside(path)
+        hits, timing = self._rerank_all(source, turns, conversations, passages, progress, label,
+                                        journal)
         write_run(path, hits)
         write_json(path.with_suffix(".json"),
                    {"config": config, "reads": self.reads, "timing": timing})
+        journal.finish()
         return RerankedRun(hits, key, path, False, timing)
 
     @staticmethod
@@ -134,13 +140,15 @@ class Reranking:
 
     def _rerank_all(self, source: CachedRun, turns: Sequence[Any],
                     conversations: Mapping[str, Any], passages: str | Path, progress: bool,
-                    label: str | None) -> tuple[dict[str, list[Hit]], dict[str, Any]]:
+                    label: str | None, journal: TurnJournal | None = None
+                    ) -> tuple[dict[str, list[Hit]], dict[str, Any]]:
         import torch
 
         from convqa.precision import cpu_capability
 
         reranked, ms = rerank_turns(self.model, turns, conversations, source.hits, passages,
-                                    self.top_n, progress, label, run_file=source.path)
+                                    self.top_n, progress, label, run_file=source.path,
+                                    journal=journal)
         out = {turn.qid: reranked_order(reranked[turn.qid], source.hits.get(turn.qid, []))
                for turn in turns}
         device = getattr(getattr(self.model, "model", None), "device", None)
@@ -153,26 +161,52 @@ class Reranking:
 def rerank_turns(model: Any, turns: Sequence[Any], conversations: Mapping[str, Any],
                  hits: Mapping[str, Sequence[Hit]], passages: str | Path, top_n: int,
                  progress: bool = True, label: str | None = None,
-                 run_file: Path | None = None) -> tuple[dict[str, list[Hit]], list[float]]:
+                 run_file: Path | None = None, journal: TurnJournal | None = None
+                 ) -> tuple[dict[str, list[Hit]], list[float]]:
     """Each turn's first `top_n` hits rescored by `model.rerank_turn` on its conversation (the
-    reranker's order, only those hits), and the milliseconds of each turn that had hits."""
+    reranker's order, only those hits), and the milliseconds of each turn that had hits. With a
+    `journal`, the turns an earlier, stopped run reranked are taken from it and each new one is
+    added to it."""
     from tqdm.auto import tqdm
 
     from convqa.corpus import PassageStore
 
     out: dict[str, list[Hit]] = {}
     ms: list[float] = []
-    with PassageStore.open(passages) as store:
-        for turn in tqdm(turns, desc=f"rerank {label or ''}".strip(), unit=" q",
-                         disable=not progress):
-            top = list(hits.get(turn.qid, []))[:top_n]
-            texts = [_passage(store, hit.passage_id, run_file) for hit in top]
-            history = conversations[turn.conversation_id].history(turn.turn)
-            started = time.perf_counter()
-            out[turn.qid] = model.rerank_turn(turn.question, history, top, texts) if top else []
-            if top:
-                ms.append((time.perf_counter() - started) * 1000)
-    return out, ms
+    done = journal.done() if journal is not None else {}
+    for turn in turns:
+        if turn.qid in done:
+            out[turn.qid] = [_hit_from_dict(h) for h in done[turn.qid]["hits"]]
+            if done[turn.qid]["ms"] is not None:
+                ms.append(done[turn.qid]["ms"])
+    todo = [turn for turn in turns if turn.qid not in out]
+    try:
+        with PassageStore.open(passages) as store:
+            for turn in tqdm(todo, desc=f"rerank {label or ''}".strip(), unit=" q",
+                             total=len(turns), initial=len(turns) - len(todo),
+                             disable=not progress):
+                top = list(hits.get(turn.qid, []))[:top_n]
+                texts = [_passage(store, hit.passage_id, run_file) for hit in top]
+                history = conversations[turn.conversation_id].history(turn.turn)
+                started = time.perf_counter()
+                out[turn.qid] = model.rerank_turn(turn.question, history, top, texts) \
+                    if top else []
+                took = (time.perf_counter() - started) * 1000 if top else None
+                if took is not None:
+                    ms.append(took)
+                if journal is not None:
+                    journal.add({"qid": turn.qid, "hits": [h.to_dict() for h in out[turn.qid]],
+                                 "ms": took})
+    finally:
+        if journal is not None:
+            journal.close()
+    return {turn.qid: out[turn.qid] for turn in turns}, ms
+
+
+def _hit_from_dict(data: dict[str, Any]) -> Hit:
+    from convqa.types import RerankedHit
+
+    return (RerankedHit if "retriever_score" in data else Hit).from_dict(data)
 
 
 class CachedRerank(NamedTuple):
@@ -191,9 +225,10 @@ def cached_rerank_turns(model: Any, turns: Sequence[Any], conversations: Mapping
     that choose settings on reranked training turns and rerun them (reranker fusion, reader
     decoding). KEY hashes the reranker's fingerprint and weight, `top_n`, the passage store and
     every turn's first `top_n` hits: another model, retriever or sample of turns never reads
-    another's file. Under it the stages' logits are kept by (query, passage) (logit_memo.py),
-    so hits whose retriever scores moved in their last digits are reranked without scoring a
-    pair again."""
+    another's file; until it is written, a journal beside it keeps the turns done, so a stopped
+    run resumes (turn_journal.py). Under it the stages' logits are kept by (query, passage)
+    (logit_memo.py), so hits whose retriever scores moved in their last digits are reranked
+    without scoring a pair again."""
     from convqa.types import RerankedHit
 
     key = json.dumps({"version": CACHE_VERSION, "reranker": model.fingerprint(),
@@ -209,8 +244,10 @@ def cached_rerank_turns(model: Any, turns: Sequence[Any], conversations: Mapping
         return CachedRerank({q: [RerankedHit.from_dict(h) for h in hs]
                              for q, hs in stored["hits"].items()}, stored["facts"], True)
     memo = LogitMemo.open(cache_dir, model)
+    journal = TurnJournal.beside(cache)
     with memo.serving(model):
-        out, ms = rerank_turns(model, turns, conversations, hits, passages, top_n, progress)
+        out, ms = rerank_turns(model, turns, conversations, hits, passages, top_n, progress,
+                               journal=journal)
     memo.save()
     facts = {"turns": len(turns), "top_n": top_n,
              # a turn whose pairs the memo knew costs no model time: no timing then
@@ -220,6 +257,7 @@ def cached_rerank_turns(model: Any, turns: Sequence[Any], conversations: Mapping
     if cache is not None:
         write_json(cache, {"facts": facts,
                            "hits": {q: [h.to_dict() for h in hs] for q, hs in out.items()}})
+        journal.finish()
     return CachedRerank(out, facts, False)
 
 
