@@ -4,8 +4,9 @@ Every text token of every passage gets a start and an end vector from the phrase
 tokens whose start (end) filter logit passes `start_threshold` (`end_threshold`) are kept on
 that side (None, the default, keeps every candidate, as `convqa index --phrase` does), or,
 with `keep_fraction`, thresholds set from a sample of passages so that about that fraction of
-the candidates is kept (a filter's logit scale depends on its training; a fraction does not). Candidates are text tokens that begin (start side) or finish (end side) a word:
-title and special tokens never bound an answer in the text, nor does the inside of a word.
+the candidates is kept (a filter's logit scale depends on its training; a fraction does not).
+Candidates are text tokens that begin (start side) or finish (end side) a word: title and
+special tokens never bound an answer in the text, nor does the inside of a word.
 
 The corpus is cut into fixed ranges of `shard_size` passages, as in retrievers/dense/encode.py
 (both run convqa/corpus/shards.py): `manifest.json` is written first (model

@@ -58,7 +58,7 @@ def test_a_damaged_journal_line_names_the_file_and_line(tmp_path):
         TurnJournal(path).done()
 
 
-def test_a_stopped_read_resumes_at_the_turn_it_stopped_on(bench, tmp_path, monkeypatch):  # noqa: F811,E501
+def test_a_stopped_read_resumes_where_it_stopped(bench, tmp_path, monkeypatch):  # noqa: F811
     from convqa.registry import READERS
 
     spec = {"name": "oracle"}
