@@ -1,5 +1,5 @@
 """A stopped evaluation resumes: the reader's and the reranker's per-turn results go into a
-journal beside the file they end in (convqa/front/evaluation/turn_journal.py), and a rerun of
+journal beside the file they end in (convqa/turn_journal.py), and a rerun of
 the same row does only the turns the journal lacks, to the same predictions."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from convqa.errors import DataError
 from convqa.front.evaluation.answers import evaluate_answers
 from convqa.front.evaluation.rerank import rerank_turns
-from convqa.front.evaluation.turn_journal import TurnJournal
+from convqa.turn_journal import TurnJournal
 from convqa.types import Hit, RerankedHit
 
 from test_eval_answers import Oracle, Scripted
@@ -113,3 +113,35 @@ def test_a_stopped_reranking_resumes_to_the_same_run(bench, tmp_path):  # noqa: 
                                journal=TurnJournal(journal.path))
     assert second.calls == len(turns) - 2 and len(ms) == len(turns)
     assert resumed == whole and list(resumed) == [t.qid for t in turns]
+
+
+class Numbered:
+    """A retriever ranking passage "p{n}" first for query "q{n}", stopped after `limit`
+    batches if set; counts the queries it is asked."""
+
+    def __init__(self, limit: int | None = None):
+        self.limit, self.batches, self.asked = limit, 0, 0
+
+    def retrieve_batch(self, queries, k):
+        if self.batches == self.limit:
+            raise Stopped()
+        self.batches += 1
+        self.asked += len(queries)
+        return [[Hit(f"p{q[1:]}", 2.0, 1), Hit("p0", 1.0, 2)][:k] for q in queries]
+
+
+def test_a_stopped_retrieval_resumes_at_the_batch_it_stopped_on(tmp_path):
+    from convqa.runs import retrieve_all
+
+    queries = {f"c_{n}": f"q{n}" for n in range(1, 8)}
+    queries["c_8"] = "  "                                    # empty: no hits, never asked
+    whole = retrieve_all(Numbered(), queries, 2, batch_size=3, progress=False)
+    journal = TurnJournal.beside(tmp_path / "run.jsonl")
+    with pytest.raises(Stopped):
+        retrieve_all(Numbered(limit=1), queries, 2, batch_size=3, progress=False,
+                     journal=journal)
+    assert list(journal.done()) == ["c_1", "c_2", "c_3"]
+    second = Numbered()
+    resumed = retrieve_all(second, queries, 2, batch_size=3, progress=False,
+                           journal=TurnJournal(journal.path))
+    assert second.asked == 4 and resumed == whole and resumed["c_8"] == []

@@ -17,7 +17,7 @@ its first min(k, top_n) passages, as `convqa answer --rerank` does; the reranker
 turn is in `rerank`.
 Predictions are written next to the run (`{run}.answers-{key}.jsonl`) so a rerun of the same
 retriever, reader and k reads them instead of reading again; until then each turn's goes into
-a journal beside it (`.part`, turn_journal.py), so a stopped run resumes where it stopped.
+a journal beside it (`.part`, convqa/turn_journal.py), so a stopped run resumes where it stopped.
 """
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ from convqa.types import Hit
 from .rerank import read_depth
 from .retrieval import GROUPS, evaluate_retrieval
 from .timing import percentiles
-from .turn_journal import TurnJournal
+from convqa.turn_journal import TurnJournal
 
 TOP_KS = (1, 5, 20)
 CONVENTION = "topiocqa"

@@ -18,7 +18,7 @@ retrievers/rerank/), kept as a run of its own that the row is scored and read on
   fingerprint (weights, pair length, query format, top_n, precision). A rerun reads the file;
   without a cached retriever run (`--no-cache`) nothing is cached and every turn is reranked.
   Until the file is written each reranked turn goes into RUN.rerank-KEY.jsonl.part
-  (turn_journal.py): a stopped run resumes at the turn it stopped on.
+  (convqa/turn_journal.py): a stopped run resumes at the turn it stopped on.
 - Timing: the reranker's milliseconds per turn (passages already read from the store), with the
   CPU's kernel level (torch.backends.cpu.get_cpu_capability()), device, threads and precision.
 """
@@ -40,7 +40,7 @@ from ..paths import RerankerConfig
 from .logit_memo import LogitMemo
 from .run_cache import CachedRun, run_key
 from .timing import percentiles
-from .turn_journal import TurnJournal
+from convqa.turn_journal import TurnJournal
 
 CACHE_VERSION = 1
 
@@ -226,7 +226,7 @@ def cached_rerank_turns(model: Any, turns: Sequence[Any], conversations: Mapping
     decoding). KEY hashes the reranker's fingerprint and weight, `top_n`, the passage store and
     every turn's first `top_n` hits: another model, retriever or sample of turns never reads
     another's file; until it is written, a journal beside it keeps the turns done, so a stopped
-    run resumes (turn_journal.py). Under it the stages' logits are kept by (query, passage)
+    run resumes (convqa/turn_journal.py). Under it the stages' logits are kept by (query, passage)
     (logit_memo.py), so hits whose retriever scores moved in their last digits are reranked
     without scoring a pair again."""
     from convqa.types import RerankedHit

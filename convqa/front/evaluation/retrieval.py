@@ -37,6 +37,7 @@ from convqa.history import build_history_strategy
 from convqa.io import load_json, write_json
 from convqa.metrics import evaluate_run, group_means
 from convqa.runs import read_run, retrieve_all, write_run
+from convqa.turn_journal import TurnJournal
 from convqa.specs import build_retriever, retriever_fingerprint
 from convqa.types import Hit
 
@@ -141,8 +142,9 @@ def retrieve_cached(dataset_digest: str, split: str, qids: Sequence[str],
         started = time.perf_counter()
         queries = make_queries(strategy)
         formatted = time.perf_counter()
+        journal = TurnJournal.beside(run_path) if cacheable else None
         run = retrieve_all(model, queries, k, batch_size, progress,
-                           desc=f"retrieve {label or config['retriever']}")
+                           desc=f"retrieve {label or config['retriever']}", journal=journal)
         done = time.perf_counter()
         timing = {"queries": len(queries), "history_seconds": round(formatted - started, 3),
                   "retrieval_seconds": round(done - formatted, 3),
@@ -150,6 +152,7 @@ def retrieve_cached(dataset_digest: str, split: str, qids: Sequence[str],
         if cacheable:
             write_run(run_path, run, queries)
             write_json(meta_path, {"config": config, "timing": timing})
+            journal.finish()
     return CachedRun(run, config, key if cacheable else None,
                      run_path if cacheable else None, cached, timing)
 
