@@ -24,6 +24,7 @@ from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 from convqa.errors import ConfigError, ConvQAError, DataError
 from convqa.io import atomic_write, iter_jsonl, iter_lines, require
+from convqa.turn_journal import TurnJournal
 from convqa.types import Hit
 
 FORMATS = ("jsonl", "trec")
@@ -127,7 +128,7 @@ def _read_trec(path: Path) -> Run:
 
 def retrieve_all(retriever, queries: dict[str, str], k: int, batch_size: int = 64,
                  progress: bool = True, desc: str = "retrieve",
-                 journal: Any = None) -> dict[str, list[Hit]]:
+                 journal: TurnJournal | None = None) -> dict[str, list[Hit]]:
     """{qid: top-k hits}, in batches; empty queries get no hits without asking the retriever.
     With a `journal` (convqa/turn_journal.py) the queries an earlier, stopped run retrieved are
     taken from it and each finished batch is added to it."""
@@ -136,27 +137,23 @@ def retrieve_all(retriever, queries: dict[str, str], k: int, batch_size: int = 6
     if batch_size < 1:
         raise ConfigError(f"batch size must be at least 1, got {batch_size}")
     run: dict[str, list[Hit]] = {qid: [] for qid in queries}
-    done = journal.done() if journal is not None else {}
+    journal = journal or TurnJournal.beside(None)
+    done = journal.done()
     for qid, record in done.items():
         if qid in run:
             run[qid] = [Hit.from_dict(hit) for hit in record["hits"]]
     todo = [(qid, text) for qid, text in queries.items() if text.strip() and qid not in done]
     asked = sum(1 for text in queries.values() if text.strip())
-    try:
-        with tqdm(total=asked, initial=asked - len(todo), desc=desc, unit=" q",
-                  disable=not progress) as bar:
-            for start in range(0, len(todo), batch_size):
-                batch = todo[start:start + batch_size]
-                results = retriever.retrieve_batch([text for _, text in batch], k)
-                if len(results) != len(batch):
-                    raise ConvQAError(f"retriever returned {len(results)} rankings for "
-                                      f"{len(batch)} queries")
-                for (qid, _), hits in zip(batch, results):
-                    run[qid] = list(hits)
-                    if journal is not None:
-                        journal.add({"qid": qid, "hits": [hit.to_dict() for hit in hits]})
-                bar.update(len(batch))
-    finally:
-        if journal is not None:
-            journal.close()
+    with journal, tqdm(total=asked, initial=asked - len(todo), desc=desc, unit=" q",
+                       disable=not progress) as bar:
+        for start in range(0, len(todo), batch_size):
+            batch = todo[start:start + batch_size]
+            results = retriever.retrieve_batch([text for _, text in batch], k)
+            if len(results) != len(batch):
+                raise ConvQAError(f"retriever returned {len(results)} rankings for "
+                                  f"{len(batch)} queries")
+            for (qid, _), hits in zip(batch, results):
+                run[qid] = list(hits)
+                journal.add({"qid": qid, "hits": [hit.to_dict() for hit in hits]})
+            bar.update(len(batch))
     return run

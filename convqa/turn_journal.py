@@ -7,9 +7,10 @@ of them to a Ctrl-C. A journal sits beside the file the step writes when it fini
 as it is made, a rerun of the same step reads the turns done and does only the others, and the
 finished file replaces the journal.
 
-    journal = TurnJournal.beside(final_file)          # None: nothing is kept
+    journal = TurnJournal.beside(final_file)          # final_file None: kept nowhere
     done = journal.done()                             # {qid: record} of an earlier run
-    journal.add({"qid": "31_2", ...})
+    with journal:                                     # closed however the step ends
+        journal.add({"qid": "31_2", ...})
     journal.finish()                                  # after the final file is written
 
 A run killed while writing leaves a torn last line: it is dropped (that turn is done again);
@@ -28,19 +29,21 @@ SUFFIX = ".part"
 
 
 class TurnJournal:
-    """Records of finished turns, keyed by their `qid`, appended to `path`."""
+    """Records of finished turns, keyed by their `qid`, appended to `path`; with `path` None
+    the journal is kept nowhere (nothing done, nothing added), for a step whose result is not
+    kept either, so callers need no second code path."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path | None):
         self.path = path
         self._handle: Any = None
 
     @classmethod
-    def beside(cls, final: str | os.PathLike | None) -> "TurnJournal | None":
-        return None if final is None else cls(Path(f"{final}{SUFFIX}"))
+    def beside(cls, final: str | os.PathLike | None) -> "TurnJournal":
+        return cls(None if final is None else Path(f"{final}{SUFFIX}"))
 
     def done(self) -> dict[str, dict[str, Any]]:
         """The records an earlier run of the same step appended, by qid."""
-        if not self.path.is_file():
+        if self.path is None or not self.path.is_file():
             return {}
         lines = self.path.read_text(encoding="utf-8").split("\n")
         records: dict[str, dict[str, Any]] = {}
@@ -61,6 +64,8 @@ class TurnJournal:
         return records
 
     def add(self, record: dict[str, Any]) -> None:
+        if self.path is None:
+            return
         if self._handle is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._handle = open(self.path, "a", encoding="utf-8")
@@ -70,12 +75,19 @@ class TurnJournal:
     def finish(self) -> None:
         """The step's file is written: the journal goes."""
         self.close()
-        self.path.unlink(missing_ok=True)
+        if self.path is not None:
+            self.path.unlink(missing_ok=True)
 
     def close(self) -> None:
         if self._handle is not None:
             self._handle.close()
             self._handle = None
+
+    def __enter__(self) -> "TurnJournal":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
     def _rewrite(self, records: dict[str, dict[str, Any]]) -> None:
         from convqa.io import write_jsonl

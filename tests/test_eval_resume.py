@@ -48,7 +48,12 @@ def test_journal_keeps_records_and_drops_a_torn_last_line(tmp_path):
     again.close()
     assert list(TurnJournal(journal.path).done()) == ["1_1", "1_2", "1_3"]
     again.finish()
-    assert not journal.path.exists() and TurnJournal.beside(None) is None
+    assert not journal.path.exists()
+    nowhere = TurnJournal.beside(None)                  # a step whose result is not kept
+    with nowhere:
+        nowhere.add({"qid": "1_1", "prediction": "a"})
+    nowhere.finish()
+    assert nowhere.path is None and nowhere.done() == {} and list(tmp_path.iterdir()) == []
 
 
 def test_a_damaged_journal_line_names_the_file_and_line(tmp_path):

@@ -39,12 +39,12 @@ from convqa.metrics.answer import score_answer
 from convqa.pipeline import read_passages
 from convqa.registry import READERS
 from convqa.runs import read_run
+from convqa.turn_journal import TurnJournal
 from convqa.types import Hit
 
 from .rerank import read_depth
 from .retrieval import GROUPS, evaluate_retrieval
 from .timing import percentiles
-from convqa.turn_journal import TurnJournal
 
 TOP_KS = (1, 5, 20)
 CONVENTION = "topiocqa"
@@ -159,18 +159,14 @@ def read_and_score(turns: Sequence[Any], conversations: Mapping[str, Any],
         cached = predictions is not None
         if predictions is None:
             journal = TurnJournal.beside(cache)
-            predictions = journal.done() if journal is not None else {}
+            predictions = journal.done()
             todo = [turn for turn in turns if turn.qid not in predictions]
-            try:
+            with journal:
                 for turn in tqdm(todo, desc=f"read top-{k}", unit=" q", total=len(turns),
                                  initial=len(turns) - len(todo), disable=not progress):
                     predictions[turn.qid] = _read_turn(model, turn, conversations, run, depth,
                                                        store, run_file, top_n)
-                    if journal is not None:
-                        journal.add(predictions[turn.qid])
-            finally:
-                if journal is not None:
-                    journal.close()
+                    journal.add(predictions[turn.qid])
             if cache is not None:
                 write_jsonl(cache, [predictions[t.qid] for t in turns])
                 journal.finish()

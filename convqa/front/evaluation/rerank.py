@@ -34,13 +34,13 @@ from typing import Any, Mapping, NamedTuple, Sequence
 from convqa.errors import DataError
 from convqa.io import load_json, write_json
 from convqa.runs import read_run, write_run
+from convqa.turn_journal import TurnJournal
 from convqa.types import Hit
 
 from ..paths import RerankerConfig
 from .logit_memo import LogitMemo
 from .run_cache import CachedRun, run_key
 from .timing import percentiles
-from convqa.turn_journal import TurnJournal
 
 CACHE_VERSION = 1
 
@@ -173,33 +173,27 @@ def rerank_turns(model: Any, turns: Sequence[Any], conversations: Mapping[str, A
 
     out: dict[str, list[Hit]] = {}
     ms: list[float] = []
-    done = journal.done() if journal is not None else {}
+    journal = journal or TurnJournal.beside(None)
+    done = journal.done()
     for turn in turns:
         if turn.qid in done:
             out[turn.qid] = [_hit_from_dict(h) for h in done[turn.qid]["hits"]]
             if done[turn.qid]["ms"] is not None:
                 ms.append(done[turn.qid]["ms"])
     todo = [turn for turn in turns if turn.qid not in out]
-    try:
-        with PassageStore.open(passages) as store:
-            for turn in tqdm(todo, desc=f"rerank {label or ''}".strip(), unit=" q",
-                             total=len(turns), initial=len(turns) - len(todo),
-                             disable=not progress):
-                top = list(hits.get(turn.qid, []))[:top_n]
-                texts = [_passage(store, hit.passage_id, run_file) for hit in top]
-                history = conversations[turn.conversation_id].history(turn.turn)
-                started = time.perf_counter()
-                out[turn.qid] = model.rerank_turn(turn.question, history, top, texts) \
-                    if top else []
-                took = (time.perf_counter() - started) * 1000 if top else None
-                if took is not None:
-                    ms.append(took)
-                if journal is not None:
-                    journal.add({"qid": turn.qid, "hits": [h.to_dict() for h in out[turn.qid]],
-                                 "ms": took})
-    finally:
-        if journal is not None:
-            journal.close()
+    with journal, PassageStore.open(passages) as store:
+        for turn in tqdm(todo, desc=f"rerank {label or ''}".strip(), unit=" q",
+                         total=len(turns), initial=len(turns) - len(todo), disable=not progress):
+            top = list(hits.get(turn.qid, []))[:top_n]
+            texts = [_passage(store, hit.passage_id, run_file) for hit in top]
+            history = conversations[turn.conversation_id].history(turn.turn)
+            started = time.perf_counter()
+            out[turn.qid] = model.rerank_turn(turn.question, history, top, texts) if top else []
+            took = (time.perf_counter() - started) * 1000 if top else None
+            if took is not None:
+                ms.append(took)
+            journal.add({"qid": turn.qid, "hits": [h.to_dict() for h in out[turn.qid]],
+                         "ms": took})
     return {turn.qid: out[turn.qid] for turn in turns}, ms
 
 

@@ -37,8 +37,8 @@ from convqa.history import build_history_strategy
 from convqa.io import load_json, write_json
 from convqa.metrics import evaluate_run, group_means
 from convqa.runs import read_run, retrieve_all, write_run
-from convqa.turn_journal import TurnJournal
 from convqa.specs import build_retriever, retriever_fingerprint
+from convqa.turn_journal import TurnJournal
 from convqa.types import Hit
 
 from .run_cache import CachedRun, run_key
@@ -142,7 +142,7 @@ def retrieve_cached(dataset_digest: str, split: str, qids: Sequence[str],
         started = time.perf_counter()
         queries = make_queries(strategy)
         formatted = time.perf_counter()
-        journal = TurnJournal.beside(run_path) if cacheable else None
+        journal = TurnJournal.beside(run_path if cacheable else None)
         run = retrieve_all(model, queries, k, batch_size, progress,
                            desc=f"retrieve {label or config['retriever']}", journal=journal)
         done = time.perf_counter()
