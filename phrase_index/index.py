@@ -27,6 +27,7 @@ import numpy as np
 
 from convqa.errors import ConfigError, ConvQAError, DataError
 from convqa.io import load_format_json, write_json
+from convqa.index_folder import finished_index_meta
 from convqa.index_match import check_index_match
 from retrievers.dense.index import (FORMAT as DENSE_FORMAT, VERSION as DENSE_VERSION,
                                     DenseIndex, add_batches, make_index, search_defaults,
@@ -57,16 +58,8 @@ def choose_factory(count: int, dim: int, flat_max: int = FLAT_MAX) -> str:
 
 def check_built(folder: Path) -> Path:
     """The metadata file of a phrase index folder (plain or compact), or one line saying what
-    the folder is instead: missing, or a build stopped before it wrote its metadata."""
-    path = folder / META_FILE
-    if path.exists():
-        return path
-    if not folder.exists():
-        raise DataError("no such index folder (build it with `convqa index --phrase`)", folder)
-    if (folder / DUMP_DIR).is_dir():
-        raise DataError("an unfinished `convqa index --phrase` build (its dump, no "
-                        f"{META_FILE}); run the same command again to resume it", folder)
-    raise DataError(f"not a phrase index (no {META_FILE})", folder)
+    the folder is instead (convqa/index_folder.py)."""
+    return finished_index_meta(folder, META_FILE, DUMP_DIR, "phrase")
 
 
 def side_index_meta(index, factory: str, dump: PhraseDump, side: str, count: int

@@ -21,6 +21,7 @@ import numpy as np
 
 from convqa.errors import ConfigError, ConvQAError, DataError
 from convqa.io import load_format_json, write_json
+from convqa.index_folder import finished_index_meta
 from convqa.index_match import check_index_match
 
 from .encode import VectorShards
@@ -189,14 +190,7 @@ class DenseIndex:
     def read_meta(folder: str | os.PathLike) -> dict[str, Any]:
         """The metadata of a saved index, checked against its index file (not loaded)."""
         folder = Path(folder)
-        meta_path = folder / META_FILE
-        if not folder.exists():
-            raise DataError("no such index folder (build it with `convqa index --dense`)", folder)
-        if not meta_path.exists():
-            if (folder / VECTORS_DIR).is_dir():
-                raise DataError("an unfinished `convqa index --dense` build (its vectors, no "
-                                f"{META_FILE}); run the same command again to resume it", folder)
-            raise DataError(f"not a dense index (no {META_FILE})", folder)
+        meta_path = finished_index_meta(folder, META_FILE, VECTORS_DIR, "dense")
         meta = load_format_json(meta_path, FORMAT, VERSION, "dense index")
         file = folder / INDEX_FILE
         if not file.exists() or file.stat().st_size != meta.get("index_bytes"):
