@@ -19,7 +19,7 @@ class StudentTrainer(StepTrainer):
     its share of it (`score_share`) and how the gathered shares become one log entry
     (`summarize_curve`); `teacher_what` names the teacher's file in errors."""
 
-    teacher_what = "a teacher's scores"
+    teacher_what = "a teacher's file"
 
     def __init__(self, model: Any, out: str | os.PathLike, config: Any, accelerator: Any,
                  info: dict[str, Any] | None, teacher: Any = None):

@@ -186,6 +186,7 @@ class RerankTrainer(StudentTrainer):
     compared = "settings or data"
     progress_label = "training reranker"
     precision_what = "reranker training"
+    teacher_what = "a teacher's scores"
 
     def __init__(self, model: CrossEncoder, examples: Sequence[RerankExample],
                  out: str | os.PathLike, config: RerankTrainConfig, accelerator: Any = None,
