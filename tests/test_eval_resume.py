@@ -1,6 +1,6 @@
-"""A stopped evaluation resumes: the reader's and the reranker's per-turn results go into a
-journal beside the file they end in (convqa/turn_journal.py), and a rerun of
-the same row does only the turns the journal lacks, to the same predictions."""
+"""A stopped evaluation resumes: the retriever's, the reranker's and the reader's per-turn
+results go into a journal beside the file they end in (convqa/turn_journal.py), and a rerun of
+the same row does only the turns the journal lacks, to the same results."""
 from __future__ import annotations
 
 import json
